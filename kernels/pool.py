@@ -1,0 +1,110 @@
+"""Max-pooling with a square window and stride equal to the window (Keras' MaxPooling2D default).
+
+Forward also returns the argmax of each window (0..size*size-1, int8), which backward scatters
+through, so backward never re-reads x. Trailing rows/columns that do not fill a window are dropped
+(padding "valid"), and get zero gradient.
+"""
+
+import numpy as np
+from numba import prange
+
+from ._checks import check_layout, f32, out_buffer
+from ._jit import kernel
+
+
+@kernel
+def _pool_nchw(x, p, y, arg):
+    n, c, oh_, ow_ = y.shape
+    for r in prange(n * c):
+        plane, out, idx = x[r // c, r % c], y[r // c, r % c], arg[r // c, r % c]
+        for oh in range(oh_):
+            for ow in range(ow_):
+                best, at = plane[oh * p, ow * p], 0
+                for i in range(p):
+                    for j in range(p):
+                        v = plane[oh * p + i, ow * p + j]
+                        if v > best:
+                            best, at = v, i * p + j
+                out[oh, ow], idx[oh, ow] = best, at
+
+
+@kernel
+def _pool_nhwc(x, p, y, arg):
+    n, oh_, ow_, c = y.shape
+    for r in prange(n * oh_):
+        b, oh = r // oh_, r % oh_
+        for ow in range(ow_):
+            out, idx = y[b, oh, ow], arg[b, oh, ow]
+            out[:] = x[b, oh * p, ow * p]
+            idx[:] = 0
+            for i in range(p):
+                for j in range(p):
+                    v = x[b, oh * p + i, ow * p + j]
+                    for k in range(c):
+                        if v[k] > out[k]:
+                            out[k], idx[k] = v[k], i * p + j
+
+
+@kernel
+def _unpool_nchw(dy, arg, p, dx):
+    n, c, oh_, ow_ = dy.shape
+    for r in prange(n * c):
+        plane, g, idx = dx[r // c, r % c], dy[r // c, r % c], arg[r // c, r % c]
+        plane[:] = 0.0
+        for oh in range(oh_):
+            for ow in range(ow_):
+                a = idx[oh, ow]
+                plane[oh * p + a // p, ow * p + a % p] = g[oh, ow]
+
+
+@kernel
+def _unpool_nhwc(dy, arg, p, dx):
+    n, oh_, ow_, c = dy.shape
+    h = dx.shape[1]
+    for r in prange(n * oh_):
+        b, oh = r // oh_, r % oh_
+        for i in range(p):
+            dx[b, oh * p + i] = 0.0
+        if oh == oh_ - 1:
+            for ih in range(oh_ * p, h):
+                dx[b, ih] = 0.0
+        for ow in range(ow_):
+            g, idx = dy[b, oh, ow], arg[b, oh, ow]
+            for k in range(c):
+                a = idx[k]
+                dx[b, oh * p + a // p, ow * p + a % p, k] = g[k]
+
+
+def _pooled_shape(shape, layout, size):
+    if not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"pool size must be a positive int, got {size!r}")
+    n, c, h, w = shape if layout == "NCHW" else (shape[0], shape[3], shape[1], shape[2])
+    if h < size or w < size:
+        raise ValueError(f"pool window {size}x{size} is larger than the input {h}x{w} ({layout}, shape {shape})")
+    oh, ow = h // size, w // size
+    return (n, c, oh, ow) if layout == "NCHW" else (n, oh, ow, c)
+
+
+def maxpool2d_forward(x, *, layout, size=2, out=None, argmax_out=None):
+    """(y, argmax): the max of each size x size window."""
+    check_layout(layout)
+    x = f32("x", x, 4)
+    shape = _pooled_shape(x.shape, layout, size)
+    y = out_buffer(out, shape)
+    arg = argmax_out if argmax_out is not None else np.empty(shape, np.int8)
+    if arg.shape != shape or arg.dtype != np.int8:
+        raise ValueError(f"argmax_out must be int8 of shape {shape}, got {arg.dtype} {arg.shape}")
+    (_pool_nchw if layout == "NCHW" else _pool_nhwc)(x.size, x, size, y, arg)
+    return y, arg
+
+
+def maxpool2d_backward(dy, argmax, x_shape, *, layout, size=2, out=None):
+    """dx: dy routed to the argmax of each window, zero elsewhere."""
+    check_layout(layout)
+    dy = f32("dy", dy, 4)
+    shape = _pooled_shape(tuple(x_shape), layout, size)
+    if dy.shape != shape or argmax.shape != shape:
+        raise ValueError(f"dy {dy.shape} and argmax {argmax.shape} must both be {shape} for x {tuple(x_shape)}")
+    dx = out_buffer(out, tuple(x_shape))
+    (_unpool_nchw if layout == "NCHW" else _unpool_nhwc)(dx.size, dy, argmax, size, dx)
+    return dx

@@ -1,0 +1,238 @@
+"""Every kernel, layout and direction against PyTorch CPU, against finite differences of a
+float64 numpy reference, and NCHW against NHWC."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kernels as K
+from tests import reference as ref
+from tests.conftest import f32
+
+LAYOUTS = ["NCHW", "NHWC"]
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def close(ours, theirs, scale=1.0):
+    np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=ATOL * max(1.0, scale))
+
+
+def maybe_strided(a, strided):
+    """`a` itself, or a non-contiguous view with the same values."""
+    if not strided:
+        return a
+    wide = np.zeros(a.shape[:-1] + (2 * a.shape[-1],), a.dtype)
+    wide[..., ::2] = a
+    return wide[..., ::2]
+
+
+@st.composite
+def conv_cases(draw):
+    n, c, cout = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    h, w = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    padding = draw(st.sampled_from(["valid", "same"]))
+    kh = draw(st.integers(1, h if padding == "valid" else 5))
+    kw = draw(st.integers(1, w if padding == "valid" else 5))
+    return n, c, h, w, kh, kw, cout, draw(st.integers(1, 2)), padding, draw(st.booleans()), draw(st.integers(0, 2**31))
+
+
+def torch_conv(x_nchw, w, stride, padding):
+    xt = torch.tensor(x_nchw, requires_grad=True)
+    wt = torch.tensor(w.transpose(3, 2, 0, 1).copy(), requires_grad=True)
+    xp = xt
+    if padding == "same":
+        ph = ref.same_pads(x_nchw.shape[2], w.shape[0], stride)
+        pw = ref.same_pads(x_nchw.shape[3], w.shape[1], stride)
+        xp = F.pad(xt, pw + ph)
+    return xt, wt, F.conv2d(xp, wt, stride=stride)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@given(case=conv_cases())
+def test_conv2d_matches_torch(layout, case):
+    n, c, h, w_, kh, kw, cout, stride, padding, strided, seed = case
+    rng = np.random.default_rng(seed)
+    x, w = f32(rng, n, c, h, w_), f32(rng, kh, kw, c, cout)
+    xt, wt, yt = torch_conv(x, w, stride, padding)
+    dy = f32(rng, *yt.shape)
+    yt.backward(torch.tensor(dy))
+    xl = maybe_strided(ref.to_layout(x, layout), strided)
+    y = K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding)
+    assert y.shape == K.conv2d_output_shape(xl.shape, w.shape, layout=layout, stride=stride, padding=padding)
+    dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding)
+    close(ref.to_nchw(y, layout), yt.detach().numpy(), scale=kh * kw * c)
+    close(ref.to_nchw(dx, layout), xt.grad.numpy(), scale=kh * kw * cout)
+    close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=n * y.size / max(cout, 1))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("stride,padding", [(1, "valid"), (2, "same"), (2, "valid"), (1, "same")])
+def test_conv2d_backward_finite_differences(layout, stride, padding, rng):
+    x, w = ref.to_layout(f32(rng, 2, 3, 7, 6), layout), f32(rng, 3, 2, 3, 4)
+    y = K.conv2d_forward(x, w, layout=layout, stride=stride, padding=padding)
+    dy = f32(rng, *y.shape)
+    dx, dw = K.conv2d_backward(x, w, dy, layout=layout, stride=stride, padding=padding)
+    for _ in range(3):
+        vx, vw = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+        fx = ref.directional_fd(lambda a: (ref.conv2d(a, w, layout, stride, padding) * dy).sum(), x, vx)
+        fw = ref.directional_fd(lambda a: (ref.conv2d(x, a, layout, stride, padding) * dy).sum(), w, vw)
+        assert np.isclose((dx * vx).sum(), fx, rtol=1e-3, atol=1e-3)
+        assert np.isclose((dw * vw).sum(), fw, rtol=1e-3, atol=1e-3)
+
+
+def test_conv2d_layouts_agree_on_a_real_shape(rng):
+    x, w = f32(rng, 8, 16, 14, 14), f32(rng, 3, 3, 16, 8)
+    dy = f32(rng, 8, 8, 14, 14)
+    y1 = K.conv2d_forward(x, w, layout="NCHW", padding="same")
+    y2 = K.conv2d_forward(ref.to_layout(x, "NHWC"), w, layout="NHWC", padding="same")
+    close(y1, ref.to_nchw(y2, "NHWC"))
+    dx1, dw1 = K.conv2d_backward(x, w, dy, layout="NCHW", padding="same")
+    dx2, dw2 = K.conv2d_backward(ref.to_layout(x, "NHWC"), w, ref.to_layout(dy, "NHWC"), layout="NHWC", padding="same")
+    close(dx1, ref.to_nchw(dx2, "NHWC"))
+    close(dw1, dw2, scale=100)
+
+
+def test_conv2d_workspace_and_out_buffers_are_reused(rng):
+    x, w = f32(rng, 4, 3, 9, 9), f32(rng, 3, 3, 3, 5)
+    ws = K.Workspace()
+    out = np.empty((4, 5, 7, 7), np.float32)
+    y = K.conv2d_forward(x, w, layout="NCHW", out=out, workspace=ws)
+    assert y is out and ws.nbytes > 0
+    before = ws.nbytes
+    K.conv2d_forward(x, w, layout="NCHW", out=out, workspace=ws)
+    assert ws.nbytes == before
+    close(y, ref.conv2d(x, w, "NCHW", 1, "valid"), scale=27)
+
+
+@given(n=st.integers(1, 4), c=st.integers(1, 6), h=st.integers(1, 7), w=st.integers(1, 7),
+       strided=st.booleans(), seed=st.integers(0, 2**31))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_broadcast_add_4d_matches_torch(layout, n, c, h, w, strided, seed):
+    rng = np.random.default_rng(seed)
+    x, b = f32(rng, n, c, h, w), f32(rng, c)
+    xl = maybe_strided(ref.to_layout(x, layout), strided)
+    y = K.broadcast_add_forward(xl, b, layout=layout)
+    close(ref.to_nchw(y, layout), (torch.tensor(x) + torch.tensor(b)[:, None, None]).numpy())
+    db = K.broadcast_add_backward(xl, layout=layout)
+    close(db, torch.tensor(x).sum(dim=(0, 2, 3)).numpy(), scale=n * h * w)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_broadcast_add_2d_and_large_reductions(layout, rng):
+    x, b = f32(rng, 5, 3), f32(rng, 3)
+    close(K.broadcast_add_forward(x, b, layout=layout), ref.broadcast_add(x, b, layout))
+    close(K.broadcast_add_backward(x, layout=layout), x.sum(0))
+    # a reduction over ~10^5 values (the parallel path) keeps float32 accuracy
+    big = ref.to_layout(f32(rng, 64, 8, 40, 40), layout)
+    exact = ref.to_nchw(big, layout).astype(np.float64).sum(axis=(0, 2, 3))
+    np.testing.assert_allclose(K.broadcast_add_backward(big, layout=layout), exact, rtol=1e-5, atol=1e-2)
+    close(K.broadcast_add_forward(big, b[:1].repeat(8) + 1, layout=layout), big + 1 + b[0])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_broadcast_add_finite_differences(layout, rng):
+    x, b = ref.to_layout(f32(rng, 2, 3, 4, 5), layout), f32(rng, 3)
+    dy = f32(rng, *x.shape)
+    db = K.broadcast_add_backward(dy, layout=layout)
+    v = rng.standard_normal(3)
+    fd = ref.directional_fd(lambda a: (ref.broadcast_add(x, a, layout) * dy).sum(), b, v)
+    assert np.isclose((db * v).sum(), fd, rtol=1e-4)
+
+
+@given(n=st.integers(1, 6), i=st.integers(1, 40), o=st.integers(1, 12), strided=st.booleans(),
+       seed=st.integers(0, 2**31))
+def test_dense_matches_torch(n, i, o, strided, seed):
+    rng = np.random.default_rng(seed)
+    x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    yt = xt @ wt + bt
+    yt.backward(torch.tensor(dy))
+    xs = maybe_strided(x, strided)
+    close(K.dense_forward(xs, w, b), yt.detach().numpy(), scale=i)
+    dx, dw, db = K.dense_backward(xs, w, dy)
+    close(dx, xt.grad.numpy(), scale=o)
+    close(dw, wt.grad.numpy(), scale=n)
+    close(db, bt.grad.numpy(), scale=n)
+
+
+def test_dense_finite_differences(rng):
+    x, w, b, dy = f32(rng, 4, 6), f32(rng, 6, 3), f32(rng, 3), f32(rng, 4, 3)
+    dx, dw, db = K.dense_backward(x, w, dy)
+    for grad, arg, f in [(dx, x, lambda a: ref.dense(a, w, b)), (dw, w, lambda a: ref.dense(x, a, b)),
+                         (db, b, lambda a: ref.dense(x, w, a))]:
+        v = rng.standard_normal(arg.shape)
+        assert np.isclose((grad * v).sum(), ref.directional_fd(lambda a: (f(a) * dy).sum(), arg, v), rtol=1e-4)
+
+
+@given(n=st.integers(1, 3), c=st.integers(1, 5), h=st.integers(2, 9), w=st.integers(2, 9),
+       size=st.integers(2, 3), seed=st.integers(0, 2**31))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_maxpool_matches_torch(layout, n, c, h, w, size, seed):
+    if h < size or w < size:
+        return
+    rng = np.random.default_rng(seed)
+    x = f32(rng, n, c, h, w)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = F.max_pool2d(xt, size)
+    dy = f32(rng, *yt.shape)
+    yt.backward(torch.tensor(dy))
+    xl = ref.to_layout(x, layout)
+    y, arg = K.maxpool2d_forward(xl, layout=layout, size=size)
+    close(ref.to_nchw(y, layout), yt.detach().numpy())
+    dx = K.maxpool2d_backward(ref.to_layout(dy, layout), arg, xl.shape, layout=layout, size=size)
+    close(ref.to_nchw(dx, layout), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_maxpool_finite_differences(layout, rng):
+    x = ref.to_layout(f32(rng, 2, 3, 5, 4), layout)
+    y, arg = K.maxpool2d_forward(x, layout=layout)
+    dy = f32(rng, *y.shape)
+    dx = K.maxpool2d_backward(dy, arg, x.shape, layout=layout)
+    v = rng.standard_normal(x.shape)
+    fd = ref.directional_fd(lambda a: (ref.maxpool(a, layout, 2) * dy).sum(), x, v, eps=1e-6)
+    assert np.isclose((dx * v).sum(), fd, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,torch_fn", [("relu", torch.relu), ("sigmoid", torch.sigmoid)])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4, 5), (64, 32, 8, 8)])
+def test_activations_match_torch_and_finite_differences(name, torch_fn, shape, rng):
+    x, dy = f32(rng, *shape), f32(rng, *shape)
+    forward, backward = getattr(K, f"{name}_forward"), getattr(K, f"{name}_backward")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch_fn(xt)
+    yt.backward(torch.tensor(dy))
+    y = forward(x)
+    close(y, yt.detach().numpy())
+    dx = backward(y, dy)
+    close(dx, xt.grad.numpy())
+    f64 = {"relu": lambda a: np.maximum(a, 0), "sigmoid": lambda a: 1 / (1 + np.exp(-a))}[name]
+    v = rng.standard_normal(shape)
+    assert np.isclose((dx * v).sum(), ref.directional_fd(lambda a: (f64(a) * dy).sum(), x, v, eps=1e-6), rtol=1e-3)
+
+
+@given(n=st.integers(1, 8), k=st.integers(1, 12), scale=st.sampled_from([1.0, 50.0, 1000.0]),
+       seed=st.integers(0, 2**31))
+def test_softmax_cross_entropy_matches_torch(n, k, scale, seed):
+    rng = np.random.default_rng(seed)
+    logits = (f32(rng, n, k) * scale).astype(np.float32)
+    target = np.eye(k, dtype=np.float32)[rng.integers(0, k, n)]
+    lt = torch.tensor(logits, requires_grad=True)
+    loss_t = F.cross_entropy(lt, torch.tensor(target))
+    loss_t.backward()
+    loss, probs, grad = K.softmax_cross_entropy(logits, target)
+    assert np.isfinite(loss)
+    assert np.isclose(loss, loss_t.item(), rtol=1e-5, atol=1e-5 * scale)
+    close(probs, torch.softmax(lt, 1).detach().numpy())
+    close(grad, lt.grad.numpy())
+
+
+def test_softmax_cross_entropy_finite_differences(rng):
+    logits, target = f32(rng, 5, 4), rng.dirichlet(np.ones(4), 5).astype(np.float32)
+    _, _, grad = K.softmax_cross_entropy(logits, target)
+    v = rng.standard_normal(logits.shape)
+    fd = ref.directional_fd(lambda a: ref.softmax_xent(a, target), logits, v)
+    assert np.isclose((grad * v).sum(), fd, rtol=1e-4)
