@@ -12,6 +12,7 @@ from .conv import conv2d_backward, conv2d_forward, conv2d_output_shape
 from .workspace import Workspace
 from .dense import dense_backward, dense_forward
 from .loss import softmax_cross_entropy
+from .optim import adadelta_update, adam_update, rmsprop_update, sgd_update
 from .pool import maxpool2d_backward, maxpool2d_forward
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "maxpool2d_backward", "maxpool2d_forward",
     "relu_backward", "relu_forward", "sigmoid_backward", "sigmoid_forward",
     "softmax_cross_entropy",
+    "adadelta_update", "adam_update", "rmsprop_update", "sgd_update",
 ]

@@ -1,0 +1,47 @@
+"""Mini-batches over numpy arrays: shuffled per epoch from a seed, gathered into reused buffers."""
+
+import numpy as np
+
+
+class Batches:
+    def __init__(self, x, y, batch_size, *, shuffle=True, seed=0):
+        if not isinstance(x, np.ndarray) or not isinstance(y, np.ndarray):
+            raise TypeError("inputs and labels must be numpy arrays")
+        if len(x) == 0:
+            raise ValueError("the data set is empty (0 samples)")
+        if len(x) != len(y):
+            raise ValueError(f"inputs have {len(x)} samples but labels have {len(y)}")
+        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.x, self.y = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(y, np.float32)
+        self.batch_size, self.shuffle, self.seed = int(batch_size), shuffle, seed
+        self._xb = np.empty((self.batch_size,) + self.x.shape[1:], np.float32)
+        self._yb = np.empty((self.batch_size,) + self.y.shape[1:], np.float32)
+
+    def __len__(self):
+        """Steps per epoch; the last batch may be partial."""
+        return -(-len(self.x) // self.batch_size)
+
+    def epoch(self, epoch):
+        """Yield (x, y) batches: views that the next batch may overwrite."""
+        n, size = len(self.x), self.batch_size
+        if not self.shuffle:
+            for start in range(0, n, size):
+                yield self.x[start:start + size], self.y[start:start + size]
+            return
+        order = np.random.default_rng([self.seed, epoch]).permutation(n)
+        for start in range(0, n, size):
+            idx = order[start:start + size]
+            xb, yb = self._xb[:len(idx)], self._yb[:len(idx)]
+            np.take(self.x, idx, axis=0, out=xb)
+            np.take(self.y, idx, axis=0, out=yb)
+            yield xb, yb
+
+
+def load_npz(path, x_key="x", y_key="y"):
+    """(x, y) from an .npz file, with a clear error when a key is missing."""
+    with np.load(path) as data:
+        missing = [k for k in (x_key, y_key) if k not in data]
+        if missing:
+            raise KeyError(f"{path} has no array {missing[0]!r}; it holds {sorted(data.files)}")
+        return data[x_key], data[y_key]

@@ -1,0 +1,274 @@
+"""Layers: each owns its parameters, gradients and buffers, and calls one kernel per op.
+
+A layer records every kernel call through `self.op(name, layout=...)`, a context manager the
+model sets (a no-op by default, a profiling Session's op timer when one is attached). Buffers come
+from a per-layer Workspace, so after the first step of a given batch size nothing is allocated.
+Shapes are per sample (no batch axis) and in the model's layout.
+"""
+
+import contextlib
+
+import numpy as np
+
+import kernels as K
+
+
+def untimed(name, **tags):
+    return contextlib.nullcontext()
+
+
+def glorot_uniform(rng, shape, fan_in, fan_out):
+    limit = np.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, shape).astype(np.float32)
+
+
+class Layer:
+    params = ()
+
+    def __init__(self):
+        self.op = untimed
+        self.layout = "NHWC"
+        self.ws = K.Workspace()
+        self.needs_dx = True
+
+    def build(self, in_shape, layout, rng):
+        """Check the per-sample input shape, create parameters, return the output shape."""
+        self.layout = layout
+        return in_shape
+
+    def sublayers(self):
+        activation = getattr(self, "activation", None)
+        return (self, activation) if activation else (self,)
+
+    def grads(self):
+        return ()
+
+    def __repr__(self):
+        return type(self).__name__
+
+
+class Activation(Layer):
+    kinds = {"relu": (K.relu_forward, K.relu_backward), "sigmoid": (K.sigmoid_forward, K.sigmoid_backward)}
+
+    def __init__(self, kind):
+        """relu or sigmoid; softmax only as a model's last activation, where the loss fuses it."""
+        super().__init__()
+        if kind not in self.kinds and kind != "softmax":
+            raise ValueError(f"unknown activation {kind!r}; choose one of relu, sigmoid, softmax")
+        self.kind = kind
+
+    def forward(self, x, training):
+        with self.op(f"{self.kind}_forward", layout=self.layout):
+            self.y = self.kinds[self.kind][0](x, out=self.ws.take("y", x.shape))
+        return self.y
+
+    def backward(self, dy):
+        with self.op(f"{self.kind}_backward", layout=self.layout):
+            return self.kinds[self.kind][1](self.y, dy, out=self.ws.take("dx", dy.shape))
+
+    def __repr__(self):
+        return f"Activation({self.kind!r})"
+
+
+def ReLU():
+    return Activation("relu")
+
+
+def Sigmoid():
+    return Activation("sigmoid")
+
+
+def Softmax():
+    return Activation("softmax")
+
+
+class Dense(Layer):
+    def __init__(self, units, activation=None):
+        super().__init__()
+        if not isinstance(units, (int, np.integer)) or units < 1:
+            raise ValueError(f"Dense units must be a positive int, got {units!r}")
+        self.units = int(units)
+        self.activation = Activation(activation) if activation else None
+
+    def build(self, in_shape, layout, rng, row_order=None):
+        self.layout = layout
+        if len(in_shape) != 1:
+            raise ValueError(f"Dense expects flat (features,) inputs, got per-sample shape {in_shape}; "
+                             f"add a Flatten layer before it")
+        fan_in = in_shape[0]
+        w = glorot_uniform(rng, (fan_in, self.units), fan_in, self.units)
+        self.w = np.ascontiguousarray(w[row_order]) if row_order is not None else w
+        self.b = np.zeros(self.units, np.float32)
+        self.dw, self.db = np.zeros_like(self.w), np.zeros_like(self.b)
+        self.params = (self.w, self.b)
+        return (self.units,)
+
+    def grads(self):
+        return (self.dw, self.db)
+
+    def forward(self, x, training):
+        self.x = x
+        with self.op("dense_forward", layout=self.layout):
+            y = K.dense_forward(x, self.w, self.b, out=self.ws.take("y", (x.shape[0], self.units)))
+        return self.activation.forward(y, training) if self.activation else y
+
+    def backward(self, dy):
+        if self.activation:
+            dy = self.activation.backward(dy)
+        with self.op("dense_backward", layout=self.layout):
+            dx = self.ws.take("dx", self.x.shape)
+            K.dense_backward(self.x, self.w, dy, out=(dx, self.dw, self.db))
+        return dx
+
+    def __repr__(self):
+        return f"Dense({self.units}{', ' + self.activation.kind if self.activation else ''})"
+
+
+class Conv2D(Layer):
+    """conv2d, then the bias as a separate broadcast_add (as Keras-MXNet did), then the activation."""
+
+    def __init__(self, filters, kernel_size, *, padding="valid", stride=1, activation=None):
+        super().__init__()
+        self.filters = int(filters)
+        self.kernel_size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else tuple(kernel_size)
+        self.padding, self.stride = padding, stride
+        self.activation = Activation(activation) if activation else None
+
+    def build(self, in_shape, layout, rng):
+        self.layout = layout
+        if len(in_shape) != 3:
+            raise ValueError(f"Conv2D expects (C, H, W) or (H, W, C) samples, got per-sample shape {in_shape}")
+        kh, kw = self.kernel_size
+        cin = in_shape[0] if layout == "NCHW" else in_shape[2]
+        self.w = glorot_uniform(rng, (kh, kw, cin, self.filters), kh * kw * cin, kh * kw * self.filters)
+        self.b = np.zeros(self.filters, np.float32)
+        self.dw, self.db = np.zeros_like(self.w), np.zeros_like(self.b)
+        self.params = (self.w, self.b)
+        out = K.conv2d_output_shape((1,) + tuple(in_shape), self.w.shape, layout=layout,
+                                    stride=self.stride, padding=self.padding)
+        return out[1:]
+
+    def grads(self):
+        return (self.dw, self.db)
+
+    def _conv_args(self):
+        return dict(layout=self.layout, stride=self.stride, padding=self.padding, workspace=self.ws)
+
+    def forward(self, x, training):
+        self.x = x
+        shape = K.conv2d_output_shape(x.shape, self.w.shape, layout=self.layout, stride=self.stride,
+                                      padding=self.padding)
+        with self.op("conv2d_forward", layout=self.layout):
+            y = K.conv2d_forward(x, self.w, out=self.ws.take("y", shape), **self._conv_args())
+        with self.op("broadcast_add_forward", layout=self.layout):
+            K.broadcast_add_forward(y, self.b, layout=self.layout, out=y)
+        return self.activation.forward(y, training) if self.activation else y
+
+    def backward(self, dy):
+        if self.activation:
+            dy = self.activation.backward(dy)
+        with self.op("broadcast_add_backward", layout=self.layout):
+            K.broadcast_add_backward(dy, layout=self.layout, out=self.db)
+        with self.op("conv2d_backward", layout=self.layout):
+            dx = self.ws.take("dx", self.x.shape)
+            K.conv2d_backward(self.x, self.w, dy, out=(dx, self.dw), **self._conv_args())
+        return dx
+
+    def __repr__(self):
+        return f"Conv2D({self.filters}, {self.kernel_size}, {self.padding})"
+
+
+class MaxPool2D(Layer):
+    def __init__(self, size=2):
+        super().__init__()
+        self.size = size
+
+    def build(self, in_shape, layout, rng):
+        self.layout = layout
+        if len(in_shape) != 3:
+            raise ValueError(f"MaxPool2D expects image samples, got per-sample shape {in_shape}")
+        c, h, w = in_shape if layout == "NCHW" else (in_shape[2], in_shape[0], in_shape[1])
+        if h < self.size or w < self.size:
+            raise ValueError(f"MaxPool2D({self.size}) on {h}x{w} images: the window is larger than the image")
+        oh, ow = h // self.size, w // self.size
+        self.out_shape = (c, oh, ow) if layout == "NCHW" else (oh, ow, c)
+        return self.out_shape
+
+    def forward(self, x, training):
+        self.x_shape = x.shape
+        n = x.shape[0]
+        with self.op("maxpool2d_forward", layout=self.layout):
+            y, self.arg = K.maxpool2d_forward(x, layout=self.layout, size=self.size,
+                                              out=self.ws.take("y", (n,) + self.out_shape),
+                                              argmax_out=self._argmax(n))
+        return y
+
+    def _argmax(self, n):
+        buf = getattr(self, "_arg_buf", None)
+        if buf is None or buf.shape[0] < n:
+            buf = self._arg_buf = np.empty((n,) + self.out_shape, np.int8)
+        return buf[:n]
+
+    def backward(self, dy):
+        with self.op("maxpool2d_backward", layout=self.layout):
+            return K.maxpool2d_backward(dy, self.arg, self.x_shape, layout=self.layout, size=self.size,
+                                        out=self.ws.take("dx", self.x_shape))
+
+
+class Flatten(Layer):
+    """A free reshape in both layouts. The next Dense layer's rows are stored in this layout's
+    order (see Sequential.build), so NCHW and NHWC models compute the same function."""
+
+    def forward(self, x, training):
+        self.x_shape = x.shape
+        return x.reshape(x.shape[0], -1)
+
+    def backward(self, dy):
+        return dy.reshape(self.x_shape)
+
+    def build(self, in_shape, layout, rng):
+        self.layout = layout
+        self.in_shape = tuple(in_shape)
+        return (int(np.prod(in_shape)),)
+
+    def canonical_order(self):
+        """For each flat position in this layout, the (C, H, W)-order feature it holds."""
+        n = int(np.prod(self.in_shape))
+        if self.layout == "NCHW" or len(self.in_shape) != 3:
+            return None
+        h, w, c = self.in_shape
+        return np.arange(n).reshape(c, h, w).transpose(1, 2, 0).ravel()
+
+
+class Dropout(Layer):
+    def __init__(self, rate):
+        super().__init__()
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"Dropout rate must be in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+
+    def build(self, in_shape, layout, rng):
+        self.layout = layout
+        self.rng = np.random.default_rng(rng.integers(2**63))
+        return in_shape
+
+    def forward(self, x, training):
+        self.active = training and self.rate > 0
+        if not self.active:
+            return x
+        with self.op("dropout_forward", layout=self.layout):
+            u = self.ws.take("u", x.shape)
+            self.rng.random(dtype=np.float32, out=u)
+            mask = self.ws.take("mask", x.shape)
+            np.greater_equal(u, self.rate, out=mask, casting="unsafe")
+            mask *= 1.0 / (1.0 - self.rate)
+            return np.multiply(x, mask, out=self.ws.take("y", x.shape))
+
+    def backward(self, dy):
+        if not self.active:
+            return dy
+        with self.op("dropout_backward", layout=self.layout):
+            return np.multiply(dy, self.ws.take("mask", dy.shape), out=self.ws.take("dx", dy.shape))
+
+    def __repr__(self):
+        return f"Dropout({self.rate})"

@@ -1,0 +1,165 @@
+"""The training loop: events, filtered handlers, one State object (the shape of Axon and Ignite).
+
+Two switches reproduce the first seed report on demand:
+  history="preallocated" creates one GC-tracked record per *planned* epoch up front (Axon's
+  final_metrics_map), so every full collection walks max_epochs objects; history="append" (the
+  default) stores each finished epoch as a dict of floats, which the GC does not track.
+  gc_collect="iteration"/"epoch" forces a full collection that often (Axon collected per batch;
+  many PyTorch loops call gc.collect() per epoch).
+"""
+
+import contextlib
+import enum
+import gc
+import math
+import time
+
+from . import optimizers as optimizers_mod
+
+
+class Events(str, enum.Enum):
+    STARTED = "started"
+    EPOCH_STARTED = "epoch_started"
+    ITERATION_STARTED = "iteration_started"
+    ITERATION_COMPLETED = "iteration_completed"
+    EPOCH_COMPLETED = "epoch_completed"
+    HALTED = "halted"
+    COMPLETED = "completed"
+
+
+HISTORY_POLICIES = ("append", "preallocated")
+GC_POLICIES = ("never", "iteration", "epoch")
+
+
+class _Slot:
+    """One preallocated history entry: a tracked object holding tracked containers."""
+
+    __slots__ = ("epoch", "metrics")
+
+    def __init__(self, epoch):
+        self.epoch = epoch
+        self.metrics = {"loss": [0.0], "accuracy": [0.0]}
+
+
+class State:
+    """What handlers see and may change: halt() ends the loop, halt_epoch() the current epoch."""
+
+    def __init__(self, max_epochs, steps_per_epoch, history):
+        self.max_epochs, self.steps_per_epoch = max_epochs, steps_per_epoch
+        self.epoch = 0            # current epoch index, from 0
+        self.iteration = 0        # global step count
+        self.epoch_iteration = 0  # step within the epoch, from 1 once a step ran
+        self.metrics = {}         # last finished epoch: loss, accuracy
+        self.times = []           # wall seconds per finished epoch
+        self.loss = math.nan      # last step's loss
+        self.history = [_Slot(e) for e in range(max_epochs)] if history == "preallocated" else []
+        self.halted = self._halt_epoch = False
+
+    def halt(self):
+        self.halted = True
+
+    def halt_epoch(self):
+        self._halt_epoch = True
+
+
+class _Handler:
+    def __init__(self, fn, every, once, when):
+        self.fn, self.every, self.once, self.when = fn, every, once, when
+
+    def wants(self, count, state):
+        if self.once is not None and count != self.once:
+            return False
+        if self.every is not None and count % self.every:
+            return False
+        return self.when is None or self.when(state)
+
+
+class Loop:
+    def __init__(self, model, optimizer, data, *, max_epochs, history="append", gc_collect="never", session=None):
+        if history not in HISTORY_POLICIES:
+            raise ValueError(f"history must be one of {HISTORY_POLICIES}, got {history!r}")
+        if gc_collect not in GC_POLICIES:
+            raise ValueError(f"gc_collect must be one of {GC_POLICIES}, got {gc_collect!r}")
+        if not isinstance(max_epochs, int) or max_epochs < 1:
+            raise ValueError(f"max_epochs must be a positive int, got {max_epochs!r}")
+        self.model, self.data, self.session = model, data, session
+        self.optimizer = optimizers_mod.get(optimizer) if isinstance(optimizer, str) else optimizer
+        self.max_epochs, self.history, self.gc_collect = max_epochs, history, gc_collect
+        self.handlers = {e: [] for e in Events}
+        self.state = None
+
+    def on(self, event, fn=None, *, every=None, once=None, when=None):
+        """Call fn(state) on `event`; filters: every N-th count, once at count N, or a predicate.
+        Counts are epochs for epoch events and global iterations for iteration events."""
+        event = Events(event)
+
+        def register(f):
+            self.handlers[event].append(_Handler(f, every, once, when))
+            return f
+        return register(fn) if fn is not None else register
+
+    def _fire(self, event):
+        state = self.state
+        count = state.iteration if event in (Events.ITERATION_STARTED, Events.ITERATION_COMPLETED) else state.epoch + 1
+        for h in self.handlers[event]:
+            if h.wants(count, state):
+                h.fn(state)
+
+    def run(self):
+        """Train until max_epochs or a handler halts; returns the State."""
+        state = self.state = State(self.max_epochs, len(self.data), self.history)
+        if self.session is not None:
+            self.model.instrument(self.session.op)
+        try:
+            self._fire(Events.STARTED)
+            for epoch in range(self.max_epochs):
+                state.epoch = epoch
+                self._fire(Events.EPOCH_STARTED)
+                if state.halted:
+                    break
+                epoch_scope = self.session.epoch(epoch) if self.session is not None else contextlib.nullcontext()
+                with epoch_scope:
+                    self._run_epoch(state)
+                self._fire(Events.EPOCH_COMPLETED)
+                if state.halted:
+                    break
+        finally:
+            if self.session is not None:
+                self.model.instrument()
+        if state.halted and self.session is not None:
+            self.session.mark_halted()
+        self._fire(Events.HALTED if state.halted else Events.COMPLETED)
+        return state
+
+    def _run_epoch(self, state):
+        start = time.perf_counter()
+        state._halt_epoch = False
+        state.epoch_iteration = 0
+        loss_sum, correct, seen = 0.0, 0, 0
+        for x, y in self.data.epoch(state.epoch):
+            state.iteration += 1
+            state.epoch_iteration += 1
+            self._fire(Events.ITERATION_STARTED)
+            loss, right = self.model.train_step(x, y)
+            if not math.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss} at epoch {state.epoch}, iteration "
+                                         f"{state.epoch_iteration} (global step {state.iteration}); "
+                                         f"lower the learning rate or check the inputs")
+            self.optimizer.step(self.model.params, self.model.grads)
+            state.loss = loss
+            loss_sum, correct, seen = loss_sum + loss * len(x), correct + right, seen + len(x)
+            self._fire(Events.ITERATION_COMPLETED)
+            if self.gc_collect == "iteration":
+                gc.collect()
+            if state.halted or state._halt_epoch:
+                break
+        if self.gc_collect == "epoch":
+            gc.collect()
+        metrics = {"loss": loss_sum / max(seen, 1), "accuracy": correct / max(seen, 1)}
+        state.metrics = metrics
+        state.times.append(time.perf_counter() - start)
+        if self.history == "append":
+            state.history.append(dict(metrics, epoch=state.epoch))
+        else:
+            slot = state.history[state.epoch].metrics
+            slot["loss"][0], slot["accuracy"][0] = metrics["loss"], metrics["accuracy"]

@@ -1,0 +1,93 @@
+"""Sequential models: build from a per-sample input shape, a layout and a seed; train a step."""
+
+import numpy as np
+
+from kernels import LAYOUTS
+
+from .layers import Activation, Dense, Flatten, untimed
+from .losses import CategoricalCrossentropy
+
+
+class Sequential:
+    def __init__(self, layers, *, input_shape, layout="NHWC", seed=0):
+        """`input_shape` is per sample in `layout` order: (C, H, W), (H, W, C) or (features,)."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'NCHW' (channels_first) or 'NHWC' (channels_last), got {layout!r}")
+        if not layers:
+            raise ValueError("a Sequential model needs at least one layer")
+        self.layers, self.layout, self.input_shape = list(layers), layout, tuple(input_shape)
+        rng = np.random.default_rng(seed)
+        shape, row_order = self.input_shape, None
+        for layer in self.layers:
+            if isinstance(layer, Dense):
+                shape = layer.build(shape, layout, rng, row_order=row_order)
+            else:
+                shape = layer.build(shape, layout, rng)
+            row_order = layer.canonical_order() if isinstance(layer, Flatten) else None
+            for sub in layer.sublayers():
+                sub.layout = layout
+        self.output_shape = shape
+        self.fused_softmax = self._strip_softmax()
+        self.loss = CategoricalCrossentropy(from_logits=self.fused_softmax)
+
+    def _strip_softmax(self):
+        """A trailing softmax is fused into the loss (and applied by predict); nowhere else is it valid."""
+        def is_softmax(layer):
+            return isinstance(layer, Activation) and layer.kind == "softmax"
+        for layer in self.layers[:-1]:
+            if any(is_softmax(sub) for sub in layer.sublayers()):
+                raise ValueError(f"softmax is supported only as the model's last activation, found in {layer!r}")
+        last = self.layers[-1]
+        if is_softmax(last):
+            self.layers.pop()
+            return True
+        if is_softmax(getattr(last, "activation", None)):
+            last.activation = None
+            return True
+        return False
+
+    def instrument(self, op=untimed):
+        """Route every kernel call of every layer through `op(name, layout=...)` (or time nothing)."""
+        for layer in self.layers:
+            for sub in layer.sublayers():
+                sub.op = op
+
+    @property
+    def params(self):
+        return [p for layer in self.layers for p in layer.params]
+
+    @property
+    def grads(self):
+        return [g for layer in self.layers for g in layer.grads()]
+
+    def _check_input(self, x):
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+            raise TypeError(f"inputs must be a float32 numpy array, got {getattr(x, 'dtype', type(x).__name__)}")
+        if x.shape[1:] != self.input_shape:
+            raise ValueError(f"inputs have per-sample shape {x.shape[1:]}, but the model was built for "
+                             f"{self.input_shape} ({self.layout})")
+
+    def forward(self, x, training=False):
+        """Outputs; logits when training a softmax model (the loss applies the softmax)."""
+        self._check_input(x)
+        for layer in self.layers:
+            x = layer.forward(x, training)
+        return x
+
+    def train_step(self, x, y):
+        """Forward, loss, backward. Returns (loss, number of correct predictions); grads are set."""
+        outputs = self.forward(x, training=True)
+        with self.layers[-1].op("softmax_cross_entropy", layout=self.layout):
+            loss, probs, dy = self.loss(outputs, y)
+        correct = int((probs.argmax(axis=1) == y.argmax(axis=1)).sum())
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+        return loss, correct
+
+    def predict(self, x):
+        out = np.array(self.forward(x, training=False))
+        if self.fused_softmax:
+            out -= out.max(axis=1, keepdims=True)
+            np.exp(out, out=out)
+            out /= out.sum(axis=1, keepdims=True)
+        return out
