@@ -1,0 +1,147 @@
+"""Deep memory capture with tracemalloc: traced/peak bytes and the lines whose memory grows.
+
+tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plus compare_to:
+~70x), so it is a policy, not always-on:
+  mode True    trace from the start; diff snapshots every `every` epochs.
+  mode "auto"  trace nothing until the light signals (RSS, GC pauses, epoch time) show growth,
+               then trace a window of `window` epochs, long enough to pin the growing lines, and
+               stop again; re-arm after `cooldown` epochs.
+Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
+frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
+Python objects.
+"""
+
+import collections
+import os
+import tracemalloc
+
+import numpy as np
+
+NUMPY_DOMAIN = np.lib.tracemalloc_domain
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXCLUDE = [
+    tracemalloc.Filter(False, os.path.join(_OWN, "*")),
+    tracemalloc.Filter(False, tracemalloc.__file__),
+    tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+    tracemalloc.Filter(False, "<unknown>"),
+]
+TOP = 10
+
+
+def _growth(now, before, domain_filter):
+    stats = now.filter_traces([domain_filter]).compare_to(before.filter_traces([domain_filter]), "lineno")
+    return [s for s in stats if s.size_diff > 0]
+
+
+def top_growth(now, before, n=TOP):
+    """The n sites whose traced bytes grew most between two snapshots, numpy buffers marked."""
+    sites = [(s, "numpy") for s in _growth(now, before, tracemalloc.DomainFilter(True, NUMPY_DOMAIN))]
+    sites += [(s, "python") for s in _growth(now, before, tracemalloc.DomainFilter(False, NUMPY_DOMAIN))]
+    sites.sort(key=lambda pair: -pair[0].size_diff)
+    return [{"site": f"{s.traceback[0].filename}:{s.traceback[0].lineno}", "size_diff": s.size_diff,
+             "count_diff": s.count_diff, "kind": kind} for s, kind in sites[:n]]
+
+
+class GrowthDetector:
+    """Light signals only: is RSS, GC pause or epoch time growing over the recent epochs?"""
+
+    def __init__(self, span=8, rss_bytes_per_epoch=256 * 1024, ratio=1.3):
+        self.recent = collections.deque(maxlen=span)
+        self.rss_bytes_per_epoch, self.ratio = rss_bytes_per_epoch, ratio
+
+    def add(self, wall_s, gc_pause_s, rss_bytes):
+        self.recent.append((wall_s, gc_pause_s, rss_bytes))
+
+    def growing(self):
+        if len(self.recent) < self.recent.maxlen:
+            return None
+        half = len(self.recent) // 2
+        early, late = list(self.recent)[:half], list(self.recent)[half:]
+        rss_rate = (late[-1][2] - early[0][2]) / (len(self.recent) - 1)
+        if rss_rate > self.rss_bytes_per_epoch and all(b[2] >= a[2] for a, b in zip(early, late)):
+            return f"RSS grows {rss_rate / 1024:.0f} KiB/epoch"
+        for i, what in ((1, "GC pause"), (0, "epoch time")):
+            e, l_ = sorted(r[i] for r in early)[half // 2], sorted(r[i] for r in late)[half // 2]
+            if e > 0 and l_ / e > self.ratio and (i == 0 or l_ > 0.05 * late[-1][0]):
+                return f"{what} grew {l_ / e:.2f}x"
+        return None
+
+
+class HeapTracker:
+    def __init__(self, mode=False, *, frames=1, every=1, window=4, cooldown=50):
+        if mode not in (False, True, "auto"):
+            raise ValueError(f"tracemalloc must be False, True or 'auto', got {mode!r}")
+        if not isinstance(frames, int) or frames < 1:
+            raise ValueError(f"frames must be a positive int, got {frames!r}")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        self.mode, self.frames, self.every = mode, frames, every
+        self.window, self.cooldown = window, cooldown
+        self.detector = GrowthDetector() if mode == "auto" else None
+        self._previous = None
+        self._owned = False       # did we start tracemalloc (so we must stop it)?
+        self._window_left = 0
+        self._rest = 0
+        self.trigger = None       # why auto capture last switched on
+
+    @property
+    def tracing(self):
+        return self.mode is True or self._window_left > 0
+
+    def start(self):
+        if self.mode is True:
+            self._start_tracing()
+
+    def _start_tracing(self):
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(self.frames)
+            self._owned = True
+        self._previous = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+        tracemalloc.reset_peak()
+
+    def _stop_tracing(self):
+        self._previous = None
+        if self._owned:
+            tracemalloc.stop()
+            self._owned = False
+
+    def stop(self):
+        """Remove every trace of ourselves; leave tracemalloc as we found it."""
+        self._stop_tracing()
+
+    def epoch_end(self, epoch, wall_s, gc_pause_s, rss_bytes):
+        """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
+        record = self._sample(epoch) if self.tracing else None
+        if self.detector is not None:
+            self._auto(wall_s, gc_pause_s, rss_bytes)
+        return record
+
+    def _sample(self, epoch):
+        traced, peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "snapshot": False}
+        if (epoch + 1) % self.every == 0 or self.mode == "auto":
+            now = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+            record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
+            self._previous = now
+        if self.trigger:
+            record["trigger"] = self.trigger
+        return record
+
+    def _auto(self, wall_s, gc_pause_s, rss_bytes):
+        if self._window_left > 0:
+            self._window_left -= 1
+            if self._window_left == 0:
+                self._stop_tracing()
+                self._rest, self.trigger = self.cooldown, None
+                self.detector.recent.clear()
+            return
+        if self._rest > 0:
+            self._rest -= 1
+            return
+        self.detector.add(wall_s, gc_pause_s, rss_bytes)
+        reason = self.detector.growing()
+        if reason:
+            self.trigger = reason
+            self._window_left = self.window
+            self._start_tracing()
