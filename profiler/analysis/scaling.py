@@ -1,0 +1,57 @@
+"""scaling(runs) -> Scaling: does epoch time depend on max_epochs? (The first seed's benchmark.)
+
+Each run is the same scenario halted after the same number of epochs, with a different
+max_epochs. Epoch time should not depend on a number the loop has not reached yet; if it does,
+and the GC share grows with it, something sized by max_epochs is being walked by the collector.
+"""
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import rundir
+from . import stats
+
+DEPENDS = 0.10
+
+
+@dataclass
+class Scaling:
+    rows: list = field(default_factory=list)  # max_epochs, epochs, median_epoch_s, gc_share, first_s, last_s
+    ratio: float = 1.0
+    depends: bool = False
+    verdict: str = ""
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def scaling(runs):
+    """`runs`: {max_epochs: run_dir}."""
+    rows = []
+    for max_epochs, run_dir in sorted(runs.items()):
+        run = rundir.read_run(run_dir)
+        if not run.epochs:
+            raise rundir.RunDirError(f"{run.path} has no finished epochs")
+        records = run.epochs[stats.warmup(len(run.epochs)):]
+        wall = np.array([r["wall_s"] for r in records])
+        pause = np.array([sum(r["gc"]["pause_s"]) for r in records])
+        first, last = stats.early_late(wall)
+        rows.append({"max_epochs": int(max_epochs), "epochs": len(run.epochs), "run_dir": str(run.path),
+                     "median_epoch_s": float(np.median(wall)), "gc_share": float(np.median(pause / wall)),
+                     "first_s": first, "last_s": last})
+    base, top = rows[0], rows[-1]
+    ratio = top["median_epoch_s"] / base["median_epoch_s"]
+    depends = ratio >= 1 + DEPENDS
+    if depends:
+        verdict = (f"Epoch time depends on max_epochs: {base['median_epoch_s'] * 1e3:.2f} ms at max_epochs="
+                   f"{base['max_epochs']:,} vs {top['median_epoch_s'] * 1e3:.2f} ms at {top['max_epochs']:,} "
+                   f"({ratio:.2f}x), though every run stopped after the same epochs. GC takes "
+                   f"{100 * base['gc_share']:.1f}% of epoch time at {base['max_epochs']:,} and "
+                   f"{100 * top['gc_share']:.1f}% at {top['max_epochs']:,}: something sized by max_epochs "
+                   f"(e.g. a preallocated history) is kept alive and walked by every full collection.")
+    else:
+        verdict = (f"Epoch time does not depend on max_epochs: {base['median_epoch_s'] * 1e3:.2f} ms at "
+                   f"{base['max_epochs']:,} vs {top['median_epoch_s'] * 1e3:.2f} ms at {top['max_epochs']:,} "
+                   f"({ratio:.2f}x); GC share {100 * base['gc_share']:.1f}% vs {100 * top['gc_share']:.1f}%.")
+    return Scaling(rows=rows, ratio=ratio, depends=depends, verdict=verdict)
