@@ -16,18 +16,22 @@ def check_layout(layout):
     return layout
 
 
+_F32 = np.dtype(np.float32)
+
+
 def f32(name, a, ndim=None):
-    """Return `a` as a C-contiguous float32 array, or raise naming `name`."""
+    """Return `a` as a C-contiguous float32 array, or raise naming `name`. On the hot path of every
+    kernel call, so the common case is a handful of attribute checks."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
-    if a.dtype != np.float32:
+    if a.dtype != _F32:
         raise TypeError(f"{name} must be float32, got {a.dtype} (cast it once with .astype(np.float32))")
-    if ndim is not None and a.ndim not in np.atleast_1d(ndim):
-        want = " or ".join(f"{d}-D" for d in np.atleast_1d(ndim))
+    if ndim is not None and a.ndim != ndim and not (isinstance(ndim, tuple) and a.ndim in ndim):
+        want = " or ".join(f"{d}-D" for d in (ndim if isinstance(ndim, tuple) else (ndim,)))
         raise ValueError(f"{name} must be {want}, got shape {a.shape}")
     if a.size == 0:
         raise ValueError(f"{name} is empty (shape {a.shape})")
-    return np.ascontiguousarray(a)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def out_buffer(out, shape, name="out"):

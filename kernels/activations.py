@@ -1,6 +1,8 @@
-"""Elementwise activations, forward and backward. Layout-free: they see a flat array."""
+"""Elementwise activations, forward and backward. Layout-free: they see a flat array.
 
-import math
+sigmoid's forward is numpy's ufuncs, not numba: without Intel's SVML, numba calls libm's exp once
+per element (~5 ns), while numpy's exp is vectorised; measured 130 us vs ~20 us on 250x100.
+"""
 
 import numpy as np
 from numba import prange
@@ -19,12 +21,6 @@ def _relu(x, y):
 def _relu_grad(y, dy, dx):
     for i in prange(y.size):
         dx[i] = dy[i] if y[i] > 0 else np.float32(0.0)
-
-
-@kernel
-def _sigmoid(x, y):
-    for i in prange(x.size):
-        y[i] = np.float32(1.0) / (np.float32(1.0) + math.exp(-x[i]))
 
 
 @kernel
@@ -58,7 +54,12 @@ def relu_backward(y, dy, *, out=None):
 
 
 def sigmoid_forward(x, *, out=None):
-    return _forward(_sigmoid, x, out)
+    x = f32("x", x)
+    y = out_buffer(out, x.shape)
+    np.negative(x, out=y)
+    np.exp(y, out=y)
+    y += 1.0
+    return np.reciprocal(y, out=y)
 
 
 def sigmoid_backward(y, dy, *, out=None):

@@ -37,6 +37,25 @@ def _add_inner(x, b, y):
 
 
 @kernel
+def _iadd_outer(y, b):
+    """In place. A separate loop nest, because y aliasing x defeats the vectorised one above."""
+    n, c, hw = y.shape
+    for r in prange(n * c):
+        yr, bias = y[r // c, r % c], b[r % c]
+        for k in range(hw):
+            yr[k] += bias
+
+
+@kernel
+def _iadd_inner(y, b):
+    rows, c = y.shape
+    for r in prange(rows):
+        yr = y[r]
+        for k in range(c):
+            yr[k] += b[k]
+
+
+@kernel
 def _sum_outer(dy, db):
     n, c, hw = dy.shape
     partial = np.empty(n * c, np.float64)
@@ -91,8 +110,10 @@ def broadcast_add_forward(x, b, *, layout, out=None):
         raise ValueError(f"b has {b.shape[0]} channels but x {x.shape} in {layout} has {channels}")
     y = out_buffer(out, x.shape)
     kind, xv = _views(x, layout)
-    yv = y.reshape(xv.shape)
-    (_add_outer if kind == "outer" else _add_inner)(x.size, xv, b, yv)
+    if y is x:
+        (_iadd_outer if kind == "outer" else _iadd_inner)(x.size, xv, b)
+    else:
+        (_add_outer if kind == "outer" else _add_inner)(x.size, xv, b, y.reshape(xv.shape))
     return y
 
 

@@ -1,13 +1,13 @@
 """Fused, in-place optimizer updates on flat float32 parameters.
 
-One compiled call per parameter per step instead of ~8 numpy ufunc calls: the small models are
-bound by per-call overhead, not arithmetic. Slots (momentum, moments, accumulators) are the
+One compiled call per parameter buffer per step instead of ~8 numpy ufunc calls: the small models
+are bound by per-call overhead, not arithmetic (hyper-parameters are passed as Python floats:
+numba types those faster than numpy scalars). Slots (momentum, moments, accumulators) are the
 caller's float32 arrays, updated in place; nothing is allocated.
 """
 
 import math
 
-import numpy as np
 from numba import prange
 
 from ._checks import f32, same_shape
@@ -60,20 +60,20 @@ def _flat(p, g, *slots):
 def sgd_update(p, g, velocity, *, lr, momentum=0.0):
     """velocity = momentum * velocity - lr * g; p += velocity."""
     args = _flat(p, g, velocity)
-    _sgd(p.size, *args, np.float32(lr), np.float32(momentum))
+    _sgd(p.size, *args, float(lr), float(momentum))
 
 
 def adam_update(p, g, m, v, *, lr_t, beta1, beta2, eps):
     """Adam with the bias correction folded into lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)."""
     args = _flat(p, g, m, v)
-    _adam(p.size, *args, np.float32(lr_t), np.float32(beta1), np.float32(beta2), np.float32(eps))
+    _adam(p.size, *args, float(lr_t), float(beta1), float(beta2), float(eps))
 
 
 def rmsprop_update(p, g, avg_sq, *, lr, rho, eps):
     args = _flat(p, g, avg_sq)
-    _rmsprop(p.size, *args, np.float32(lr), np.float32(rho), np.float32(eps))
+    _rmsprop(p.size, *args, float(lr), float(rho), float(eps))
 
 
 def adadelta_update(p, g, avg_sq, avg_step, *, lr, rho, eps):
     args = _flat(p, g, avg_sq, avg_step)
-    _adadelta(p.size, *args, np.float32(lr), np.float32(rho), np.float32(eps))
+    _adadelta(p.size, *args, float(lr), float(rho), float(eps))

@@ -23,7 +23,7 @@ def glorot_uniform(rng, shape, fan_in, fan_out):
 
 
 class Layer:
-    params = ()
+    param_names = ()  # attributes holding parameters; the gradient of `w` is `dw`
 
     def __init__(self):
         self.op = untimed
@@ -40,8 +40,12 @@ class Layer:
         activation = getattr(self, "activation", None)
         return (self, activation) if activation else (self,)
 
+    @property
+    def params(self):
+        return [getattr(self, n) for n in self.param_names]
+
     def grads(self):
-        return ()
+        return [getattr(self, "d" + n) for n in self.param_names]
 
     def __repr__(self):
         return type(self).__name__
@@ -83,6 +87,8 @@ def Softmax():
 
 
 class Dense(Layer):
+    param_names = ("w", "b")
+
     def __init__(self, units, activation=None):
         super().__init__()
         if not isinstance(units, (int, np.integer)) or units < 1:
@@ -100,11 +106,7 @@ class Dense(Layer):
         self.w = np.ascontiguousarray(w[row_order]) if row_order is not None else w
         self.b = np.zeros(self.units, np.float32)
         self.dw, self.db = np.zeros_like(self.w), np.zeros_like(self.b)
-        self.params = (self.w, self.b)
         return (self.units,)
-
-    def grads(self):
-        return (self.dw, self.db)
 
     def forward(self, x, training):
         self.x = x
@@ -127,6 +129,8 @@ class Dense(Layer):
 class Conv2D(Layer):
     """conv2d, then the bias as a separate broadcast_add (as Keras-MXNet did), then the activation."""
 
+    param_names = ("w", "b")
+
     def __init__(self, filters, kernel_size, *, padding="valid", stride=1, activation=None):
         super().__init__()
         self.filters = int(filters)
@@ -143,13 +147,9 @@ class Conv2D(Layer):
         self.w = glorot_uniform(rng, (kh, kw, cin, self.filters), kh * kw * cin, kh * kw * self.filters)
         self.b = np.zeros(self.filters, np.float32)
         self.dw, self.db = np.zeros_like(self.w), np.zeros_like(self.b)
-        self.params = (self.w, self.b)
         out = K.conv2d_output_shape((1,) + tuple(in_shape), self.w.shape, layout=layout,
                                     stride=self.stride, padding=self.padding)
         return out[1:]
-
-    def grads(self):
-        return (self.dw, self.db)
 
     def _conv_args(self):
         return dict(layout=self.layout, stride=self.stride, padding=self.padding, workspace=self.ws)

@@ -145,7 +145,7 @@ class Loop:
                 raise FloatingPointError(f"loss became {loss} at epoch {state.epoch}, iteration "
                                          f"{state.epoch_iteration} (global step {state.iteration}); "
                                          f"lower the learning rate or check the inputs")
-            self.optimizer.step(self.model.params, self.model.grads)
+            self.optimizer.step([self.model.flat_params], [self.model.flat_grads])
             state.loss = loss
             loss_sum, correct, seen = loss_sum + loss * len(x), correct + right, seen + len(x)
             self._fire(Events.ITERATION_COMPLETED)

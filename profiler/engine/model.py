@@ -27,8 +27,25 @@ class Sequential:
             for sub in layer.sublayers():
                 sub.layout = layout
         self.output_shape = shape
+        self._pack()
         self.fused_softmax = self._strip_softmax()
         self.loss = CategoricalCrossentropy(from_logits=self.fused_softmax)
+
+    def _pack(self):
+        """Move all parameters into one flat buffer and all gradients into another (the layers keep
+        views), so the optimizer updates the whole model in one fused call per step."""
+        owners = [(layer, name) for layer in self.layers for name in layer.param_names]
+        total = sum(getattr(layer, name).size for layer, name in owners)
+        self.flat_params = np.empty(total, np.float32)
+        self.flat_grads = np.zeros(total, np.float32)
+        offset = 0
+        for layer, name in owners:
+            p = getattr(layer, name)
+            view = self.flat_params[offset:offset + p.size].reshape(p.shape)
+            view[...] = p
+            setattr(layer, name, view)
+            setattr(layer, "d" + name, self.flat_grads[offset:offset + p.size].reshape(p.shape))
+            offset += p.size
 
     def _strip_softmax(self):
         """A trailing softmax is fused into the loss (and applied by predict); nowhere else is it valid."""
