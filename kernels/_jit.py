@@ -1,10 +1,13 @@
 """How kernels are compiled: numba, cached on disk, each loop nest twice (serial and parallel).
 
-A prange launch costs ~20-40 us on these machines, more than a small kernel's whole run, so every
-kernel has a serial twin used below `PARALLEL_MIN` elements. numba's default OpenMP threading layer
-stalled 3-10x under load here; `workqueue` did not, so it is the default unless the user chose one.
+IEEE float semantics (error_model="numpy"): a NaN or a division by zero yields NaN/inf for the
+caller to check, never an exception from inside compiled code. A prange launch costs ~20-40 us on
+these machines, more than a small kernel's whole run, so every kernel has a serial twin used below
+`PARALLEL_MIN` elements. numba's default OpenMP threading layer stalled 3-10x under load here;
+`workqueue` did not, so it is the default unless the user chose one.
 """
 
+import hashlib
 import os
 import types
 
@@ -14,21 +17,26 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
 PARALLEL_MIN = 1 << 16
+OPTIONS = {"cache": True, "fastmath": True, "nogil": True, "error_model": "numpy"}
 
 
-def _renamed(fn, suffix):
-    """A copy of `fn` under another qualname, so numba's on-disk cache keeps the twins apart."""
-    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
-    twin.__qualname__ = fn.__qualname__ + suffix
-    return twin
+def _compiled(fn, **extra):
+    """njit a copy of `fn` whose name carries the options: numba's disk cache is keyed on the
+    source file and the name, not the options, so this keeps twins apart and drops stale code
+    when the options change."""
+    options = dict(OPTIONS, **extra)
+    tag = hashlib.sha1(repr(sorted(options.items())).encode()).hexdigest()[:8]
+    twin = types.FunctionType(fn.__code__, fn.__globals__, f"{fn.__name__}_{tag}", fn.__defaults__, fn.__closure__)
+    twin.__qualname__ = f"{fn.__qualname__}_{tag}"
+    return numba.njit(**options)(twin)
 
 
 class Kernel:
     """A loop nest compiled serial and parallel; call with the work size first."""
 
     def __init__(self, fn):
-        self.serial = numba.njit(cache=True, fastmath=True, nogil=True)(_renamed(fn, "_serial"))
-        self.parallel = numba.njit(cache=True, fastmath=True, nogil=True, parallel=True)(_renamed(fn, "_parallel"))
+        self.serial = _compiled(fn)
+        self.parallel = _compiled(fn, parallel=True)
         self.__name__ = fn.__name__
 
     def __call__(self, size, *args):

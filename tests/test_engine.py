@@ -1,0 +1,208 @@
+"""The training engine: layouts agree, models learn, buffers are reused, the loop's events and
+policies behave, optimizers match PyTorch, and bad input is named."""
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+from profiler import scenarios
+from profiler.engine import (SGD, Adadelta, Adam, Batches, Conv2D, Dense, Dropout, Events, Flatten, Loop,
+                             MaxPool2D, RMSprop, Sequential)
+from tests.reference import to_layout
+
+
+def small_cnn(layout, seed=3):
+    shape = (2, 10, 10) if layout == "NCHW" else (10, 10, 2)
+    return Sequential([Conv2D(4, 3, padding="same", activation="relu"), Conv2D(6, 3, activation="relu"),
+                       MaxPool2D(2), Flatten(), Dense(8, activation="sigmoid"), Dense(3, activation="softmax")],
+                      input_shape=shape, layout=layout, seed=seed)
+
+
+def test_layouts_compute_the_same_function_step_by_step():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((40, 2, 10, 10)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 40)]
+    losses = {}
+    for layout in ("NCHW", "NHWC"):
+        model = small_cnn(layout)
+        loop = Loop(model, Adam(lr=0.01), Batches(to_layout(x, layout), y, 8, seed=1), max_epochs=3)
+        per_step = []
+        loop.on(Events.ITERATION_COMPLETED, lambda s: per_step.append(s.loss))
+        loop.run()
+        losses[layout] = per_step
+        probs = model.predict(to_layout(x[:5], layout))
+        np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+        losses[layout + "_pred"] = probs
+    assert len(losses["NCHW"]) == 15
+    np.testing.assert_allclose(losses["NCHW"], losses["NHWC"], rtol=2e-4)
+    np.testing.assert_allclose(losses["NCHW_pred"], losses["NHWC_pred"], rtol=1e-3, atol=1e-5)
+    assert losses["NCHW"][-1] < losses["NCHW"][0]
+
+
+@pytest.mark.parametrize("name,options,epochs,accuracy", [
+    ("mlp", {"labels": "learnable"}, 3, 0.9),
+    ("mnist-cnn", {"samples": 384}, 3, 0.5),
+    ("cifar10-cnn", {"samples": 384}, 3, 0.3),
+])
+def test_scenarios_learn_clearly_better_than_chance(name, options, epochs, accuracy):
+    sc = scenarios.build(name, **options)
+    state = Loop(sc.model, sc.optimizer, sc.data, max_epochs=epochs).run()
+    assert state.history[-1]["accuracy"] >= accuracy
+    assert state.history[-1]["loss"] < state.history[0]["loss"]
+
+
+def test_mlp_scenario_is_the_seed_model():
+    sc = scenarios.build("mlp")
+    assert sc.x.shape == (9000, 2) and len(sc.data) == 36
+    assert sc.x.min() == pytest.approx(-0.5) and sc.x.max() == pytest.approx(1.5, abs=1e-3)
+    assert [type(layer).__name__ for layer in sc.model.layers] == ["Dense", "Dense"]
+    assert isinstance(sc.optimizer, Adam) and sc.model.fused_softmax
+
+
+def test_steady_state_training_allocates_no_large_arrays():
+    sc = scenarios.build("mnist-cnn", samples=256)
+    batches = list((x.copy(), y.copy()) for x, y in sc.data.epoch(0))
+    def steps():
+        for x, y in batches:
+            sc.model.train_step(x, y)
+            sc.optimizer.step([sc.model.flat_params], [sc.model.flat_grads])
+    steps()  # first steps size the buffers
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        steps()
+        peak_new = tracemalloc.get_traced_memory()[1]
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename") if s.size_diff > 0)
+    assert grown < 256 * 1024, f"steady-state steps kept {grown} new bytes"
+    # temporaries: nothing close to an activation (128 x 26 x 26 x 32 floats = 11 MB) per step
+    assert peak_new < 4 * 1024 * 1024, f"peak of new allocations {peak_new} bytes"
+
+
+def test_events_filters_and_halting():
+    sc = scenarios.build("mlp", samples=100, batch_size=30)  # 4 steps per epoch, the last partial
+    loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=10)
+    seen = []
+    for event in Events:
+        loop.on(event, lambda s, e=event: seen.append((e.value, s.epoch)))
+    every2 = loop.on(Events.ITERATION_COMPLETED, every=2)(lambda s: seen.append(("every2", s.iteration)))
+    assert callable(every2)
+    loop.on(Events.EPOCH_COMPLETED, lambda s: seen.append(("once3", s.epoch)), once=3)
+    loop.on(Events.EPOCH_STARTED, lambda s: s.halt(), when=lambda s: s.epoch >= 4)   # the seed's early exit
+    state = loop.run()
+    assert state.halted and len(state.times) == 4 and len(state.history) == 4
+    assert ("halted", 4) in seen and not any(e == "completed" for e, _ in seen)
+    assert seen[0] == ("started", 0)
+    assert [i for e, i in seen if e == "every2"] == [2, 4, 6, 8, 10, 12, 14, 16]
+    assert [i for e, i in seen if e == "once3"] == [2]
+    assert state.iteration == 16 and state.steps_per_epoch == 4
+
+
+def test_halt_epoch_ends_only_the_epoch():
+    sc = scenarios.build("mlp", samples=100, batch_size=10)
+    loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=3)
+    loop.on(Events.ITERATION_COMPLETED, lambda s: s.halt_epoch(), when=lambda s: s.epoch_iteration == 2)
+    state = loop.run()
+    assert not state.halted and state.iteration == 6 and len(state.history) == 3
+
+
+def test_history_policies():
+    sc = scenarios.build("mlp", samples=50, batch_size=25)
+    pre = Loop(sc.model, sc.optimizer, sc.data, max_epochs=500, history="preallocated")
+    pre.on(Events.EPOCH_STARTED, lambda s: s.halt(), when=lambda s: s.epoch >= 3)
+    state = pre.run()
+    assert len(state.history) == 500                       # one slot per *planned* epoch
+    assert all(gc.is_tracked(slot) for slot in state.history[:10])
+    assert state.history[2].metrics["loss"][0] == pytest.approx(state.metrics["loss"])
+    app = Loop(sc.model, sc.optimizer, sc.data, max_epochs=3).run()
+    assert len(app.history) == 3 and not any(gc.is_tracked(r) for r in app.history)
+
+
+@pytest.mark.parametrize("policy,per_epoch", [("never", 0), ("epoch", 1), ("iteration", 2)])
+def test_gc_collect_policy(policy, per_epoch, monkeypatch):
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1))
+    sc = scenarios.build("mlp", samples=50, batch_size=25)
+    Loop(sc.model, sc.optimizer, sc.data, max_epochs=3, gc_collect=policy).run()
+    assert len(calls) == 3 * per_epoch
+
+
+def test_batches_shuffle_deterministically_and_cover_every_sample():
+    x = np.arange(23, dtype=np.float32).reshape(23, 1)
+    y = np.zeros((23, 2), np.float32)
+    b = Batches(x, y, 5, seed=7)
+    assert len(b) == 5
+    e0 = [xb[:, 0].copy() for xb, _ in b.epoch(0)]
+    assert [len(v) for v in e0] == [5, 5, 5, 5, 3]
+    assert sorted(np.concatenate(e0)) == list(range(23))
+    again = [xb[:, 0].copy() for xb, _ in Batches(x, y, 5, seed=7).epoch(0)]
+    assert all(np.array_equal(a, b_) for a, b_ in zip(e0, again))
+    e1 = np.concatenate([xb[:, 0].copy() for xb, _ in b.epoch(1)])
+    assert not np.array_equal(np.concatenate(e0), e1)
+
+
+def _torch_step(name, p0, g):
+    p = torch.tensor(p0.astype(np.float64), requires_grad=True)
+    opt = {"sgd": lambda: torch.optim.SGD([p], lr=0.1, momentum=0.9),
+           "adam": lambda: torch.optim.Adam([p], lr=0.01, eps=1e-7),
+           "rmsprop": lambda: torch.optim.RMSprop([p], lr=0.01, alpha=0.9, eps=1e-7),
+           "adadelta": lambda: torch.optim.Adadelta([p], lr=1.0, rho=0.95, eps=1e-7)}[name]()
+    for grad in g:
+        opt.zero_grad()
+        p.grad = torch.tensor(grad.astype(np.float64))
+        opt.step()
+    return p.detach().numpy()
+
+
+@pytest.mark.parametrize("name,ours", [("sgd", lambda: SGD(lr=0.1, momentum=0.9)), ("adam", lambda: Adam(lr=0.01)),
+                                       ("rmsprop", lambda: RMSprop(lr=0.01)), ("adadelta", lambda: Adadelta())])
+def test_optimizers_match_torch(name, ours):
+    rng = np.random.default_rng(0)
+    p0 = rng.standard_normal(50).astype(np.float32)
+    grads = [rng.standard_normal(50).astype(np.float32) for _ in range(5)]
+    p, opt = p0.copy(), ours()
+    for g in grads:
+        opt.step([p], [g])
+    np.testing.assert_allclose(p, _torch_step(name, p0, grads), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda: Batches(np.zeros((5, 2), np.float32), np.zeros((4, 2), np.float32), 2), ["5 samples", "4"]),
+    (lambda: Batches(np.zeros((0, 2), np.float32), np.zeros((0, 2), np.float32), 2), ["empty"]),
+    (lambda: Batches(np.zeros((5, 2), np.float32), np.zeros((5, 2), np.float32), 0), ["batch_size", "0"]),
+    (lambda: Sequential([Dense(3)], input_shape=(2,), layout="CHW"), ["layout", "'CHW'", "NCHW", "NHWC"]),
+    (lambda: Dense(3, activation="gelu"), ["activation", "'gelu'"]),
+    (lambda: Loop(None, "adamw", None, max_epochs=1), ["optimizer", "'adamw'"]),
+    (lambda: Loop(None, "adam", None, max_epochs=1, history="lazy"), ["history", "'lazy'"]),
+    (lambda: Sequential([Dense(3)], input_shape=(4, 4, 1)), ["Dense", "Flatten", "(4, 4, 1)"]),
+    (lambda: Sequential([Dense(3, activation="softmax"), Dense(2)], input_shape=(2,)), ["softmax", "last"]),
+    (lambda: Dropout(1.0), ["rate", "1.0"]),
+], ids=lambda v: None)
+def test_bad_engine_input_is_named(make, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        make()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_wrong_feature_count_and_label_shape_are_named():
+    model = Sequential([Dense(3, activation="softmax")], input_shape=(2,))
+    with pytest.raises(ValueError, match=r"per-sample shape \(5,\).*\(2,\)"):
+        model.train_step(np.zeros((4, 5), np.float32), np.zeros((4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"labels have shape \(4, 2\).*\(4, 3\)"):
+        model.train_step(np.zeros((4, 2), np.float32), np.zeros((4, 2), np.float32))
+
+
+def test_nan_loss_stops_with_epoch_and_iteration():
+    x = np.ones((40, 2), np.float32)
+    x[33] = np.nan
+    model = Sequential([Dense(4, activation="sigmoid"), Dense(2, activation="softmax")], input_shape=(2,))
+    loop = Loop(model, "sgd", Batches(x, np.eye(2, dtype=np.float32)[np.zeros(40, int)], 10, shuffle=False),
+                max_epochs=2)
+    with pytest.raises(FloatingPointError, match=r"epoch 0, iteration 4"):
+        loop.run()
