@@ -5,7 +5,7 @@ The attribution follows what the first seed thread did by hand:
      on a shared machine (or one slow epoch) is not called a slowdown.
   2. How much of the increase do GC pauses explain? If most: "gc", and say which generation and,
      when memory is traced, where the accumulating objects come from.
-  3. Otherwise, is memory growing steadily (RSS, traced bytes)? "allocation", with the file:line
+  3. Otherwise, is memory growing steadily (RSS, malloc in use, traced bytes)? "allocation", with the file:line
      that grows.
   4. Otherwise the time went to computing: "compute", naming the op (and layout) whose time grew.
 Without a slowdown, a steady memory leak is still "allocation", and GC taking a large share of
@@ -119,12 +119,15 @@ def analyze(run_dir):
 
     traced = [(r["epoch"], r["heap"]["traced_bytes"]) for r in records if r.get("heap")]
     rss_rate = _growth_bytes_per_epoch(idx, rss)
+    malloc = [(r["epoch"], r["malloc_bytes"]) for r in records if r.get("malloc_bytes") is not None]
+    malloc_rate = _growth_bytes_per_epoch(*zip(*malloc)) if len(malloc) >= 3 else None
     traced_rate = _growth_bytes_per_epoch(*zip(*traced)) if len(traced) >= 3 else (
         None if not traced else 0.0)
     top_sites = _top_sites(records)
     rss_leak = rss_rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rss[0]) if len(rss) >= 4 else False
     traced_leak = traced_rate is not None and traced_rate * span >= TRACED_LEAK_BYTES
-    leaking = rss_leak or traced_leak
+    malloc_leak = malloc_rate is not None and malloc_rate * span >= RSS_LEAK_BYTES
+    leaking = rss_leak or traced_leak or malloc_leak
 
     ops = _op_growth(records)
 
@@ -152,6 +155,7 @@ def analyze(run_dir):
             "pause_early_s": gc_early, "pause_late_s": gc_late, "generation": generation,
             "full_collections_per_epoch": full_per_epoch},
         allocation={"rss_growth_bytes_per_epoch": rss_rate, "traced_growth_bytes_per_epoch": traced_rate,
+                    "malloc_growth_bytes_per_epoch": malloc_rate,
                     "rss_start_bytes": float(rss[0]), "rss_end_bytes": float(rss[-1]), "top_sites": top_sites},
         ops=ops, meta=run.meta.get("meta", {}),
     )
@@ -189,6 +193,8 @@ def _verdict(d, slowdown, leaking):
         text = (f"{head}Memory grows steadily: RSS {'+' if a['rss_growth_bytes_per_epoch'] >= 0 else ''}"
                 f"{_mib(a['rss_growth_bytes_per_epoch'])} per epoch ({_mib(a['rss_start_bytes'])} -> "
                 f"{_mib(a['rss_end_bytes'])})")
+        if a["malloc_growth_bytes_per_epoch"] is not None:
+            text += f", malloc in use {_mib(a['malloc_growth_bytes_per_epoch'])} per epoch"
         if a["traced_growth_bytes_per_epoch"] is not None:
             text += f", traced heap {_mib(a['traced_growth_bytes_per_epoch'])} per epoch"
         text += "." + (_sites_sentence(a["top_sites"]) or

@@ -3,16 +3,18 @@
 tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plus compare_to:
 ~70x), so it is a policy, not always-on:
   mode True    trace from the start; diff snapshots every `every` epochs.
-  mode "auto"  trace nothing until the light signals (RSS, GC pauses, epoch time) show growth,
+  mode "auto"  trace nothing until the light signals (memory in use, GC pauses, epoch time) grow,
                then trace a window of `window` epochs, long enough to pin the growing lines, and
                stop again; re-arm after `cooldown` epochs.
 Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
 frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
-Python objects.
+Python objects. Each block is attributed to the innermost frame outside the standard library and
+installed packages (8 frames by default), i.e. the user's line that called np.ones, not numpy's.
 """
 
 import collections
 import os
+import sysconfig
 import tracemalloc
 
 import numpy as np
@@ -26,40 +28,56 @@ _EXCLUDE = [
     tracemalloc.Filter(False, "<unknown>"),
 ]
 TOP = 10
+_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
 
 
-def _growth(now, before, domain_filter):
-    stats = now.filter_traces([domain_filter]).compare_to(before.filter_traces([domain_filter]), "lineno")
-    return [s for s in stats if s.size_diff > 0]
+def user_frame(traceback):
+    """The innermost frame outside the standard library and installed packages: the line the user
+    wrote (np.ones's own line in numpy says nothing); the innermost frame if all are libraries."""
+    for frame in reversed(traceback):   # tracemalloc orders frames oldest first
+        if not os.path.realpath(frame.filename).startswith(_LIBRARIES):
+            return frame
+    return traceback[-1]
+
+
+def _growth(now, before, domain_filter, kind, sites):
+    stats = now.filter_traces([domain_filter]).compare_to(before.filter_traces([domain_filter]), "traceback")
+    for s in stats:
+        frame = user_frame(s.traceback)
+        key = (f"{frame.filename}:{frame.lineno}", kind)
+        entry = sites.setdefault(key, {"site": key[0], "size_diff": 0, "count_diff": 0, "kind": kind})
+        entry["size_diff"] += s.size_diff
+        entry["count_diff"] += s.count_diff
 
 
 def top_growth(now, before, n=TOP):
-    """The n sites whose traced bytes grew most between two snapshots, numpy buffers marked."""
-    sites = [(s, "numpy") for s in _growth(now, before, tracemalloc.DomainFilter(True, NUMPY_DOMAIN))]
-    sites += [(s, "python") for s in _growth(now, before, tracemalloc.DomainFilter(False, NUMPY_DOMAIN))]
-    sites.sort(key=lambda pair: -pair[0].size_diff)
-    return [{"site": f"{s.traceback[0].filename}:{s.traceback[0].lineno}", "size_diff": s.size_diff,
-             "count_diff": s.count_diff, "kind": kind} for s, kind in sites[:n]]
+    """The n user lines whose traced bytes grew most between two snapshots, numpy buffers marked."""
+    sites = {}
+    _growth(now, before, tracemalloc.DomainFilter(True, NUMPY_DOMAIN), "numpy", sites)
+    _growth(now, before, tracemalloc.DomainFilter(False, NUMPY_DOMAIN), "python", sites)
+    grown = sorted((s for s in sites.values() if s["size_diff"] > 0), key=lambda s: -s["size_diff"])
+    return grown[:n]
 
 
 class GrowthDetector:
-    """Light signals only: is RSS, GC pause or epoch time growing over the recent epochs?"""
+    """Light signals only: is memory in use, GC pause or epoch time growing over recent epochs?
+    Memory is malloc's bytes in use where known (see memory.py), else RSS."""
 
-    def __init__(self, span=8, rss_bytes_per_epoch=256 * 1024, ratio=1.3):
+    def __init__(self, span=8, bytes_per_epoch=256 * 1024, ratio=1.5):
         self.recent = collections.deque(maxlen=span)
-        self.rss_bytes_per_epoch, self.ratio = rss_bytes_per_epoch, ratio
+        self.bytes_per_epoch, self.ratio = bytes_per_epoch, ratio
 
-    def add(self, wall_s, gc_pause_s, rss_bytes):
-        self.recent.append((wall_s, gc_pause_s, rss_bytes))
+    def add(self, wall_s, gc_pause_s, memory_bytes):
+        self.recent.append((wall_s, gc_pause_s, memory_bytes))
 
     def growing(self):
         if len(self.recent) < self.recent.maxlen:
             return None
         half = len(self.recent) // 2
         early, late = list(self.recent)[:half], list(self.recent)[half:]
-        rss_rate = (late[-1][2] - early[0][2]) / (len(self.recent) - 1)
-        if rss_rate > self.rss_bytes_per_epoch and all(b[2] >= a[2] for a, b in zip(early, late)):
-            return f"RSS grows {rss_rate / 1024:.0f} KiB/epoch"
+        rate = (late[-1][2] - early[0][2]) / (len(self.recent) - 1)
+        if rate > self.bytes_per_epoch and all(b[2] >= a[2] for a, b in zip(early, late)):
+            return f"memory in use grows {rate / 1024:.0f} KiB/epoch"
         for i, what in ((1, "GC pause"), (0, "epoch time")):
             e, l_ = sorted(r[i] for r in early)[half // 2], sorted(r[i] for r in late)[half // 2]
             if e > 0 and l_ / e > self.ratio and (i == 0 or l_ > 0.05 * late[-1][0]):
@@ -68,7 +86,7 @@ class GrowthDetector:
 
 
 class HeapTracker:
-    def __init__(self, mode=False, *, frames=1, every=1, window=4, cooldown=50):
+    def __init__(self, mode=False, *, frames=8, every=1, window=4, cooldown=50):
         if mode not in (False, True, "auto"):
             raise ValueError(f"tracemalloc must be False, True or 'auto', got {mode!r}")
         if not isinstance(frames, int) or frames < 1:
@@ -109,11 +127,11 @@ class HeapTracker:
         """Remove every trace of ourselves; leave tracemalloc as we found it."""
         self._stop_tracing()
 
-    def epoch_end(self, epoch, wall_s, gc_pause_s, rss_bytes):
+    def epoch_end(self, epoch, wall_s, gc_pause_s, memory_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
         record = self._sample(epoch) if self.tracing else None
         if self.detector is not None:
-            self._auto(wall_s, gc_pause_s, rss_bytes)
+            self._auto(wall_s, gc_pause_s, memory_bytes)
         return record
 
     def _sample(self, epoch):
@@ -128,7 +146,7 @@ class HeapTracker:
             record["trigger"] = self.trigger
         return record
 
-    def _auto(self, wall_s, gc_pause_s, rss_bytes):
+    def _auto(self, wall_s, gc_pause_s, memory_bytes):
         if self._window_left > 0:
             self._window_left -= 1
             if self._window_left == 0:
@@ -139,7 +157,7 @@ class HeapTracker:
         if self._rest > 0:
             self._rest -= 1
             return
-        self.detector.add(wall_s, gc_pause_s, rss_bytes)
+        self.detector.add(wall_s, gc_pause_s, memory_bytes)
         reason = self.detector.growing()
         if reason:
             self.trigger = reason

@@ -23,11 +23,10 @@ import time
 
 import numba
 import numpy as np
-import psutil
-
 from .. import rundir
 from .gc_timer import GcTimer
 from .heap import HeapTracker
+from .memory import MemoryProbe
 from .ops import OpTimers
 
 _active = None
@@ -58,7 +57,7 @@ class _Epoch:
 
 
 class Session:
-    def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=1, every=1, window=4, cooldown=50):
+    def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=8, every=1, window=4, cooldown=50):
         """tracemalloc: False (light capture), True (deep: snapshot diff every `every` epochs with
         `frames` frames) or "auto" (deep for `window` epochs once light signals show growth)."""
         self.heap = HeapTracker(tracemalloc, frames=frames, every=every, window=window, cooldown=cooldown)
@@ -68,7 +67,7 @@ class Session:
                         "window": window, "cooldown": cooldown}
         self.gc_timer, self.ops = GcTimer(), OpTimers()
         self.op = self.ops.op
-        self._process = psutil.Process()
+        self.memory = MemoryProbe()
         self._writer = None
         self._status = "running"
         self._in_epoch = None
@@ -154,9 +153,11 @@ class Session:
         wall = end - self._start
         gc_record = self.gc_timer.take()
         ops = self.ops.take()
-        rss = self._process.memory_info().rss
+        rss, malloc_bytes = self.memory.read()
+        heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]),
+                                   malloc_bytes if malloc_bytes is not None else rss)
         record = {"epoch": index, "wall_s": wall, "gc": gc_record, "rss_bytes": rss,
-                  "heap": self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]), rss), "ops": ops}
+                  "malloc_bytes": malloc_bytes, "heap": heap, "ops": ops}
         self._in_epoch = None
         self._writer.append_epoch(record)
         self.epochs_written += 1

@@ -1,0 +1,193 @@
+"""Session: what each epoch records, any loop (plain Python, PyTorch), hooks removed on every exit
+path, profiling does not change results, and deep/auto capture names the growing line."""
+
+import gc
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+from profiler import Session, scenarios
+from profiler.engine import Events, Loop
+from profiler.rundir import read_run
+
+
+def records(run_dir):
+    return read_run(run_dir).epochs
+
+
+def test_plain_python_loop_records_every_epoch(tmp_path):
+    keep = []
+    with Session(tmp_path / "run", meta={"model": "mine"}) as session:
+        for epoch in range(4):
+            with session.epoch(epoch):
+                with session.op("forward", layout="NHWC"):
+                    keep.append([[i] for i in range(5000)])   # tracked objects that live on
+                with session.op("backward"):
+                    gc.collect()
+    run = read_run(tmp_path / "run")
+    assert run.status == "completed" and run.meta["meta"] == {"model": "mine"} and run.complete
+    assert run.meta["gc_threshold"] == list(gc.get_threshold()) and run.meta["python"].startswith("3.")
+    assert [r["epoch"] for r in run.epochs] == [0, 1, 2, 3]
+    for r in run.epochs:
+        assert r["wall_s"] > 0 and r["rss_bytes"] > 1 << 20 and r["heap"] is None
+        assert r["ops"]["forward[NHWC]"]["calls"] == 1 and r["ops"]["backward"]["calls"] == 1
+        assert r["gc"]["collections"][2] >= 1 and r["gc"]["pause_s"][2] > 0
+        assert r["gc"]["max_pause_s"] <= sum(r["gc"]["pause_s"])
+        assert r["ops"]["forward[NHWC]"]["total_s"] + r["ops"]["backward"]["total_s"] <= r["wall_s"]
+
+
+def test_gc_counts_agree_with_gc_get_stats(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            before = [s["collections"] for s in gc.get_stats()]
+            junk = []
+            for i in range(30000):
+                junk.append([i])
+                if i % 3000 == 0:
+                    gc.collect(1)
+            after = [s["collections"] for s in gc.get_stats()]
+    counted = records(tmp_path / "run")[0]["gc"]["collections"]
+    assert counted == [a - b for a, b in zip(after, before)]
+
+
+def test_pytorch_training_loop(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Sigmoid(), torch.nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(256, 2), torch.randint(0, 2, (256,))
+    with Session(tmp_path / "torch", meta={"framework": "torch"}) as session:
+        for epoch in range(3):
+            with session.epoch(epoch):
+                for i in range(0, 256, 64):
+                    with session.op("forward"):
+                        loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+                    with session.op("backward"):
+                        opt.zero_grad()
+                        loss.backward()
+                    with session.op("step"):
+                        opt.step()
+    recs = records(tmp_path / "torch")
+    assert len(recs) == 3 and all(r["ops"]["forward"]["calls"] == 4 for r in recs)
+
+
+def test_engine_records_kernel_ops_with_layout(tmp_path):
+    sc = scenarios.build("mnist-cnn", layout="NCHW", samples=128, batch_size=64)
+    with Session(tmp_path / "run") as session:
+        Loop(sc.model, sc.optimizer, sc.data, max_epochs=2, session=session).run()
+    ops = records(tmp_path / "run")[-1]["ops"]
+    for name in ("conv2d_forward", "conv2d_backward", "broadcast_add_forward", "broadcast_add_backward",
+                 "dense_forward", "dense_backward", "maxpool2d_forward", "relu_backward", "softmax_cross_entropy"):
+        assert f"{name}[NCHW]" in ops, name
+    assert ops["conv2d_forward[NCHW]"]["calls"] == 4   # 2 conv layers x 2 steps
+    # the layers are un-instrumented after the run
+    assert all(layer.op.__name__ == "untimed" for layer in sc.model.layers)
+
+
+@pytest.mark.parametrize("mode", [False, True, "auto"])
+def test_profiling_does_not_change_the_weights(tmp_path, mode):
+    def train(session):
+        sc = scenarios.build("mnist-cnn", samples=96, batch_size=32)
+        Loop(sc.model, sc.optimizer, sc.data, max_epochs=2, session=session).run()
+        return sc.model.flat_params.copy()
+    plain = train(None)
+    with Session(tmp_path / "run", tracemalloc=mode) as session:
+        profiled = train(session)
+    assert np.array_equal(plain, profiled)
+
+
+def test_halted_loop_marks_the_run_halted(tmp_path):
+    sc = scenarios.build("mlp", samples=100)
+    with Session(tmp_path / "run") as session:
+        loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=1000, session=session)
+        loop.on(Events.EPOCH_STARTED, lambda s: s.halt(), when=lambda s: s.epoch >= 3)
+        loop.run()
+    run = read_run(tmp_path / "run")
+    assert run.status == "halted" and len(run.epochs) == 3 and run.complete
+
+
+@pytest.mark.parametrize("exc,status", [(RuntimeError("boom"), "failed"), (KeyboardInterrupt(), "interrupted")])
+def test_hooks_removed_and_status_recorded_on_errors(tmp_path, exc, status):
+    callbacks = list(gc.callbacks)
+    with pytest.raises(type(exc)):
+        with Session(tmp_path / "run", tracemalloc=True) as session:
+            with session.epoch(0):
+                pass
+            with session.epoch(1):
+                raise exc
+    assert gc.callbacks == callbacks and not tracemalloc.is_tracing()
+    run = read_run(tmp_path / "run")
+    assert run.status == status and len(run.epochs) == 1 and not run.complete
+    if status == "failed":
+        assert run.meta["error"] == "RuntimeError: boom"
+
+
+def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):
+    tracemalloc.start()
+    try:
+        with Session(tmp_path / "run", tracemalloc=True) as session:
+            with session.epoch(0):
+                pass
+        assert tracemalloc.is_tracing()
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_second_concurrent_session_is_refused(tmp_path):
+    with Session(tmp_path / "a"):
+        with pytest.raises(RuntimeError, match="another profiler Session is active"):
+            with Session(tmp_path / "b"):
+                pass
+    with Session(tmp_path / "c"):   # and the first one released its claim
+        pass
+
+
+def leak_loop(session, epochs, leak):
+    for epoch in range(epochs):
+        with session.epoch(epoch):
+            for _ in range(20):
+                leak.append(np.ones(50_000, np.float32))   # 4 MB per epoch, kept
+
+
+def test_deep_capture_names_the_growing_line(tmp_path):
+    leak = []
+    with Session(tmp_path / "run", tracemalloc=True) as session:
+        leak_loop(session, 3, leak)
+    heap = records(tmp_path / "run")[-1]["heap"]
+    top = heap["top_growth"][0]
+    assert top["site"].endswith("test_capture.py:" + str(leak_loop.__code__.co_firstlineno + 4))
+    assert top["kind"] == "numpy" and top["size_diff"] >= 20 * 50_000 * 4
+    assert heap["traced_bytes"] >= 3 * 4_000_000
+
+
+def test_auto_capture_switches_on_when_rss_grows_and_off_after_the_window(tmp_path):
+    leak = []
+    with Session(tmp_path / "run", tracemalloc="auto", window=3, cooldown=1000) as session:
+        leak_loop(session, 20, leak)
+        assert not tracemalloc.is_tracing()
+    heaps = [r["heap"] for r in records(tmp_path / "run")]
+    traced = [i for i, h in enumerate(heaps) if h is not None]
+    assert len(traced) == 3 and traced == list(range(traced[0], traced[0] + 3))
+    assert heaps[traced[0]]["trigger"]   # why it switched on: RSS, GC pause or epoch time growth
+    assert any(s["site"].endswith(f"test_capture.py:{leak_loop.__code__.co_firstlineno + 4}")
+               for s in heaps[traced[-1]]["top_growth"])
+
+
+def test_auto_capture_stays_off_for_a_flat_loop(tmp_path):
+    with Session(tmp_path / "run", tracemalloc="auto") as session:
+        for epoch in range(30):
+            with session.epoch(epoch):
+                sum(range(20000))
+    assert all(r["heap"] is None for r in records(tmp_path / "run"))
+
+
+def test_epochs_stream_to_disk_as_they_finish(tmp_path):
+    with Session(tmp_path / "run") as session:
+        for epoch in range(3):
+            with session.epoch(epoch):
+                pass
+            lines = (tmp_path / "run" / "epochs.jsonl").read_text().splitlines()
+            assert len(lines) == epoch + 1 and json.loads(lines[-1])["epoch"] == epoch
+        assert json.loads((tmp_path / "run" / "meta.json").read_text())["status"] == "running"
