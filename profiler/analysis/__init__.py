@@ -3,5 +3,6 @@
 from .compare import Comparison, compare
 from .diagnose import Diagnosis, analyze
 from .scaling import Scaling, scaling
+from .series import series
 
-__all__ = ["Comparison", "compare", "Diagnosis", "analyze", "Scaling", "scaling"]
+__all__ = ["Comparison", "compare", "Diagnosis", "analyze", "Scaling", "scaling", "series"]

@@ -1,0 +1,102 @@
+"""matplotlib figures (Agg): each takes analysis results and returns a Figure, readable at a glance:
+a title that says what it shows, units on the axes, a legend."""
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MIB = 1 << 20
+GC_COLORS = ("#fdd49e", "#fc8d59", "#d7301f")
+
+
+def _short(site, width=60):
+    path, _, line = site.rpartition(":")
+    parts = path.split(os.sep)
+    text = os.sep.join(parts[-2:]) + ":" + line
+    return text if len(text) <= width else "..." + text[-width + 3:]
+
+
+def epoch_time(s, title="Epoch time, with GC pauses by generation"):
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ms = lambda k: s[k] * 1e3  # noqa: E731
+    other = ms("wall_s") - ms("gc0_s") - ms("gc1_s") - ms("gc2_s")
+    ax.stackplot(s["epoch"], other.clip(min=0), ms("gc0_s"), ms("gc1_s"), ms("gc2_s"),
+                 labels=["outside GC", "GC gen 0", "GC gen 1", "GC gen 2 (full)"],
+                 colors=["#9ecae1"] + list(GC_COLORS))
+    ax.set(title=title + (" (bin means)" if s["downsampled"] else ""), xlabel="epoch", ylabel="ms per epoch")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def memory(s):
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.plot(s["epoch"], s["rss_bytes"] / MIB, label="process RSS")
+    if "malloc_bytes" in s:
+        ax.plot(s["epoch"], s["malloc_bytes"] / MIB, label="malloc in use")
+    if len(s["traced"][0]):
+        ax.plot(s["traced"][0], s["traced"][1] / MIB, "o-", ms=3, label="tracemalloc traced")
+    ax.set(title="Memory over epochs", xlabel="epoch", ylabel="MiB")
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def top_sites(sites, n=10):
+    sites = sites[:n]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(sites), 1) + 1.2))
+    if sites:
+        labels = [_short(x["site"]) + f"  [{x['kind']}]" for x in sites][::-1]
+        ax.barh(labels, [x["size_diff"] / MIB for x in sites][::-1], color="#d7301f")
+    else:
+        ax.text(0.5, 0.5, "no traced growth (run with --tracemalloc on or auto)", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set(title="Lines whose memory grew most over the traced epochs", xlabel="MiB grown")
+    ax.tick_params(axis="y", labelsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def ops_by_run(comparison, n=12):
+    rows = comparison.rows[:n][::-1]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * max(len(rows), 1) + 1.5))
+    y = range(len(rows))
+    ax.barh([i + 0.2 for i in y], [r["a_s"] * 1e3 for r in rows], height=0.4, label=comparison.a["label"])
+    ax.barh([i - 0.2 for i in y], [r["b_s"] * 1e3 for r in rows], height=0.4, label=comparison.b["label"])
+    ax.set_yticks(list(y), [r["op"] for r in rows], fontsize=8)
+    ax.set(title="Time per epoch by op", xlabel="ms per epoch (median)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def scaling(result):
+    xs = [r["max_epochs"] for r in result.rows]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.plot(xs, [r["median_epoch_s"] * 1e3 for r in result.rows], "o-", label="median epoch time")
+    ax.set(xscale="log", title="Epoch time against max_epochs (same epochs run)", xlabel="max_epochs",
+           ylabel="ms per epoch")
+    ax.set_ylim(bottom=0)
+    share = ax.twinx()
+    share.plot(xs, [100 * r["gc_share"] for r in result.rows], "s--", color="#d7301f", label="GC share")
+    share.set_ylabel("GC share of epoch time (%)")
+    share.set_ylim(0, 100)
+    lines = ax.get_legend_handles_labels()[0] + share.get_legend_handles_labels()[0]
+    ax.legend(lines, [l_.get_label() for l_ in lines], loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def save(fig, path):
+    """PNG or SVG by extension; closes the figure."""
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
