@@ -51,15 +51,16 @@ def record(command, folded_path, *, rate=100):
 
 
 def read_folded(path):
-    """{stack tuple (root first): samples} from a collapsed-stacks file."""
+    """{stack tuple (root first): samples} from a collapsed-stacks file. py-spy writes samples
+    taken with no Python frame on the stack (native code, e.g. numba compiling) as ' N'."""
     stacks = {}
     for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
             continue
         stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
+        if not count.isdigit():
             raise FlamegraphError(f"{path} line {number} is not 'frame;frame;... count'")
-        key = tuple(stack.split(";"))
+        key = tuple(stack.split(";")) if stack else ("(no Python frames)",)
         stacks[key] = stacks.get(key, 0) + int(count)
     if not stacks:
         raise FlamegraphError(f"{path} holds no samples (did the command run long enough to be sampled?)")

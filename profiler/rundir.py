@@ -49,6 +49,9 @@ class RunWriter:
 
     def append_epoch(self, record):
         try:
+            if os.fstat(self._epochs.fileno()).st_nlink == 0:
+                # writes to a deleted file succeed on POSIX and vanish: refuse to lose records quietly
+                raise OSError(f"{EPOCHS} was deleted (was the run directory removed?)")
             self._epochs.write(json.dumps(record, separators=(",", ":")) + "\n")
             self._epochs.flush()
         except (OSError, ValueError) as e:

@@ -183,6 +183,9 @@ def _verdict(d, slowdown, leaking):
         text = (f"{head}Garbage collection explains {_pct(g['explained_fraction'])} of the increase: {gc_numbers}. "
                 f"Each collection walks every live GC-tracked object, so tracked objects that accumulate or are "
                 f"kept for the whole run (e.g. a preallocated per-epoch history) make every full collection slower.")
+        if leaking:
+            text += (f" They accumulate: RSS grows {_mib(a['rss_growth_bytes_per_epoch'])} per epoch "
+                     f"({_mib(a['rss_start_bytes'])} -> {_mib(a['rss_end_bytes'])}).")
         text += _sites_sentence(a["top_sites"], "python") or (
             " Run with --tracemalloc auto to find where the objects come from.")
     elif cause == "gc":

@@ -1,0 +1,109 @@
+"""The profiler command, end to end in subprocesses: run, report, compare, scaling, flamegraph,
+demo; usage errors exit 2 with exactly one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def profiler(*args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, args)], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cli")
+    runs = {}
+    for layout in ("NCHW", "NHWC"):
+        runs[layout] = base / layout
+        profiler("run", "mnist-cnn", "--layout", layout, "--epochs", 2, "--samples", 96, "--out", runs[layout],
+                 "--quiet")
+    return runs
+
+
+def test_run_report_json_and_html(two_runs, tmp_path):
+    out = json.loads(profiler("report", two_runs["NCHW"], "--json").stdout)
+    assert out["epochs"] == 2 and out["status"] == "completed" and out["primary_cause"] in ("none", "gc", "allocation", "compute")
+    assert {"early_median_s", "late_median_s", "ratio"} <= set(out["epoch_time"])
+    html = tmp_path / "r.html"
+    text = profiler("report", two_runs["NCHW"], "--html", html).stdout
+    assert "cause" in text and "epoch time" in text
+    page = html.read_text()
+    assert page.count("data:image/png;base64") >= 2 and out["verdict"][:40] in page.replace("&#x27;", "'")
+
+
+def test_compare_names_ops_by_layout(two_runs):
+    out = json.loads(profiler("compare", two_runs["NCHW"], two_runs["NHWC"], "--json").stdout)
+    assert out["a"]["label"] == "mnist-cnn NCHW" and out["b"]["label"] == "mnist-cnn NHWC"
+    ops = {r["op"] for r in out["rows"]}
+    assert {"conv2d_forward", "conv2d_backward", "broadcast_add_forward", "broadcast_add_backward"} <= ops
+    text = profiler("compare", two_runs["NCHW"], two_runs["NHWC"]).stdout
+    assert "If " in text and "would take" in text
+
+
+def test_scaling_shows_the_dependence_only_with_preallocated_history(tmp_path):
+    common = ["--max-epochs", "20,200000", "--halt-after", "12", "--samples", "1000", "--gc-collect", "epoch", "--json"]
+    pre = json.loads(profiler("scaling", "mlp", "--history", "preallocated", "--out", tmp_path / "pre", *common).stdout)
+    app = json.loads(profiler("scaling", "mlp", "--history", "append", "--out", tmp_path / "app", *common).stdout)
+    assert pre["depends"] and pre["ratio"] > 2, pre["verdict"]
+    assert not app["depends"], app["verdict"]
+    assert pre["rows"][1]["gc_share"] > pre["rows"][0]["gc_share"]
+    assert (tmp_path / "pre" / "scaling.png").exists()
+
+
+def test_flamegraph_of_a_scenario_shows_kernel_entry_points(tmp_path):
+    svg = tmp_path / "cnn.svg"
+    profiler("flamegraph", "mnist-cnn", "--epochs", 2, "--samples", 128, "--out", svg)
+    folded = svg.with_suffix(".folded")
+    assert svg.read_text().startswith("<svg") and folded.exists()
+    assert "conv2d_backward" in folded.read_text() and "conv2d_backward" in svg.read_text()
+
+
+def test_flamegraph_of_any_command_and_diff(tmp_path):
+    script = "import time\nend=time.time()+{t}\nwhile time.time()<end: sum(range(1000))\n"
+    for name, t in (("a", 0.6), ("b", 0.6)):
+        profiler("flamegraph", "--out", tmp_path / f"{name}.svg", "--", sys.executable, "-c", script.format(t=t))
+    profiler("flamegraph", "--diff", tmp_path / "a.svg", tmp_path / "b.folded", "--out", tmp_path / "d.svg")
+    diff = (tmp_path / "d.svg").read_text()
+    assert "red grew, blue shrank" in diff and "points vs baseline" in diff
+
+
+def test_demo_quick_writes_the_report(tmp_path):
+    out = profiler("demo", "--quick", "--out", tmp_path / "demo").stdout
+    assert "report:" in out and (tmp_path / "demo" / "report.html").exists()
+    assert "Seed 1" in out and "NCHW vs NHWC" in out
+    assert (tmp_path / "demo" / "figures" / "scaling-preallocated.png").exists()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["launch"], ["invalid choice", "launch"]),
+    (["run", "resnet"], ["invalid choice", "resnet"]),
+    (["run", "mlp", "--layout", "NCWH"], ["--layout", "NCWH"]),
+    (["run", "mlp", "--epochs", "0"], ["--epochs", "positive"]),
+    (["run", "mlp", "--epochs", "5", "--halt-after", "9"], ["--halt-after 9", "--epochs 5"]),
+    (["run", "mnist-cnn", "--labels", "random"], ["--labels", "mlp"]),
+    (["report"], ["run_dir"]),
+    (["report", "/nonexistent/run"], ["/nonexistent/run", "does not exist"]),
+    (["scaling", "mlp", "--max-epochs", "100"], ["--max-epochs", "at least two"]),
+    (["scaling", "mlp", "--max-epochs", "1e3,x"], ["--max-epochs", "comma-separated"]),
+    (["flamegraph"], ["SCENARIO", "COMMAND"]),
+    (["flamegraph", "--diff", "a.folded", "b.folded"], ["a.folded", "does not exist"]),
+    (["report", "x", "--", "ls"], ["only `profiler flamegraph` takes -- COMMAND"]),
+], ids=lambda v: None)
+def test_usage_errors_exit_2_with_one_line(args, words):
+    proc = profiler(*args, check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("profiler: error:"), proc.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_help_has_examples():
+    out = profiler("--help").stdout
+    assert "examples:" in out and "profiler scaling" in out

@@ -1,0 +1,110 @@
+"""Nothing lost: kill -9 at random points, Ctrl-C, a run directory removed under a live run, and
+a 100,000-epoch run whose profiler memory stays flat."""
+
+import gc
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import pytest
+
+from profiler import Session
+from profiler.analysis import analyze
+from profiler.rundir import RunWriteError, read_run
+
+LOOP = """
+import sys, time
+from profiler import Session
+with Session(sys.argv[1]) as session:
+    print("ready", flush=True)
+    for epoch in range(100000):
+        with session.epoch(epoch):
+            with session.op("work"):
+                end = time.perf_counter() + 0.003
+                while time.perf_counter() < end:
+                    pass
+"""
+
+
+def start(run_dir):
+    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sigkill_at_random_points_keeps_every_finished_epoch(tmp_path, seed):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir)
+    time.sleep(random.Random(seed).uniform(0.2, 1.2))
+    proc.kill()
+    proc.wait()
+    run = read_run(run_dir)
+    assert run.status == "running" and not run.complete
+    assert [r["epoch"] for r in run.epochs] == list(range(len(run.epochs))) and len(run.epochs) > 10
+    report = subprocess.run([sys.executable, "-m", "profiler", "report", str(run_dir)], capture_output=True, text=True)
+    assert report.returncode == 0 and "INCOMPLETE" in report.stdout and "never finished" in report.stdout
+
+
+def test_sigint_records_interrupted_and_flushes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=20)
+    assert proc.returncode != 0
+    run = read_run(run_dir)
+    assert run.status == "interrupted" and run.meta["error"] == "KeyboardInterrupt"
+    assert run.meta["epochs"] == len(run.epochs) > 10
+
+
+def test_run_directory_removed_under_a_live_run(tmp_path):
+    callbacks = list(gc.callbacks)
+    with pytest.raises(RunWriteError, match="cannot append epoch 2"):
+        with Session(tmp_path / "run", tracemalloc=True) as session:
+            for epoch in range(5):
+                with session.epoch(epoch):
+                    if epoch == 2:
+                        shutil.rmtree(tmp_path / "run")
+                        os.chmod(tmp_path, 0o500)   # and it cannot be recreated
+    os.chmod(tmp_path, 0o700)
+    assert gc.callbacks == callbacks and not tracemalloc.is_tracing()
+
+
+def test_exception_in_a_handler_marks_the_run_failed(tmp_path):
+    from profiler import scenarios
+    from profiler.engine import Events, Loop
+    sc = scenarios.build("mlp", samples=100)
+    with pytest.raises(ZeroDivisionError):
+        with Session(tmp_path / "run") as session:
+            loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=10, session=session)
+            loop.on(Events.EPOCH_COMPLETED, lambda s: 1 / 0, once=2)
+            loop.run()
+    run = read_run(tmp_path / "run")
+    assert run.status == "failed" and "ZeroDivisionError" in run.meta["error"] and len(run.epochs) == 2
+    assert gc.get_freeze_count() == 0
+
+
+def test_100k_epochs_flat_profiler_memory_linear_directory_fast_report(tmp_path):
+    run_dir = tmp_path / "long"
+    sizes, rss = [], []
+    with Session(run_dir) as session:
+        for epoch in range(100_000):
+            with session.epoch(epoch):
+                with session.op("step", layout="NHWC"):
+                    pass
+            if epoch % 20_000 == 19_999:
+                sizes.append((run_dir / "epochs.jsonl").stat().st_size)
+                rss.append(session.memory.read()[0])
+    assert max(rss) - min(rss) < 5 << 20, [r >> 20 for r in rss]
+    per_epoch = [b / (20_000 * (i + 1)) for i, b in enumerate(sizes)]
+    assert max(per_epoch) / min(per_epoch) < 1.05
+    start = time.perf_counter()
+    d = analyze(run_dir)
+    assert d.epochs == 100_000 and time.perf_counter() - start < 30
