@@ -4,6 +4,9 @@ Direct numba loops reach ~20% of the machine's FMA peak; a GEMM reaches most of 
 rearranges memory (im2col for forward and weight grad, col2im for input grad) and the arithmetic is
 one matmul per chunk of the batch, done by numpy's BLAS outside njit.
 
+Copies index with a scalar offset (dst[base + k]) rather than slicing a view per patch: for the
+C_in = 1 and 3 first layers that is 2.8x faster, and at C_in = 32 still 1.3x (measured here).
+
 One core, two layouts. The core works on NHWC chunks: a patch is ordered (kh, kw, c), so the weight
 (KH, KW, C_in, C_out) is a (K, C_out) matrix with no copy, col is (rows=B*OH*OW, K) and
 y = col @ W is already NHWC. NCHW transposes each chunk of the batch into NHWC scratch first and
@@ -35,11 +38,14 @@ def _im2col(x, g, col):
                 ih = oh * s - pt + kh
                 for kw in range(kw_):
                     iw = ow * s - pl + kw
-                    seg = dst[(kh * kw_ + kw) * c:(kh * kw_ + kw + 1) * c]
+                    base = (kh * kw_ + kw) * c
                     if 0 <= ih < h and 0 <= iw < w:
-                        seg[:] = x[b, ih, iw]
+                        px = x[b, ih, iw]
+                        for k in range(c):
+                            dst[base + k] = px[k]
                     else:
-                        seg[:] = 0.0
+                        for k in range(c):
+                            dst[base + k] = 0.0
 
 
 @kernel
@@ -60,10 +66,10 @@ def _col2im(dcol, g, dx):
                     for kw in range(kw_):
                         iw = ow * s - pl + kw
                         if 0 <= iw < w:
-                            seg = src[(kh * kw_ + kw) * c:(kh * kw_ + kw + 1) * c]
+                            base = (kh * kw_ + kw) * c
                             px = img[ih, iw]
                             for k in range(c):
-                                px[k] += seg[k]
+                                px[k] += src[base + k]
 
 
 @kernel

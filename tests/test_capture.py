@@ -83,7 +83,7 @@ def test_engine_records_kernel_ops_with_layout(tmp_path):
         assert f"{name}[NCHW]" in ops, name
     assert ops["conv2d_forward[NCHW]"]["calls"] == 4   # 2 conv layers x 2 steps
     # the layers are un-instrumented after the run
-    assert all(layer.op.__name__ == "untimed" for layer in sc.model.layers)
+    assert all(layer.op.__name__ == "untimed" and not layer._timers for layer in sc.model.layers)
 
 
 @pytest.mark.parametrize("mode", [False, True, "auto"])

@@ -1,7 +1,8 @@
 """Layers: each owns its parameters, gradients and buffers, and calls one kernel per op.
 
-A layer records every kernel call through `self.op(name, layout=...)`, a context manager the
-model sets (a no-op by default, a profiling Session's op timer when one is attached). Buffers come
+A layer records every kernel call in `self.timed(name)`: a timer resolved once from the op factory
+the model sets (`op(name, layout=...)`: a profiling Session's op timer, or a shared no-op) and then
+reused, so timing costs two clock reads per call, not a lookup by name. Buffers come
 from a per-layer Workspace, so after the first step of a given batch size nothing is allocated.
 Shapes are per sample (no batch axis) and in the model's layout.
 """
@@ -13,8 +14,11 @@ import numpy as np
 import kernels as K
 
 
+_UNTIMED = contextlib.nullcontext()
+
+
 def untimed(name, **tags):
-    return contextlib.nullcontext()
+    return _UNTIMED
 
 
 def glorot_uniform(rng, shape, fan_in, fan_out):
@@ -26,8 +30,8 @@ class Layer:
     param_names = ()  # attributes holding parameters; the gradient of `w` is `dw`
 
     def __init__(self):
-        self.op = untimed
         self.layout = "NHWC"
+        self.instrument(untimed)
         self.ws = K.Workspace()
         self.needs_dx = True
 
@@ -35,6 +39,15 @@ class Layer:
         """Check the per-sample input shape, create parameters, return the output shape."""
         self.layout = layout
         return in_shape
+
+    def instrument(self, op):
+        self.op, self._timers = op, {}
+
+    def timed(self, name):
+        timer = self._timers.get(name)
+        if timer is None:
+            timer = self._timers[name] = self.op(name, layout=self.layout)
+        return timer
 
     def sublayers(self):
         activation = getattr(self, "activation", None)
@@ -60,14 +73,15 @@ class Activation(Layer):
         if kind not in self.kinds and kind != "softmax":
             raise ValueError(f"unknown activation {kind!r}; choose one of relu, sigmoid, softmax")
         self.kind = kind
+        self.names = (f"{kind}_forward", f"{kind}_backward")
 
     def forward(self, x, training):
-        with self.op(f"{self.kind}_forward", layout=self.layout):
+        with self.timed(self.names[0]):
             self.y = self.kinds[self.kind][0](x, out=self.ws.take("y", x.shape))
         return self.y
 
     def backward(self, dy):
-        with self.op(f"{self.kind}_backward", layout=self.layout):
+        with self.timed(self.names[1]):
             return self.kinds[self.kind][1](self.y, dy, out=self.ws.take("dx", dy.shape))
 
     def __repr__(self):
@@ -110,14 +124,14 @@ class Dense(Layer):
 
     def forward(self, x, training):
         self.x = x
-        with self.op("dense_forward", layout=self.layout):
+        with self.timed("dense_forward"):
             y = K.dense_forward(x, self.w, self.b, out=self.ws.take("y", (x.shape[0], self.units)))
         return self.activation.forward(y, training) if self.activation else y
 
     def backward(self, dy):
         if self.activation:
             dy = self.activation.backward(dy)
-        with self.op("dense_backward", layout=self.layout):
+        with self.timed("dense_backward"):
             dx = self.ws.take("dx", self.x.shape)
             K.dense_backward(self.x, self.w, dy, out=(dx, self.dw, self.db))
         return dx
@@ -158,18 +172,18 @@ class Conv2D(Layer):
         self.x = x
         shape = K.conv2d_output_shape(x.shape, self.w.shape, layout=self.layout, stride=self.stride,
                                       padding=self.padding)
-        with self.op("conv2d_forward", layout=self.layout):
+        with self.timed("conv2d_forward"):
             y = K.conv2d_forward(x, self.w, out=self.ws.take("y", shape), **self._conv_args())
-        with self.op("broadcast_add_forward", layout=self.layout):
+        with self.timed("broadcast_add_forward"):
             K.broadcast_add_forward(y, self.b, layout=self.layout, out=y)
         return self.activation.forward(y, training) if self.activation else y
 
     def backward(self, dy):
         if self.activation:
             dy = self.activation.backward(dy)
-        with self.op("broadcast_add_backward", layout=self.layout):
+        with self.timed("broadcast_add_backward"):
             K.broadcast_add_backward(dy, layout=self.layout, out=self.db)
-        with self.op("conv2d_backward", layout=self.layout):
+        with self.timed("conv2d_backward"):
             dx = self.ws.take("dx", self.x.shape)
             K.conv2d_backward(self.x, self.w, dy, out=(dx, self.dw), **self._conv_args())
         return dx
@@ -197,7 +211,7 @@ class MaxPool2D(Layer):
     def forward(self, x, training):
         self.x_shape = x.shape
         n = x.shape[0]
-        with self.op("maxpool2d_forward", layout=self.layout):
+        with self.timed("maxpool2d_forward"):
             y, self.arg = K.maxpool2d_forward(x, layout=self.layout, size=self.size,
                                               out=self.ws.take("y", (n,) + self.out_shape),
                                               argmax_out=self._argmax(n))
@@ -210,7 +224,7 @@ class MaxPool2D(Layer):
         return buf[:n]
 
     def backward(self, dy):
-        with self.op("maxpool2d_backward", layout=self.layout):
+        with self.timed("maxpool2d_backward"):
             return K.maxpool2d_backward(dy, self.arg, self.x_shape, layout=self.layout, size=self.size,
                                         out=self.ws.take("dx", self.x_shape))
 
@@ -256,7 +270,7 @@ class Dropout(Layer):
         self.active = training and self.rate > 0
         if not self.active:
             return x
-        with self.op("dropout_forward", layout=self.layout):
+        with self.timed("dropout_forward"):
             u = self.ws.take("u", x.shape)
             self.rng.random(dtype=np.float32, out=u)
             mask = self.ws.take("mask", x.shape)
@@ -267,7 +281,7 @@ class Dropout(Layer):
     def backward(self, dy):
         if not self.active:
             return dy
-        with self.op("dropout_backward", layout=self.layout):
+        with self.timed("dropout_backward"):
             return np.multiply(dy, self.ws.take("mask", dy.shape), out=self.ws.take("dx", dy.shape))
 
     def __repr__(self):

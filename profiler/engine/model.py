@@ -67,7 +67,7 @@ class Sequential:
         """Route every kernel call of every layer through `op(name, layout=...)` (or time nothing)."""
         for layer in self.layers:
             for sub in layer.sublayers():
-                sub.op = op
+                sub.instrument(op)
 
     @property
     def params(self):
@@ -94,7 +94,7 @@ class Sequential:
     def train_step(self, x, y):
         """Forward, loss, backward. Returns (loss, number of correct predictions); grads are set."""
         outputs = self.forward(x, training=True)
-        with self.layers[-1].op("softmax_cross_entropy", layout=self.layout):
+        with self.layers[-1].timed("softmax_cross_entropy"):
             loss, probs, dy = self.loss(outputs, y)
         correct = int((probs.argmax(axis=1) == y.argmax(axis=1)).sum())
         for layer in reversed(self.layers):

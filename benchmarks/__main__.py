@@ -1,0 +1,62 @@
+"""`make bench`: every benchmark in one process, side by side, written to docs/benchmarks.md.
+
+    python -m benchmarks [--quick] [--only kernels,engine,drift,overhead,startup]
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
+    # set on some of these machines for old OpenBLAS builds; it slows a current numpy: drop it for
+    # this process only (tests never do this)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], env)
+
+from . import drift, engine, kernels, overhead, startup  # noqa: E402
+from .timing import machine  # noqa: E402
+
+SECTIONS = {
+    "kernels": ("Kernels vs PyTorch (median of interleaved calls)", kernels),
+    "engine": ("Training steps vs PyTorch eager", engine),
+    "drift": ("Seed 1 on our engine: drift and max_epochs", drift),
+    "overhead": ("Profiler overhead", overhead),
+    "startup": ("Compile and start-up", startup),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and epochs (a smoke run)")
+    parser.add_argument("--out", default="docs/benchmarks.md")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    info = machine()
+    parts = ["# Benchmark results", "", "Written by `make bench` (`python -m benchmarks`). Ratios come from one "
+             "process, candidates interleaved call by call; absolute times drift on this shared machine.", "",
+             "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
+    for name in chosen:
+        title, module = SECTIONS[name]
+        print(f"== {title}", flush=True)
+        if args.quick:
+            result = {"kernels": lambda: module.run(threads=(2,), rounds=5),
+                      "engine": lambda: module.run(threads=(2,), rounds=3),
+                      "drift": lambda: module.run(long_epochs=600, halt=40, big=20_000),
+                      "overhead": lambda: module.run(rounds=1),
+                      "startup": module.run}[name]()
+        else:
+            result = module.run()
+        table = module.markdown(result)
+        print(table, flush=True)
+        parts += [f"## {title}", "", table, ""]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(parts) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+main()

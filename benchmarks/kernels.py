@@ -1,0 +1,115 @@
+"""Every contract kernel x layout x direction, ours vs PyTorch, on the seed models' shapes."""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import kernels as K
+
+from .timing import interleaved, set_threads
+
+CONVS = [  # name, N, C, H, W, C_out, padding
+    ("mnist conv1 128x28x28 1->32", 128, 1, 28, 28, 32, "valid"),
+    ("mnist conv2 128x26x26 32->64", 128, 32, 26, 26, 64, "valid"),
+    ("cifar conv1 32x32x32 3->32 same", 32, 3, 32, 32, 32, "same"),
+    ("cifar conv3 32x16x16 32->64 same", 32, 32, 16, 16, 64, "same"),
+]
+
+
+def _nhwc(a):
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
+
+
+def _conv_cases(rng):
+    for name, n, c, h, w, co, pad in CONVS:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        wt = (rng.standard_normal((3, 3, c, co)) * 0.1).astype(np.float32)
+        oh, ow = (h, w) if pad == "same" else (h - 2, w - 2)
+        dy = rng.standard_normal((n, co, oh, ow)).astype(np.float32)
+        flops = 2 * n * oh * ow * co * 9 * c
+        tw = torch.tensor(wt.transpose(3, 2, 0, 1).copy())
+        for layout in ("NCHW", "NHWC"):
+            xl, dyl = (x, dy) if layout == "NCHW" else (_nhwc(x), _nhwc(dy))
+            fmt = torch.contiguous_format if layout == "NCHW" else torch.channels_last
+            tx, tdy = torch.tensor(x).contiguous(memory_format=fmt), torch.tensor(dy).contiguous(memory_format=fmt)
+            twl = tw.contiguous(memory_format=fmt)
+            ws = K.Workspace()
+            padding = 1 if pad == "same" else 0
+            yield (f"conv2d_forward {name}", layout, flops, "GFLOP/s",
+                   lambda xl=xl, wt=wt, layout=layout, ws=ws, pad=pad: K.conv2d_forward(xl, wt, layout=layout, padding=pad, workspace=ws),
+                   lambda tx=tx, twl=twl, padding=padding: F.conv2d(tx, twl, padding=padding))
+            yield (f"conv2d_backward {name}", layout, 2 * flops, "GFLOP/s",
+                   lambda xl=xl, wt=wt, dyl=dyl, layout=layout, ws=ws, pad=pad: K.conv2d_backward(xl, wt, dyl, layout=layout, padding=pad, workspace=ws),
+                   lambda tx=tx, twl=twl, tdy=tdy, padding=padding: torch.ops.aten.convolution_backward(
+                       tdy, tx, twl, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1, [True, True, False]))
+
+
+def _bias_cases(rng):
+    x = rng.standard_normal((128, 64, 24, 24)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    tb = torch.tensor(b).view(1, 64, 1, 1)
+    for layout in ("NCHW", "NHWC"):
+        xl = x if layout == "NCHW" else _nhwc(x)
+        out = np.empty_like(xl)
+        fmt = torch.contiguous_format if layout == "NCHW" else torch.channels_last
+        tx = torch.tensor(x).contiguous(memory_format=fmt)
+        tout = torch.empty_like(tx)
+        bshape = (1, 64, 1, 1) if layout == "NCHW" else (1, 1, 1, 64)
+        yield ("broadcast_add_forward 128x64x24x24", layout, 2 * x.nbytes, "GB/s",
+               lambda xl=xl, out=out, layout=layout: K.broadcast_add_forward(xl, b, layout=layout, out=out),
+               lambda tx=tx, tout=tout: torch.add(tx, tb, out=tout),
+               lambda xl=xl, out=out, bshape=bshape: np.add(xl, b.reshape(bshape), out=out))
+        yield ("broadcast_add_backward 128x64x24x24", layout, x.nbytes, "GB/s",
+               lambda xl=xl, layout=layout: K.broadcast_add_backward(xl, layout=layout),
+               lambda tx=tx: tx.sum((0, 2, 3)),
+               lambda xl=xl, layout=layout: xl.sum(axis=(0, 2, 3) if layout == "NCHW" else (0, 1, 2)))
+
+
+def _dense_cases(rng):
+    x = rng.standard_normal((128, 9216)).astype(np.float32)
+    w = (rng.standard_normal((9216, 128)) * 0.01).astype(np.float32)
+    b = np.zeros(128, np.float32)
+    dy = rng.standard_normal((128, 128)).astype(np.float32)
+    tx, tw, tb, tdy = map(torch.tensor, (x, w, b, dy))
+    flops = 2 * 128 * 9216 * 128
+    yield ("dense_forward 128x9216->128", "-", flops, "GFLOP/s",
+           lambda: K.dense_forward(x, w, b), lambda: torch.addmm(tb, tx, tw))
+    yield ("dense_backward 128x9216->128", "-", 2 * flops, "GFLOP/s",
+           lambda: K.dense_backward(x, w, dy), lambda: (tdy @ tw.T, tx.T @ tdy, tdy.sum(0)))
+
+
+def run(threads=(1, 2), rounds=20):
+    rng = np.random.default_rng(0)
+    cases = list(_conv_cases(rng)) + list(_bias_cases(rng)) + list(_dense_cases(rng))
+    rows = []
+    for n in threads:
+        with set_threads(n):
+            for case in cases:
+                name, layout, work, unit, ours, theirs = case[:6]
+                fns = {"ours": ours, "torch": theirs}
+                if len(case) > 6:
+                    fns["numpy"] = case[6]
+                t = interleaved(fns, rounds=rounds)
+                scale = 1e9
+                rows.append({"threads": n, "kernel": name, "layout": layout, "ours_ms": t["ours"] * 1e3,
+                             "torch_ms": t["torch"] * 1e3, "rate": work / t["ours"] / scale, "unit": unit,
+                             "torch_over_ours": t["torch"] / t["ours"],
+                             "numpy_rate": work / t["numpy"] / scale if "numpy" in t else None})
+    # NCHW/NHWC ratio per op and thread count
+    by_key = {(r["threads"], r["kernel"], r["layout"]): r for r in rows}
+    for r in rows:
+        if r["layout"] == "NCHW":
+            other = by_key[(r["threads"], r["kernel"], "NHWC")]
+            r["nchw_over_nhwc"] = other["nchw_over_nhwc"] = r["ours_ms"] / other["ours_ms"]
+    return rows
+
+
+def markdown(rows):
+    out = ["| threads | kernel | layout | ours ms | torch ms | torch/ours | ours rate | NCHW/NHWC (ours) | np.add/np.sum rate |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        nchw = f"{r['nchw_over_nhwc']:.2f}" if "nchw_over_nhwc" in r else "-"
+        numpy_rate = f"{r['numpy_rate']:.1f} {r['unit']}" if r["numpy_rate"] else "-"
+        out.append(f"| {r['threads']} | {r['kernel']} | {r['layout']} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
+                   f"{r['torch_over_ours']:.2f} | {r['rate']:.1f} {r['unit']} | {nchw} | {numpy_rate} |")
+    return "\n".join(out)

@@ -1,0 +1,51 @@
+"""Side-by-side timing: candidates are called in turn, round after round, so a noisy neighbour
+slows all of them alike; we report medians and the ratios between them."""
+
+import os
+import time
+
+import numpy as np
+
+
+def interleaved(fns, rounds=20, warmup=2):
+    """{name: median seconds} for {name: fn}, each fn called once per round, in turn."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def set_threads(n):
+    """Same thread count for torch, numba and numpy's BLAS."""
+    import numba
+    import torch
+    from threadpoolctl import threadpool_limits
+    torch.set_num_threads(n)
+    numba.set_num_threads(n)
+    return threadpool_limits(n)
+
+
+def machine():
+    import platform
+    import numba
+    import torch
+    from threadpoolctl import threadpool_info
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    blas = ", ".join(f"{i['internal_api']} {i.get('version')} ({i.get('architecture')})" for i in threadpool_info()
+                     if i["user_api"] == "blas")
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu, "cores": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+            "torch": torch.__version__, "blas": blas,
+            "numba threading layer": numba.config.THREADING_LAYER,
+            "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
