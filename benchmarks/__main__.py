@@ -26,6 +26,14 @@ SECTIONS = {
 }
 
 
+def _merge(old, parts):
+    """Keep the sections of an earlier full run that this (--only) run did not redo."""
+    new = "\n".join(parts)
+    redone = {line for line in parts if line.startswith("## ")}
+    kept = [block for block in old.split("\n## ")[1:] if "## " + block.splitlines()[0] not in redone]
+    return [new] + ["## " + block.rstrip() + "\n" for block in kept]
+
+
 def main():
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("--only", default=",".join(SECTIONS))
@@ -54,8 +62,11 @@ def main():
         table = module.markdown(result)
         print(table, flush=True)
         parts += [f"## {title}", "", table, ""]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(parts) + "\n", encoding="utf-8")
+    out = Path(args.out)
+    if out.exists() and set(chosen) != set(SECTIONS):
+        parts = _merge(out.read_text(encoding="utf-8"), parts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(parts) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 
 

@@ -3,6 +3,7 @@
 Data flows one way: workload -> capture (Session) -> run directory -> analysis -> report/CLI.
 """
 
+from .analysis import analyze, compare
 from .capture import Session
 
-__all__ = ["Session"]
+__all__ = ["Session", "analyze", "compare"]

@@ -116,12 +116,24 @@ def test_compare_what_if_arithmetic(tmp_path):
 
 
 def test_scaling_says_whether_epoch_time_depends_on_max_epochs(tmp_path):
-    def run(name, cost):
-        return profile(tmp_path / name, 6, lambda s, e: busy(cost))
+    def run(name, cost, kept=0):
+        def body(session, epoch):
+            busy(cost)
+            gc.collect()
+        gc.freeze()
+        history = [[i] for i in range(kept)]   # tracked objects sized by "max_epochs", made after the freeze
+        try:
+            return profile(tmp_path / name, 6, body)
+        finally:
+            gc.unfreeze()
+            del history
     flat = scaling({100: run("a", 0.002), 1000: run("b", 0.002)})
     assert not flat.depends and "does not depend" in flat.verdict
-    grows = scaling({100: run("c", 0.002), 10000: run("d", 0.006)})
-    assert grows.depends and grows.ratio == pytest.approx(3, rel=0.3) and "depends on max_epochs" in grows.verdict
+    grows = scaling({100: run("c", 0.002), 300_000: run("d", 0.002, kept=300_000)})
+    assert grows.depends and grows.ratio > 2 and grows.gc_explained > 0.8, grows.verdict
+    assert "depends on max_epochs" in grows.verdict
+    unexplained = scaling({100: run("e", 0.002), 10000: run("f", 0.006)})   # slower, but not through GC
+    assert not unexplained.depends and "explain only" in unexplained.verdict
 
 
 def test_series_downsamples_long_runs_without_truncating(tmp_path):

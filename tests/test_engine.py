@@ -224,3 +224,19 @@ def test_loop_freezes_setup_objects_only_while_it_runs():
     assert seen["frozen"] > 1000 and gc.get_freeze_count() == 0
     # set-up objects are frozen; the history is created after the freeze, so GC still walks it (seed 1)
     assert seen["slot_walked"] and not seen["model_walked"]
+
+
+def test_tracked_objects_do_not_depend_on_max_epochs_with_append_history():
+    """The deterministic form of the drift benchmark: what a full collection must walk."""
+    def walked(max_epochs, history):
+        sc = scenarios.build("mlp", samples=50, batch_size=25)
+        counts = []
+        loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=max_epochs, history=history)
+        loop.on(Events.EPOCH_STARTED, lambda s: counts.append(len(gc.get_objects())) or s.halt(),
+                when=lambda s: s.epoch >= 2)
+        loop.run()
+        return counts[0]
+    walked(10, "append")   # first use loads compiled kernels: objects that exist once per process
+    small, large = walked(10, "append"), walked(100_000, "append")
+    assert abs(large - small) < 50
+    assert walked(100_000, "preallocated") - walked(10, "preallocated") >= 4 * (100_000 - 10)

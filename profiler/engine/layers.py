@@ -33,7 +33,6 @@ class Layer:
         self.layout = "NHWC"
         self.instrument(untimed)
         self.ws = K.Workspace()
-        self.needs_dx = True
 
     def build(self, in_shape, layout, rng):
         """Check the per-sample input shape, create parameters, return the output shape."""

@@ -101,6 +101,14 @@ class Sequential:
             dy = layer.backward(dy)
         return loss, correct
 
+    def warm_up(self, x, y):
+        """One forward (inference mode: no dropout draws) and backward, no update: compiled kernels
+        load and buffers are sized, so the objects that creates exist before training starts."""
+        outputs = self.forward(x, training=False)
+        _, _, dy = self.loss(outputs, y)
+        for layer in reversed(self.layers):
+            dy = layer.backward(dy)
+
     def predict(self, x):
         out = np.array(self.forward(x, training=False))
         if self.fused_softmax:
