@@ -13,6 +13,10 @@ and y = col @ W is NHWC. For NCHW the same numba kernels get a strided (N, H, W,
 NCHW array (numba compiles a strided specialisation), and the GEMMs read and write NCHW through
 transposed BLAS operands: y[n] (C_out, P) = W.T @ col[n].T. An earlier version copied each batch
 chunk to NHWC and back; `profiler compare` showed NCHW 1.4-1.8x slower, mostly those copies.
+Except: when a plane's size in bytes is a multiple of 1 KiB (32x32, 16x16, ...), the channels of
+one pixel are that far apart and fall into the same few L1 sets, and the strided view thrashes
+(col2im 85 ms vs 3 ms on 32x32x32). Such calls copy each chunk to NHWC (at memcpy speed), run the
+NHWC path, and copy the results back.
 """
 
 import math
@@ -74,6 +78,14 @@ def _col2im(dcol, g, dx):
                                 px[k] += src[base + k]
 
 
+@kernel
+def _transpose(src, dst):
+    """dst[b] = src[b].T for (B, R, S) -> (B, S, R). numba's transposed copy ran near memcpy speed
+    here; element loops and 16/32 tiles were 1.5-10x slower."""
+    for b in prange(src.shape[0]):
+        dst[b] = src[b].T
+
+
 def _shapes(x_shape, w_shape, layout, stride, padding):
     """Check the geometry; return (n, c, h, w, kh, kw, cout, oh, ow, pad_top, pad_left)."""
     check_layout(layout)
@@ -111,6 +123,9 @@ class _Plan:
         self.kdim, self.p = kh * kw * c, oh * ow
         self.wm = self.w.reshape(self.kdim, cout)
         self.ws = workspace if workspace is not None else Workspace()
+        copy = layout == "NCHW" and (h * wd * 4) % 1024 == 0   # L1 set aliasing: see the module docstring
+        self.direct = layout == "NCHW" and not copy            # strided views, transposed GEMMs
+        self.copy = copy
         step = max(1, min(n, _CHUNK_FLOATS // (self.p * self.kdim)))
         self.chunks = [(n0, min(n, n0 + step)) for n0 in range(0, n, step)]
 
@@ -122,9 +137,31 @@ class _Plan:
     def col(self, b):
         return self.ws.take("col", (b * self.p, self.kdim))
 
-    def as_nhwc(self, a):
-        """`a` (in this call's layout) as an (N, H, W, C) array: itself, or a strided view of NCHW."""
-        return a if self.layout == "NHWC" else a.transpose(0, 2, 3, 1)
+    def read(self, a, n0, n1, name):
+        """Chunk [n0, n1) of `a` (this call's layout) as (B, H, W, C) to read: a view of NHWC, a
+        strided view of NCHW, or a transposed copy in scratch."""
+        if self.layout == "NHWC":
+            return a[n0:n1]
+        if self.direct:
+            return a[n0:n1].transpose(0, 2, 3, 1)
+        out = self.target(a, n0, n1, name)
+        b, c = out.shape[0], out.shape[3]
+        _transpose(out.size, a[n0:n1].reshape(b, c, -1), out.reshape(b, -1, c))
+        return out
+
+    def target(self, a, n0, n1, name):
+        """Where to write chunk [n0, n1) of `a` as (B, H, W, C); store() then puts copies in place."""
+        if self.layout == "NHWC":
+            return a[n0:n1]
+        if self.direct:
+            return a[n0:n1].transpose(0, 2, 3, 1)
+        b, c, h, w = a[n0:n1].shape
+        return self.ws.take(name, (b, h, w, c))
+
+    def store(self, nhwc, a, n0, n1):
+        if self.copy:
+            b, c = nhwc.shape[0], nhwc.shape[3]
+            _transpose(nhwc.size, nhwc.reshape(b, -1, c), a[n0:n1].reshape(b, c, -1))
 
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
@@ -141,15 +178,16 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     """
     plan = _Plan(x, w, layout, stride, padding, workspace)
     y = out_buffer(out, plan.y_shape)
-    x_nhwc = plan.as_nhwc(plan.x)
     for n0, n1 in plan.chunks:
         col = plan.col(n1 - n0)
-        _im2col(col.size, x_nhwc[n0:n1], plan.geometry, col)
-        if layout == "NHWC":
-            np.matmul(col, plan.wm, out=y.reshape(-1, plan.cout)[n0 * plan.p:n1 * plan.p])
-        else:  # y[n] (C_out, P) = W.T @ col[n].T, written in place as NCHW
+        _im2col(col.size, plan.read(plan.x, n0, n1, "x"), plan.geometry, col)
+        if plan.direct:  # y[n] (C_out, P) = W.T @ col[n].T, written in place as NCHW
             np.matmul(plan.wm.T, col.reshape(n1 - n0, plan.p, plan.kdim).transpose(0, 2, 1),
                       out=y.reshape(plan.n, plan.cout, plan.p)[n0:n1])
+        else:
+            ys = plan.target(y, n0, n1, "y")
+            np.matmul(col, plan.wm, out=ys.reshape(-1, plan.cout))
+            plan.store(ys, y, n0, n1)
     return y
 
 
@@ -166,19 +204,20 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     dwm = dw.reshape(plan.kdim, plan.cout)
     dwm[:] = 0.0
     part = plan.ws.take("dw_part", dwm.shape)
-    x_nhwc, dx_nhwc = plan.as_nhwc(plan.x), plan.as_nhwc(dx)
     for n0, n1 in plan.chunks:
         b = n1 - n0
         col = plan.col(b)
-        _im2col(col.size, x_nhwc[n0:n1], plan.geometry, col)
-        if layout == "NHWC":
-            rows = dy.reshape(-1, plan.cout)[n0 * plan.p:n1 * plan.p]
-            dwm += np.matmul(col.T, rows, out=part)
-            np.matmul(rows, plan.wm.T, out=col)
-        else:  # dy[n] is (C_out, P): per sample dW += col[n].T @ dy[n].T, dcol[n] = dy[n].T @ W.T
+        _im2col(col.size, plan.read(plan.x, n0, n1, "x"), plan.geometry, col)
+        if plan.direct:  # dy[n] is (C_out, P): per sample dW += col[n].T @ dy[n].T, dcol[n] = dy[n].T @ W.T
             dyc, cols = dy.reshape(plan.n, plan.cout, plan.p)[n0:n1], col.reshape(b, plan.p, plan.kdim)
             for i in range(b):
                 dwm += np.matmul(cols[i].T, dyc[i].T, out=part)
             np.matmul(dyc.transpose(0, 2, 1), plan.wm.T, out=cols)
-        _col2im(col.size, col, plan.geometry, dx_nhwc[n0:n1])
+        else:
+            rows = plan.read(dy, n0, n1, "dy").reshape(-1, plan.cout)
+            dwm += np.matmul(col.T, rows, out=part)
+            np.matmul(rows, plan.wm.T, out=col)
+        dxs = plan.target(dx, n0, n1, "dx")
+        _col2im(col.size, col, plan.geometry, dxs)
+        plan.store(dxs, dx, n0, n1)
     return dx, dw
