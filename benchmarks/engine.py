@@ -1,6 +1,5 @@
 """Training-step time of the seed models, ours vs PyTorch eager: same model, data, thread count."""
 
-import numpy as np
 import torch
 import torch.nn as nn
 

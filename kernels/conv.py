@@ -123,9 +123,8 @@ class _Plan:
         self.kdim, self.p = kh * kw * c, oh * ow
         self.wm = self.w.reshape(self.kdim, cout)
         self.ws = workspace if workspace is not None else Workspace()
-        copy = layout == "NCHW" and (h * wd * 4) % 1024 == 0   # L1 set aliasing: see the module docstring
-        self.direct = layout == "NCHW" and not copy            # strided views, transposed GEMMs
-        self.copy = copy
+        self.copy = layout == "NCHW" and (h * wd * 4) % 1024 == 0   # L1 set aliasing: module docstring
+        self.direct = layout == "NCHW" and not self.copy            # strided views, transposed GEMMs
         step = max(1, min(n, _CHUNK_FLOATS // (self.p * self.kdim)))
         self.chunks = [(n0, min(n, n0 + step)) for n0 in range(0, n, step)]
 

@@ -124,7 +124,7 @@ def render_svg(stacks, *, title, baseline=None, width=1200, row=17):
     height = (depth_max + 1) * row + 50
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="monospace" font-size="11">',
-           f'<rect width="100%" height="100%" fill="#fafafa"/>',
+           '<rect width="100%" height="100%" fill="#fafafa"/>',
            f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="15">{html.escape(title)}</text>']
     for x, depth, w, name, n, p in rects:
         y = height - (depth + 1) * row - 10

@@ -2,7 +2,6 @@
 a 100,000-epoch run whose profiler memory stays flat."""
 
 import gc
-import json
 import os
 import random
 import shutil
