@@ -199,3 +199,9 @@ def test_writing_into_an_existing_run_is_refused(tmp_path):
     with pytest.raises(OSError, match="already holds a run"):
         with Session(tmp_path / "run"):
             pass
+
+
+def test_scaling_is_labelled_from_the_runs_meta(tmp_path):
+    runs = {n: profile(tmp_path / str(n), 5, lambda s, e: None,
+                       meta={"scenario": "mlp", "history": "preallocated", "gc_collect": "epoch"}) for n in (10, 100)}
+    assert scaling(runs).label == "scenario=mlp history=preallocated gc_collect=epoch"

@@ -191,3 +191,26 @@ def test_epochs_stream_to_disk_as_they_finish(tmp_path):
             lines = (tmp_path / "run" / "epochs.jsonl").read_text().splitlines()
             assert len(lines) == epoch + 1 and json.loads(lines[-1])["epoch"] == epoch
         assert json.loads((tmp_path / "run" / "meta.json").read_text())["status"] == "running"
+
+
+def test_auto_capture_keeps_its_cost_within_the_budget(tmp_path):
+    """A leak that never stops: auto re-checks it, resting between windows long enough that each
+    window's extra time (tracing and snapshots) is within the budget of the epochs that follow."""
+    import time as clock
+    leak, budget, epochs = [], 0.25, 900
+
+    with Session(tmp_path / "run", tracemalloc="auto", window=2, cooldown=1, budget=budget) as session:
+        start = clock.perf_counter()
+        for epoch in range(epochs):
+            with session.epoch(epoch):
+                end = clock.perf_counter() + 0.002
+                while clock.perf_counter() < end:
+                    pass
+                leak.append(np.ones(75_000, np.float32))   # 300 KB kept per epoch
+        total = clock.perf_counter() - start
+    recs = records(tmp_path / "run")
+    starts = [i for i, r in enumerate(recs) if r["heap"] is not None and (i == 0 or recs[i - 1]["heap"] is None)]
+    assert len(starts) >= 2, starts                                  # it comes back to a growing leak...
+    assert starts[1] - starts[0] > 2 + 1 + 8                         # ...after resting beyond the cooldown
+    light = np.median([r["wall_s"] for r in recs if r["heap"] is None])
+    assert total <= epochs * light * (1 + budget) * 1.3, total / (epochs * light)   # slack: a noisy machine

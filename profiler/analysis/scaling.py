@@ -24,6 +24,7 @@ class Scaling:
     ratio: float = 1.0
     depends: bool = False
     gc_explained: float = 0.0
+    label: str = ""
     verdict: str = ""
 
     def to_dict(self):
@@ -32,9 +33,11 @@ class Scaling:
 
 def scaling(runs):
     """`runs`: {max_epochs: run_dir}."""
-    rows = []
+    rows, label = [], ""
     for max_epochs, run_dir in sorted(runs.items()):
         run = rundir.read_run(run_dir)
+        meta = run.meta.get("meta", {})
+        label = label or " ".join(f"{k}={meta[k]}" for k in ("scenario", "history", "gc_collect") if k in meta)
         if not run.epochs:
             raise rundir.RunDirError(f"{run.path} has no finished epochs")
         records = run.epochs[stats.warmup(len(run.epochs)):]
@@ -67,4 +70,4 @@ def scaling(runs):
         verdict = (f"Epoch time does not depend on max_epochs: {base['median_epoch_s'] * 1e3:.2f} ms at "
                    f"{base['max_epochs']:,} vs {top['median_epoch_s'] * 1e3:.2f} ms at {top['max_epochs']:,} "
                    f"({ratio:.2f}x); GC share {100 * base['gc_share']:.1f}% vs {100 * top['gc_share']:.1f}%.")
-    return Scaling(rows=rows, ratio=ratio, depends=depends, gc_explained=explained, verdict=verdict)
+    return Scaling(rows=rows, ratio=ratio, depends=depends, gc_explained=explained, verdict=verdict, label=label)

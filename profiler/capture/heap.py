@@ -5,7 +5,10 @@ tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plu
   mode True    trace from the start; diff snapshots every `every` epochs.
   mode "auto"  trace nothing until the light signals (memory in use, GC pauses) grow,
                then trace a window of `window` epochs, long enough to pin the growing lines, and
-               stop again; re-arm after `cooldown` epochs.
+               stop again; re-arm after `cooldown` epochs, or later: after each window it rests
+               until the window's extra cost (tracing plus snapshots, measured against the light
+               epochs before it) is at most `budget` (10%) of the time since, so a leak that keeps
+               growing is re-checked without costing more than the budget.
 Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
 frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
 Python objects. Each block is attributed to the innermost frame outside the standard library and
@@ -13,8 +16,10 @@ installed packages (8 frames by default), i.e. the user's line that called np.on
 """
 
 import collections
+import math
 import os
 import sysconfig
+import time
 import tracemalloc
 
 import numpy as np
@@ -87,7 +92,7 @@ class GrowthDetector:
 
 
 class HeapTracker:
-    def __init__(self, mode=False, *, frames=8, every=1, window=4, cooldown=50):
+    def __init__(self, mode=False, *, frames=8, every=1, window=4, cooldown=50, budget=0.10):
         if mode not in (False, True, "auto"):
             raise ValueError(f"tracemalloc must be False, True or 'auto', got {mode!r}")
         if not isinstance(frames, int) or frames < 1:
@@ -95,7 +100,8 @@ class HeapTracker:
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
         self.mode, self.frames, self.every = mode, frames, every
-        self.window, self.cooldown = window, cooldown
+        self.window, self.cooldown, self.budget = window, cooldown, budget
+        self._light_s = self._window_s = 0.0
         self.detector = GrowthDetector() if mode == "auto" else None
         self._previous = None
         self._owned = False       # did we start tracemalloc (so we must stop it)?
@@ -130,9 +136,16 @@ class HeapTracker:
 
     def epoch_end(self, epoch, wall_s, gc_pause_s, memory_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
-        record = self._sample(epoch) if self.tracing else None
+        record = None
+        if self.tracing:
+            start = time.perf_counter()
+            record = self._sample(epoch)
+            self._window_s += time.perf_counter() - start + wall_s
         if self.detector is not None:
+            start = time.perf_counter()
             self._auto(wall_s, gc_pause_s, memory_bytes)
+            if self.tracing:   # a window may just have opened: its first snapshot is part of the cost
+                self._window_s += time.perf_counter() - start
         return record
 
     def _sample(self, epoch):
@@ -152,7 +165,9 @@ class HeapTracker:
             self._window_left -= 1
             if self._window_left == 0:
                 self._stop_tracing()
-                self._rest, self.trigger = self.cooldown, None
+                excess = max(self._window_s - self.window * self._light_s, 0.0)
+                budgeted = math.ceil(excess / (self.budget * self._light_s)) if self._light_s > 0 else 0
+                self._rest, self.trigger = max(self.cooldown, budgeted), None
                 self.detector.recent.clear()
             return
         if self._rest > 0:
@@ -163,4 +178,6 @@ class HeapTracker:
         if reason:
             self.trigger = reason
             self._window_left = self.window
+            self._light_s = sorted(r[0] for r in self.detector.recent)[len(self.detector.recent) // 2]
+            self._window_s = 0.0
             self._start_tracing()

@@ -57,14 +57,17 @@ class _Epoch:
 
 
 class Session:
-    def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=8, every=1, window=4, cooldown=50):
+    def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=8, every=1, window=4, cooldown=50,
+                 budget=0.10):
         """tracemalloc: False (light capture), True (deep: snapshot diff every `every` epochs with
-        `frames` frames) or "auto" (deep for `window` epochs once light signals show growth)."""
-        self.heap = HeapTracker(tracemalloc, frames=frames, every=every, window=window, cooldown=cooldown)
+        `frames` frames) or "auto" (deep for `window` epochs once light signals show growth, then
+        resting at least `cooldown` epochs and long enough to keep its cost within `budget`)."""
+        self.heap = HeapTracker(tracemalloc, frames=frames, every=every, window=window, cooldown=cooldown,
+                                budget=budget)
         self.run_dir = os.fspath(run_dir)
         self.user_meta = dict(meta or {})
         self.options = {"tracemalloc": tracemalloc, "frames": frames, "every": every,
-                        "window": window, "cooldown": cooldown}
+                        "window": window, "cooldown": cooldown, "budget": budget}
         self.gc_timer, self.ops = GcTimer(), OpTimers()
         self.op = self.ops.op
         self.memory = MemoryProbe()

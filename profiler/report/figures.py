@@ -81,7 +81,8 @@ def scaling(result):
     xs = [r["max_epochs"] for r in result.rows]
     fig, ax = plt.subplots(figsize=(7, 3.8))
     ax.plot(xs, [r["median_epoch_s"] * 1e3 for r in result.rows], "o-", label="median epoch time")
-    ax.set(xscale="log", title="Epoch time against max_epochs (same epochs run)", xlabel="max_epochs",
+    title = "Epoch time against max_epochs (same epochs run)" + (f"\n{result.label}" if result.label else "")
+    ax.set(xscale="log", title=title, xlabel="max_epochs",
            ylabel="ms per epoch")
     ax.set_ylim(bottom=0)
     share = ax.twinx()

@@ -61,7 +61,8 @@ def _comparison_section(c):
 
 def _scaling_section(sc):
     return "\n".join([
-        "<h2>Epoch time against max_epochs</h2>", f"<p class=verdict>{html.escape(sc.verdict)}</p>",
+        f"<h2>Epoch time against max_epochs{': ' + html.escape(sc.label) if sc.label else ''}</h2>",
+        f"<p class=verdict>{html.escape(sc.verdict)}</p>",
         _img(figures.scaling(sc)),
         _table(["max_epochs", "epochs run", "median ms", "GC share"],
                [[f"{r['max_epochs']:,}", r["epochs"], f"{r['median_epoch_s'] * 1e3:.2f}",

@@ -45,7 +45,7 @@ def comparison(c):
 
 
 def scaling(s):
-    lines = [_wrap(s.verdict), "", f"{'max_epochs':>12s} {'epochs run':>10s} {'median ms':>10s} {'GC share':>9s}"]
+    lines = ([s.label] if s.label else []) + [_wrap(s.verdict), "", f"{'max_epochs':>12s} {'epochs run':>10s} {'median ms':>10s} {'GC share':>9s}"]
     lines += [f"{r['max_epochs']:12,d} {r['epochs']:10d} {r['median_epoch_s'] * 1e3:10.2f} {100 * r['gc_share']:8.1f}%"
               for r in s.rows]
     return "\n".join(lines)
