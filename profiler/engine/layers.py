@@ -56,6 +56,7 @@ class Layer:
     def params(self):
         return [getattr(self, n) for n in self.param_names]
 
+    @property
     def grads(self):
         return [getattr(self, "d" + n) for n in self.param_names]
 
@@ -72,15 +73,15 @@ class Activation(Layer):
         if kind not in self.kinds and kind != "softmax":
             raise ValueError(f"unknown activation {kind!r}; choose one of relu, sigmoid, softmax")
         self.kind = kind
-        self.names = (f"{kind}_forward", f"{kind}_backward")
+        self.forward_op, self.backward_op = f"{kind}_forward", f"{kind}_backward"
 
     def forward(self, x, training):
-        with self.timed(self.names[0]):
+        with self.timed(self.forward_op):
             self.y = self.kinds[self.kind][0](x, out=self.ws.take("y", x.shape))
         return self.y
 
     def backward(self, dy):
-        with self.timed(self.names[1]):
+        with self.timed(self.backward_op):
             return self.kinds[self.kind][1](self.y, dy, out=self.ws.take("dx", dy.shape))
 
     def __repr__(self):

@@ -75,7 +75,7 @@ class Sequential:
 
     @property
     def grads(self):
-        return [g for layer in self.layers for g in layer.grads()]
+        return [g for layer in self.layers for g in layer.grads]
 
     def _check_input(self, x):
         if not isinstance(x, np.ndarray) or x.dtype != np.float32:
