@@ -17,7 +17,10 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
 PARALLEL_MIN = 1 << 16
-OPTIONS = {"cache": True, "fastmath": True, "nogil": True, "error_model": "numpy"}
+# fastmath without "nnan"/"ninf": reassociation lets reductions vectorise, but NaN and inf must
+# keep IEEE behaviour so a diverging loss reaches the caller as NaN (full fastmath makes it undefined)
+FASTMATH = {"reassoc", "contract", "arcp", "nsz", "afn"}
+OPTIONS = {"cache": True, "fastmath": FASTMATH, "nogil": True, "error_model": "numpy"}
 
 
 def _compiled(fn, **extra):

@@ -236,3 +236,12 @@ def test_softmax_cross_entropy_finite_differences(rng):
     v = rng.standard_normal(logits.shape)
     fd = ref.directional_fd(lambda a: ref.softmax_xent(a, target), logits, v)
     assert np.isclose((grad * v).sum(), fd, rtol=1e-4)
+
+
+def test_sigmoid_accuracy_over_the_whole_float32_range():
+    x = np.linspace(-100, 100, 200_001, dtype=np.float32)
+    exact = 1 / (1 + np.exp(-x.astype(np.float64)))
+    y = K.sigmoid_forward(x)
+    assert np.abs(y - exact).max() <= 2e-7
+    assert y.min() >= 0 and y.max() <= 1 and np.all(np.diff(y) >= -4e-7)   # bounded; monotone within 2x the bound
+    assert np.isnan(K.sigmoid_forward(np.array([np.nan, 0.0], np.float32))[0])   # NaN stays NaN
