@@ -28,7 +28,8 @@ def _compiled(fn, **extra):
     source file and the name, not the options, so this keeps twins apart and drops stale code
     when the options change."""
     options = dict(OPTIONS, **extra)
-    tag = hashlib.sha1(repr(sorted(options.items())).encode()).hexdigest()[:8]
+    canonical = sorted((k, sorted(v) if isinstance(v, set) else v) for k, v in options.items())  # sets: no fixed order
+    tag = hashlib.sha1(repr(canonical).encode()).hexdigest()[:8]
     twin = types.FunctionType(fn.__code__, fn.__globals__, f"{fn.__name__}_{tag}", fn.__defaults__, fn.__closure__)
     twin.__qualname__ = f"{fn.__qualname__}_{tag}"
     return numba.njit(**options)(twin)

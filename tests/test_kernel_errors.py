@@ -52,3 +52,14 @@ def test_bad_input_is_named(call, exc, words):
     for word in words:
         assert word in message, f"{word!r} not in {message!r}"
     assert "numba" not in message.lower() and "Typing" not in message
+
+
+def test_compiled_names_are_stable_across_processes():
+    """numba's disk cache is keyed on the function's name; a name that changes per process (e.g. from
+    a set's hash order) silently recompiles every kernel in every process."""
+    import subprocess
+    import sys
+    code = "from kernels import bias; print(bias._add_inner.serial.py_func.__qualname__)"
+    names = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={"PYTHONHASHSEED": str(seed), "PATH": ""}).stdout for seed in (1, 2, 3)}
+    assert len(names) == 1 and names.pop().startswith("_add_inner_")
