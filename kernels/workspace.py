@@ -6,16 +6,16 @@ import numpy as np
 
 
 class Workspace:
-    """Named float32 buffers that grow to the largest request and are then reused."""
+    """Named buffers that grow to the largest request and are then reused."""
 
     def __init__(self):
         self._buffers = {}
 
-    def take(self, name, shape):
+    def take(self, name, shape, dtype=np.float32):
         size = math.prod(shape)
         buf = self._buffers.get(name)
-        if buf is None or buf.size < size:
-            buf = self._buffers[name] = np.empty(size, np.float32)
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = self._buffers[name] = np.empty(size, dtype)
         return buf[:size].reshape(shape)
 
     @property

@@ -51,8 +51,10 @@ def _gc_pause(record):
     return sum(record["gc"]["pause_s"])
 
 
-def _growth_bytes_per_epoch(epochs, values):
-    return stats.slope(epochs, values) if len(values) >= 3 else 0.0
+def _rate(records, value):
+    """Theil-Sen growth per epoch of value(record), over the records that have one (None if none do)."""
+    points = [(r["epoch"], v) for r in records if (v := value(r)) is not None]
+    return stats.slope(*zip(*points)) if points else None
 
 
 def _top_sites(records, n=10):
@@ -117,12 +119,9 @@ def analyze(run_dir):
         int(np.argmax([late for _, late in gen_growth]))
     full_per_epoch = float(np.median([r["gc"]["collections"][2] for r in records]))
 
-    traced = [(r["epoch"], r["heap"]["traced_bytes"]) for r in records if r.get("heap")]
-    rss_rate = _growth_bytes_per_epoch(idx, rss)
-    malloc = [(r["epoch"], r["malloc_bytes"]) for r in records if r.get("malloc_bytes") is not None]
-    malloc_rate = _growth_bytes_per_epoch(*zip(*malloc)) if len(malloc) >= 3 else None
-    traced_rate = _growth_bytes_per_epoch(*zip(*traced)) if len(traced) >= 3 else (
-        None if not traced else 0.0)
+    rss_rate = _rate(records, lambda r: r["rss_bytes"])
+    malloc_rate = _rate(records, lambda r: r.get("malloc_bytes"))
+    traced_rate = _rate(records, lambda r: (r.get("heap") or {}).get("traced_bytes"))
     top_sites = _top_sites(records)
     rss_leak = rss_rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rss[0]) if len(rss) >= 4 else False
     traced_leak = traced_rate is not None and traced_rate * span >= TRACED_LEAK_BYTES

@@ -16,6 +16,7 @@ installed packages (8 frames by default), i.e. the user's line that called np.on
 """
 
 import collections
+import functools
 import math
 import os
 import sysconfig
@@ -36,11 +37,16 @@ TOP = 10
 _LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_library(filename):
+    return os.path.realpath(filename).startswith(_LIBRARIES)
+
+
 def user_frame(traceback):
     """The innermost frame outside the standard library and installed packages: the line the user
     wrote (np.ones's own line in numpy says nothing); the innermost frame if all are libraries."""
     for frame in reversed(traceback):   # tracemalloc orders frames oldest first
-        if not os.path.realpath(frame.filename).startswith(_LIBRARIES):
+        if not _is_library(frame.filename):
             return frame
     return traceback[-1]
 

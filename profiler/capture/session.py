@@ -72,7 +72,7 @@ class Session:
         self.op = self.ops.op
         self.memory = MemoryProbe()
         self._writer = None
-        self._status = "running"
+        self._halted = False
         self._in_epoch = None
         self._start = 0.0
         self.epochs_written = 0
@@ -104,7 +104,7 @@ class Session:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            status, error = ("halted" if self._status == "halted" else "completed"), None
+            status, error = ("halted" if self._halted else "completed"), None
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
         else:
@@ -132,7 +132,7 @@ class Session:
 
     def mark_halted(self):
         """Record that the loop stopped early on purpose (a handler halted it)."""
-        self._status = "halted"
+        self._halted = True
 
     # -- epochs --------------------------------------------------------------------------------
     def epoch(self, index):

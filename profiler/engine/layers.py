@@ -35,8 +35,8 @@ class Layer:
         self.ws = K.Workspace()
 
     def build(self, in_shape, layout, rng):
-        """Check the per-sample input shape, create parameters, return the output shape."""
-        self.layout = layout
+        """Check the per-sample input shape, create parameters, return the output shape.
+        (The model has set self.layout before it calls build.)"""
         return in_shape
 
     def instrument(self, op):
@@ -51,14 +51,6 @@ class Layer:
     def sublayers(self):
         activation = getattr(self, "activation", None)
         return (self, activation) if activation else (self,)
-
-    @property
-    def params(self):
-        return [getattr(self, n) for n in self.param_names]
-
-    @property
-    def grads(self):
-        return [getattr(self, "d" + n) for n in self.param_names]
 
     def __repr__(self):
         return type(self).__name__
@@ -111,7 +103,6 @@ class Dense(Layer):
         self.activation = Activation(activation) if activation else None
 
     def build(self, in_shape, layout, rng, row_order=None):
-        self.layout = layout
         if len(in_shape) != 1:
             raise ValueError(f"Dense expects flat (features,) inputs, got per-sample shape {in_shape}; "
                              f"add a Flatten layer before it")
@@ -153,7 +144,6 @@ class Conv2D(Layer):
         self.activation = Activation(activation) if activation else None
 
     def build(self, in_shape, layout, rng):
-        self.layout = layout
         if len(in_shape) != 3:
             raise ValueError(f"Conv2D expects (C, H, W) or (H, W, C) samples, got per-sample shape {in_shape}")
         kh, kw = self.kernel_size
@@ -161,19 +151,18 @@ class Conv2D(Layer):
         self.w = glorot_uniform(rng, (kh, kw, cin, self.filters), kh * kw * cin, kh * kw * self.filters)
         self.b = np.zeros(self.filters, np.float32)
         self.dw, self.db = np.zeros_like(self.w), np.zeros_like(self.b)
-        out = K.conv2d_output_shape((1,) + tuple(in_shape), self.w.shape, layout=layout,
-                                    stride=self.stride, padding=self.padding)
-        return out[1:]
+        self.out_shape = K.conv2d_output_shape((1,) + tuple(in_shape), self.w.shape, layout=layout,
+                                               stride=self.stride, padding=self.padding)[1:]
+        return self.out_shape
 
     def _conv_args(self):
         return dict(layout=self.layout, stride=self.stride, padding=self.padding, workspace=self.ws)
 
     def forward(self, x, training):
         self.x = x
-        shape = K.conv2d_output_shape(x.shape, self.w.shape, layout=self.layout, stride=self.stride,
-                                      padding=self.padding)
         with self.timed("conv2d_forward"):
-            y = K.conv2d_forward(x, self.w, out=self.ws.take("y", shape), **self._conv_args())
+            y = K.conv2d_forward(x, self.w, out=self.ws.take("y", (x.shape[0],) + self.out_shape),
+                                 **self._conv_args())
         with self.timed("broadcast_add_forward"):
             K.broadcast_add_forward(y, self.b, layout=self.layout, out=y)
         return self.activation.forward(y, training) if self.activation else y
@@ -198,7 +187,6 @@ class MaxPool2D(Layer):
         self.size = size
 
     def build(self, in_shape, layout, rng):
-        self.layout = layout
         if len(in_shape) != 3:
             raise ValueError(f"MaxPool2D expects image samples, got per-sample shape {in_shape}")
         c, h, w = in_shape if layout == "NCHW" else (in_shape[2], in_shape[0], in_shape[1])
@@ -214,14 +202,8 @@ class MaxPool2D(Layer):
         with self.timed("maxpool2d_forward"):
             y, self.arg = K.maxpool2d_forward(x, layout=self.layout, size=self.size,
                                               out=self.ws.take("y", (n,) + self.out_shape),
-                                              argmax_out=self._argmax(n))
+                                              argmax_out=self.ws.take("argmax", (n,) + self.out_shape, np.int8))
         return y
-
-    def _argmax(self, n):
-        buf = getattr(self, "_arg_buf", None)
-        if buf is None or buf.shape[0] < n:
-            buf = self._arg_buf = np.empty((n,) + self.out_shape, np.int8)
-        return buf[:n]
 
     def backward(self, dy):
         with self.timed("maxpool2d_backward"):
@@ -241,17 +223,15 @@ class Flatten(Layer):
         return dy.reshape(self.x_shape)
 
     def build(self, in_shape, layout, rng):
-        self.layout = layout
         self.in_shape = tuple(in_shape)
         return (int(np.prod(in_shape)),)
 
     def canonical_order(self):
         """For each flat position in this layout, the (C, H, W)-order feature it holds."""
-        n = int(np.prod(self.in_shape))
         if self.layout == "NCHW" or len(self.in_shape) != 3:
             return None
         h, w, c = self.in_shape
-        return np.arange(n).reshape(c, h, w).transpose(1, 2, 0).ravel()
+        return np.arange(h * w * c).reshape(c, h, w).transpose(1, 2, 0).ravel()
 
 
 class Dropout(Layer):
@@ -262,7 +242,6 @@ class Dropout(Layer):
         self.rate = float(rate)
 
     def build(self, in_shape, layout, rng):
-        self.layout = layout
         self.rng = np.random.default_rng(rng.integers(2**63))
         return in_shape
 

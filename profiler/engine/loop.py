@@ -117,10 +117,10 @@ class Loop:
         if self.gc_freeze:
             self.model.warm_up(*next(iter(self.data.epoch(0))))
             gc.freeze()
-        state = self.state = State(self.max_epochs, len(self.data), self.history)
-        if self.session is not None:
-            self.model.instrument(self.session.op)
         try:
+            state = self.state = State(self.max_epochs, len(self.data), self.history)
+            if self.session is not None:
+                self.model.instrument(self.session.op)
             self._fire(Events.STARTED)
             for epoch in range(self.max_epochs):
                 state.epoch = epoch

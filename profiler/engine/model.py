@@ -19,13 +19,13 @@ class Sequential:
         rng = np.random.default_rng(seed)
         shape, row_order = self.input_shape, None
         for layer in self.layers:
+            for sub in layer.sublayers():
+                sub.layout = layout
             if isinstance(layer, Dense):
                 shape = layer.build(shape, layout, rng, row_order=row_order)
             else:
                 shape = layer.build(shape, layout, rng)
             row_order = layer.canonical_order() if isinstance(layer, Flatten) else None
-            for sub in layer.sublayers():
-                sub.layout = layout
         self.output_shape = shape
         self._pack()
         self.fused_softmax = self._strip_softmax()
@@ -68,14 +68,6 @@ class Sequential:
         for layer in self.layers:
             for sub in layer.sublayers():
                 sub.instrument(op)
-
-    @property
-    def params(self):
-        return [p for layer in self.layers for p in layer.params]
-
-    @property
-    def grads(self):
-        return [g for layer in self.layers for g in layer.grads]
 
     def _check_input(self, x):
         if not isinstance(x, np.ndarray) or x.dtype != np.float32:
