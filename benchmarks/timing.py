@@ -1,5 +1,10 @@
 """Side-by-side timing: candidates are called in turn, round after round, so a noisy neighbour
-slows all of them alike; we report medians and the ratios between them."""
+slows all of them alike; we report medians and the ratios between them.
+
+Each turn first makes one untimed call: thread pools spin for a while after their work (OpenBLAS,
+torch's OpenMP), and a candidate timed right after another one's call would share the cores with
+those spinning threads. Then it times a burst of calls lasting at least `burst` seconds.
+"""
 
 import os
 import time
@@ -7,17 +12,22 @@ import time
 import numpy as np
 
 
-def interleaved(fns, rounds=20, warmup=2):
-    """{name: median seconds} for {name: fn}, each fn called once per round, in turn."""
+def interleaved(fns, rounds=20, warmup=2, burst=0.02):
+    """{name: median seconds per call} for {name: fn}, each fn called in bursts, in turn."""
+    calls = {}
     for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
         for name, fn in fns.items():
             start = time.perf_counter()
             fn()
-            times[name].append(time.perf_counter() - start)
+            calls[name] = max(1, int(burst / max(time.perf_counter() - start, 1e-9)))
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            fn()
+            start = time.perf_counter()
+            for _ in range(calls[name]):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls[name])
     return {name: float(np.median(t)) for name, t in times.items()}
 
 

@@ -1,89 +1,238 @@
-"""conv2d forward and backward in NCHW and NHWC: numba im2col/col2im around a BLAS GEMM.
+"""conv2d forward and backward in NCHW and NHWC: a register-blocked direct convolution in numba.
 
-Direct numba loops reach ~20% of the machine's FMA peak; a GEMM reaches most of it. So numba only
-rearranges memory (im2col for forward and weight grad, col2im for input grad) and the arithmetic is
-one matmul per chunk of the batch, done by numpy's BLAS outside njit.
+The first version did im2col in numba and the arithmetic in numpy's BLAS: the conv GEMMs are tall
+and skinny (C_out = 32 or 64 columns), where OpenBLAS reached 35-70 GFLOP/s here, and im2col/col2im
+moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP/s, the C_in = 3
+layer at 17). Now every kernel is the micro-kernel of _tile.py (a 6 x 16 block of outputs in
+twelve AVX2 registers over a strided reduction) reading straight from the (padded) input.
 
-Copies index with a scalar offset (dst[base + k]) rather than slicing a view per patch: for the
-C_in = 1 and 3 first layers that is 2.8x faster, and at C_in = 32 still 1.3x (measured here).
+NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
+- forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
+                (blocks: 6 output pixels x 16 output channels)
+- weight grad:  dw[kh, t, n]    = sum_b,oh,ow xp[b, oh*s + kh, ow*s*C + t] * dy[b, oh, ow, n]
+                (blocks: 6 of t x 16 output channels, summed over bands of ~64 output pixels)
+- input grad:   stride 1: the forward kernel on dy padded by K-1-pad with w flipped and C_in, C_out
+                swapped (a full correlation: a 9*C_out-deep reduction per block). Stride > 1: a
+                scatter, dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for
+                oh*s + kh = i, row by row (each row owned by one thread: no races), then cropped.
+NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
+L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
+of a row (contiguous loads and stores in NCHW), the weight grad blocks of 6 input channels x 16
+output channels, which needs dy channels-last: NCHW's one transpose. Stride > 1 forward uses
+pixel blocks with strided stores; its input grad goes through NHWC copies.
 
-One core, two layouts, no transposes. The core is written for NHWC: a patch is ordered (kh, kw, c),
-so the weight (KH, KW, C_in, C_out) is a (K, C_out) matrix with no copy, col is (rows=B*OH*OW, K)
-and y = col @ W is NHWC. For NCHW the same numba kernels get a strided (N, H, W, C) *view* of the
-NCHW array (numba compiles a strided specialisation), and the GEMMs read and write NCHW through
-transposed BLAS operands: y[n] (C_out, P) = W.T @ col[n].T. An earlier version copied each batch
-chunk to NHWC and back; `profiler compare` showed NCHW 1.4-1.8x slower, mostly those copies.
-Except: when a plane's size in bytes is a multiple of 1 KiB (32x32, 16x16, ...), the channels of
-one pixel are that far apart and fall into the same few L1 sets, and the strided view thrashes
-(col2im 85 ms vs 3 ms on 32x32x32). Such calls copy each chunk to NHWC (at memcpy speed), run the
-NHWC path, and copy the results back.
+The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
+(weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
+past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
 """
 
 import math
 
+import numba
 import numpy as np
 from numba import prange
 
 from ._checks import check_layout, f32, out_buffer
-from ._jit import kernel
+from ._jit import helper, kernel
+from ._tile import J, P, padded, tile
 from .workspace import Workspace
 
-_CHUNK_FLOATS = 1 << 21  # im2col scratch per chunk: 8 MB of float32
-
 
 @kernel
-def _im2col(x, g, col):
-    """col[(b, oh, ow), (kh, kw, c)] = x[b, oh*s - pt + kh, ow*s - pl + kw, c], zero outside."""
-    kh_, kw_, s, pt, pl, oh_, ow_ = g
-    _, h, w, c = x.shape
-    for r in prange(x.shape[0] * oh_):
+def _forward_nhwc(xp, wk, s, y):
+    """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J."""
+    bsz, hp, wp, c = xp.shape
+    kh_, kl, np_ = wk.shape
+    _, oh_, ow_, n = y.shape
+    xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
+    for r in prange(bsz * oh_):
         b, oh = r // oh_, r % oh_
-        for ow in range(ow_):
-            dst = col[r * ow_ + ow]
-            for kh in range(kh_):
-                ih = oh * s - pt + kh
-                for kw in range(kw_):
-                    iw = ow * s - pl + kw
-                    base = (kh * kw_ + kw) * c
-                    if 0 <= ih < h and 0 <= iw < w:
-                        px = x[b, ih, iw]
-                        for k in range(c):
-                            dst[base + k] = px[k]
-                    else:
-                        for k in range(c):
-                            dst[base + k] = 0.0
+        x0 = (b * hp + oh * s) * wp * c
+        for n0 in range(0, n, J):
+            for ow0 in range(0, ow_, P):
+                tile(xf, x0 + ow0 * s * c, s * c, min(P, ow_ - ow0), (0, wp * c, 1), wf, n0, (0, kl * np_, np_),
+                     (1, kh_, kl), yf, (r * ow_ + ow0) * n + n0, n, 1, min(J, n - n0), False)
 
 
 @kernel
-def _col2im(dcol, g, dx):
-    """dx[b] = sum of dcol's patches back onto the image (the adjoint of _im2col)."""
-    kh_, kw_, s, pt, pl, oh_, ow_ = g
-    _, h, w, c = dx.shape
-    for b in prange(dx.shape[0]):  # each sample owns its image: no races
-        img = dx[b]
-        img[:] = 0.0
-        for oh in range(oh_):
-            for ow in range(ow_):
-                src = dcol[(b * oh_ + oh) * ow_ + ow]
+def _forward_nchw(xp, wp, wk, s, y):
+    """y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide and wk (KH, KW, C, Np).
+    Blocks are 6 output pixels x 16 output channels, reduced over (kh, kw, c); stores go to N
+    planes of y (strided)."""
+    bsz, c, plane = xp.shape
+    kh_, kw_, _, np_ = wk.shape
+    _, n, oh_, ow_ = y.shape
+    xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
+    for r in prange(bsz * oh_):
+        b, oh = r // oh_, r % oh_
+        for n0 in range(0, n, J):
+            for ow0 in range(0, ow_, P):
+                tile(xf, b * c * plane + oh * s * wp + ow0 * s, s, min(P, ow_ - ow0), (wp, 1, plane),
+                     wf, n0, (kw_ * c * np_, c * np_, np_), (kh_, kw_, c),
+                     yf, ((b * n + n0) * oh_ + oh) * ow_ + ow0, 1, oh_ * ow_, min(J, n - n0), False)
+
+
+@kernel
+def _forward_nchw_rows(xp, wp, wr, y):
+    """Stride 1 only: as _forward_nchw, but blocks are 6 output channels x 16 pixels of a row, so
+    x loads and y stores are contiguous vectors (stores to 16 planes one float at a time made
+    1-channel layers 4x slower than NHWC). wr holds w as (N/6, KH, KW, C, 6) panels, so a block's
+    6 weights per step are adjacent; rows of xp need J floats of slack (plane slots have them)."""
+    bsz, c, plane = xp.shape
+    _, kh_, kw_, _, _ = wr.shape
+    _, n, oh_, ow_ = y.shape
+    xf, wf, yf = xp.reshape(-1), wr.reshape(-1), y.reshape(-1)
+    for r in prange(bsz * oh_):
+        b, oh = r // oh_, r % oh_
+        for n0 in range(0, n, P):
+            for ow0 in range(0, ow_, J):
+                tile(wf, n0 * kh_ * kw_ * c, 1, min(P, n - n0), (kw_ * c * P, c * P, P),
+                     xf, b * c * plane + oh * wp + ow0, (wp, 1, plane), (kh_, kw_, c),
+                     yf, ((b * n + n0) * oh_ + oh) * ow_ + ow0, oh_ * ow_, 1, min(J, ow_ - ow0), False)
+
+
+@kernel
+def _backward_weight_nhwc(xp, dyp, s, parts, dw):
+    """dw (KH, KW*C, N) = sum over pixels of patch x dy; images split into len(parts) groups, each
+    summed into its own part (KH, KW*C, Np) in parallel, then the parts are added."""
+    bsz, hp, wp, c = xp.shape
+    _, oh_, ow_, np_ = dyp.shape
+    groups, kh_, kl, _ = parts.shape
+    band = max(1, 64 // ow_)
+    xf, df = xp.reshape(-1), dyp.reshape(-1)
+    for g in prange(groups):
+        part = parts[g].reshape(-1)
+        part[:] = 0.0
+        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
+            for oh0 in range(0, oh_, band):   # a band of ~64 output pixels: its x and dy stay in cache
+                rows = min(band, oh_ - oh0)
                 for kh in range(kh_):
-                    ih = oh * s - pt + kh
-                    if ih < 0 or ih >= h:
-                        continue
-                    for kw in range(kw_):
-                        iw = ow * s - pl + kw
-                        if 0 <= iw < w:
-                            base = (kh * kw_ + kw) * c
-                            px = img[ih, iw]
-                            for k in range(c):
-                                px[k] += src[base + k]
+                    for t0 in range(0, kl, P):
+                        for n0 in range(0, np_, J):
+                            tile(xf, (b * hp + oh0 * s + kh) * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                 df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
+                                 part, (kh * kl + t0) * np_ + n0, np_, 1, J, True)
+    _sum_parts(parts, dw)
 
 
 @kernel
-def _transpose(src, dst):
-    """dst[b] = src[b].T for (B, R, S) -> (B, S, R). numba's transposed copy ran near memcpy speed
-    here; element loops and 16/32 tiles were 1.5-10x slower."""
-    for b in prange(src.shape[0]):
-        dst[b] = src[b].T
+def _backward_weight_nchw(xp, wp, dyp, s, parts, dw):
+    """As _backward_weight_nhwc, from NCHW planes xp (B, C, plane) of rows wp wide: blocks are 6 input
+    channels (6 planes) x 16 output channels, one (kh, kw) at a time."""
+    bsz, c, plane = xp.shape
+    _, oh_, ow_, np_ = dyp.shape
+    groups, kh_, kl, _ = parts.shape
+    kw_ = kl // c
+    band = max(1, 64 // ow_)
+    xf, df = xp.reshape(-1), dyp.reshape(-1)
+    for g in prange(groups):
+        part = parts[g].reshape(-1)
+        part[:] = 0.0
+        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
+            for oh0 in range(0, oh_, band):
+                rows = min(band, oh_ - oh0)
+                for kh in range(kh_):
+                    for kw in range(kw_):
+                        for c0 in range(0, c, P):
+                            for n0 in range(0, np_, J):
+                                tile(xf, (b * c + c0) * plane + (oh0 * s + kh) * wp + kw, plane, min(P, c - c0),
+                                     (0, s * wp, s), df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_),
+                                     (1, rows, ow_), part, (kh * kl + kw * c + c0) * np_ + n0, np_, 1, J, True)
+    _sum_parts(parts, dw)
+
+
+@helper
+def _sum_parts(parts, dw):
+    """dw = the sum of the per-group parts (which are padded to Np columns)."""
+    groups, kh_, kl, _ = parts.shape
+    for kh in range(kh_):
+        for t in range(kl):
+            for j in range(dw.shape[2]):
+                total = parts[0, kh, t, j]
+                for g in range(1, groups):
+                    total += parts[g, kh, t, j]
+                dw[kh, t, j] = total
+
+
+@kernel
+def _backward_input_nhwc(dyp, wt, s, n, rows, dxp):
+    """Rows rows[0]:rows[1] of the padded input grad dxp (B, Hp, Wp, C), from dyp (B, OH, OW, Np)
+    and wt (KH, N, Lp) = w transposed, L = KW*C padded to J. Each row is owned by one iteration."""
+    bsz, hp, wp, c = dxp.shape
+    _, oh_, ow_, np_ = dyp.shape
+    kh_, _, lp = wt.shape
+    kl = wp * c - (ow_ - 1) * s * c            # KW*C: Wp = (OW - 1)*s + KW
+    i0, i1 = rows
+    nrows = i1 - i0
+    df, wf = dyp.reshape(-1), wt.reshape(-1)
+    for r in prange(bsz * nrows):
+        b, i = r // nrows, i0 + r % nrows
+        row = dxp[b, i].reshape(-1)
+        row[:] = 0.0
+        for kh in range(max(0, i - (oh_ - 1) * s), min(kh_, i + 1)):
+            if (i - kh) % s:
+                continue
+            oh = (i - kh) // s
+            for t0 in range(0, kl, J):
+                for ow0 in range(0, ow_, P):
+                    tile(df, ((b * oh_ + oh) * ow_ + ow0) * np_, np_, min(P, ow_ - ow0), (0, 0, 1),
+                         wf, kh * n * lp + t0, (0, 0, lp), (1, 1, n),
+                         row, ow0 * s * c + t0, s * c, 1, min(J, kl - t0), True)
+
+
+@kernel
+def _pack(src, nchw, pt, pl, dst):
+    """dst (B, Hp, Wp, Cp) = src (NCHW or NHWC) placed at row pt, column pl; zero elsewhere
+    (padding rows, columns and channels). Reads src in its own order, so NCHW reads stay contiguous."""
+    _, hp, wp, _ = dst.shape
+    if nchw:
+        _, c, h, w = src.shape
+    else:
+        _, h, w, c = src.shape
+    h, w = min(h, hp - pt), min(w, wp - pl)   # 'valid' with stride may never read the last rows
+    for b in prange(dst.shape[0]):
+        d = dst[b]
+        d[:] = 0.0
+        for ih in range(h):
+            if nchw:
+                for k in range(c):
+                    plane = src[b, k, ih]
+                    for iw in range(w):
+                        d[pt + ih, pl + iw, k] = plane[iw]
+            else:
+                d[pt + ih, pl:pl + w, :c] = src[b, ih, :w]
+
+
+@kernel
+def _unpack(src, pt, pl, nchw, dst):
+    """dst (NCHW or NHWC) = src[:, pt:pt+H, pl:pl+W, :C]: the inverse of _pack."""
+    if nchw:
+        _, c, h, w = dst.shape
+    else:
+        _, h, w, c = dst.shape
+    for b in prange(dst.shape[0]):
+        s = src[b]
+        for ih in range(h):
+            if nchw:
+                for k in range(c):
+                    plane = dst[b, k, ih]
+                    for iw in range(w):
+                        plane[iw] = s[pt + ih, pl + iw, k]
+            else:
+                dst[b, ih] = s[pt + ih, pl:pl + w, :c]
+
+
+@kernel
+def _planes(src, pt, pl, hp, wp, dst):
+    """dst (B, C, plane) = NCHW src zero-padded to hp x wp at (pt, pl), each plane's hp*wp floats
+    at the start of its `plane`-float slot. Row copies: memcpy speed."""
+    _, c, h, w = src.shape
+    h, w = min(h, hp - pt), min(w, wp - pl)
+    for r in prange(dst.shape[0] * c):
+        d = dst[r // c, r % c]
+        d[:] = 0.0
+        img = d[:hp * wp].reshape(hp, wp)
+        img[pt:pt + h, pl:pl + w] = src[r // c, r % c, :h, :w]
 
 
 def _shapes(x_shape, w_shape, layout, stride, padding):
@@ -111,56 +260,80 @@ def _shapes(x_shape, w_shape, layout, stride, padding):
     return n, c, h, wd, kh, kw, cout, oh, ow, pt, pl
 
 
+def _lanes(ws, name, a):
+    """`a` with its last axis padded with zeros to whole J-lane blocks (itself if it already is)."""
+    n = a.shape[-1]
+    if n % J == 0 and a.flags.c_contiguous:
+        return a
+    buf = ws.take(name, a.shape[:-1] + (padded(n),))
+    buf[..., n:] = 0.0
+    buf[..., :n] = a
+    return buf
+
+
+def _row_panels(ws, name, w):
+    """w (KH, KW, C, N) as (ceil(N/P), KH, KW, C, P) panels, zero past N, for _forward_nchw_rows."""
+    kh, kw, c, n = w.shape
+    groups = -(-n // P)
+    buf = ws.take(name, (groups, kh, kw, c, P))
+    for g in range(groups):
+        k = min(P, n - g * P)
+        buf[g, ..., :k] = w[..., g * P:g * P + k]
+        buf[g, ..., k:] = 0.0
+    return buf
+
+
+def _plane_floats(hp, wp):
+    """Floats per plane slot: hp*wp plus J of slack (a row block's lanes may run past the last row),
+    rounded up to an odd number of 64-byte lines so the planes of one pixel spread over L1's sets
+    (32x32 planes, 4 KB apart, all map to one set and thrash)."""
+    return (-(-(hp * wp + J) // 16) | 1) * 16
+
+
 class _Plan:
-    """Everything one conv call needs: checked arrays, geometry, chunks, scratch views."""
+    """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
     def __init__(self, x, w, layout, stride, padding, workspace):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
-        self.layout = layout
-        n, c, h, wd, kh, kw, cout, oh, ow, pt, pl = _shapes(self.x.shape, self.w.shape, layout, stride, padding)
-        self.n, self.c, self.h, self.wd, self.cout, self.oh, self.ow = n, c, h, wd, cout, oh, ow
-        self.geometry = (kh, kw, stride, pt, pl, oh, ow)
-        self.kdim, self.p = kh * kw * c, oh * ow
-        self.wm = self.w.reshape(self.kdim, cout)
+        self.layout, self.stride, self.nchw = layout, stride, layout == "NCHW"
+        geometry = _shapes(self.x.shape, self.w.shape, layout, stride, padding)
+        self.n, self.c, self.h, self.wd, self.kh, self.kw, self.cout, self.oh, self.ow, self.pt, self.pl = geometry
+        self.hp = (self.oh - 1) * stride + self.kh   # exactly the rows and columns the windows read
+        self.wp = (self.ow - 1) * stride + self.kw
+        self.kl = self.kw * self.c
         self.ws = workspace if workspace is not None else Workspace()
-        self.copy = layout == "NCHW" and (h * wd * 4) % 1024 == 0   # L1 set aliasing: module docstring
-        self.direct = layout == "NCHW" and not self.copy            # strided views, transposed GEMMs
-        step = max(1, min(n, _CHUNK_FLOATS // (self.p * self.kdim)))
-        self.chunks = [(n0, min(n, n0 + step)) for n0 in range(0, n, step)]
 
     @property
     def y_shape(self):
         n, cout, oh, ow = self.n, self.cout, self.oh, self.ow
-        return (n, cout, oh, ow) if self.layout == "NCHW" else (n, oh, ow, cout)
+        return (n, cout, oh, ow) if self.nchw else (n, oh, ow, cout)
 
-    def col(self, b):
-        return self.ws.take("col", (b * self.p, self.kdim))
+    def macs(self):
+        return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
 
-    def read(self, a, n0, n1, name):
-        """Chunk [n0, n1) of `a` (this call's layout) as (B, H, W, C) to read: a view of NHWC, a
-        strided view of NCHW, or a transposed copy in scratch."""
-        if self.layout == "NHWC":
-            return a[n0:n1]
-        if self.direct:
-            return a[n0:n1].transpose(0, 2, 3, 1)
-        out = self.target(a, n0, n1, name)
-        b, c = out.shape[0], out.shape[3]
-        _transpose(out.size, a[n0:n1].reshape(b, c, -1), out.reshape(b, -1, c))
-        return out
+    def planes(self, a, pt, pl, hp, wp, name):
+        """NCHW `a` zero-padded to hp x wp at (pt, pl), as (B, C, plane) for the NCHW kernels."""
+        buf = self.ws.take(name, a.shape[:2] + (_plane_floats(hp, wp),))
+        _planes(buf.size, a, pt, pl, hp, wp, buf)
+        return buf
 
-    def target(self, a, n0, n1, name):
-        """Where to write chunk [n0, n1) of `a` as (B, H, W, C); store() then puts copies in place."""
-        if self.layout == "NHWC":
-            return a[n0:n1]
-        if self.direct:
-            return a[n0:n1].transpose(0, 2, 3, 1)
-        b, c, h, w = a[n0:n1].shape
-        return self.ws.take(name, (b, h, w, c))
+    def nhwc(self, a, shape, pt, pl, name):
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one."""
+        if not self.nchw and a.shape == shape:
+            return a
+        buf = self.ws.take(name, shape)
+        _pack(buf.size, a, self.nchw, pt, pl, buf)
+        return buf
 
-    def store(self, nhwc, a, n0, n1):
-        if self.copy:
-            b, c = nhwc.shape[0], nhwc.shape[3]
-            _transpose(nhwc.size, nhwc.reshape(b, -1, c), a[n0:n1].reshape(b, c, -1))
+    def xp(self):
+        """The padded input, in the form this layout's kernels read."""
+        if self.nchw:
+            return self.planes(self.x, self.pt, self.pl, self.hp, self.wp, "conv2d.xp")
+        return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp")
+
+    def dyp(self, dy):
+        """dy as NHWC with whole lane blocks of channels (the weight grad's B operand)."""
+        return self.nhwc(dy, (self.n, self.oh, self.ow, padded(self.cout)), 0, 0, "conv2d.dyp")
 
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
@@ -177,46 +350,67 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     """
     plan = _Plan(x, w, layout, stride, padding, workspace)
     y = out_buffer(out, plan.y_shape)
-    for n0, n1 in plan.chunks:
-        col = plan.col(n1 - n0)
-        _im2col(col.size, plan.read(plan.x, n0, n1, "x"), plan.geometry, col)
-        if plan.direct:  # y[n] (C_out, P) = W.T @ col[n].T, written in place as NCHW
-            np.matmul(plan.wm.T, col.reshape(n1 - n0, plan.p, plan.kdim).transpose(0, 2, 1),
-                      out=y.reshape(plan.n, plan.cout, plan.p)[n0:n1])
-        else:
-            ys = plan.target(y, n0, n1, "y")
-            np.matmul(col, plan.wm, out=ys.reshape(-1, plan.cout))
-            plan.store(ys, y, n0, n1)
+    wk = _lanes(plan.ws, "conv2d.wk", plan.w)   # (KH, KW, C, Np)
+    if plan.nchw and stride == 1:
+        _forward_nchw_rows(plan.macs(), plan.xp(), plan.wp, _row_panels(plan.ws, "conv2d.wr", plan.w), y)
+    elif plan.nchw:
+        _forward_nchw(plan.macs(), plan.xp(), plan.wp, wk, stride, y)
+    else:
+        _forward_nhwc(plan.macs(), plan.xp(), wk.reshape(plan.kh, plan.kl, -1), stride, y)
     return y
 
 
-def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, workspace=None):
-    """(dx, dw) for y = conv2d_forward(x, w); `out` is an optional (dx, dw) pair of buffers."""
+def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, workspace=None, need_dx=True):
+    """(dx, dw) for y = conv2d_forward(x, w); `out` is an optional (dx, dw) pair of buffers.
+
+    need_dx=False skips the input gradient (a network's first layer has no use for it) and
+    returns (None, dw).
+    """
     plan = _Plan(x, w, layout, stride, padding, workspace)
     dy = f32("dy", dy, 4)
     if dy.shape != plan.y_shape:
         raise ValueError(f"dy has shape {dy.shape}, but conv2d of x {plan.x.shape} with w {plan.w.shape} "
                          f"({layout}, stride {stride}, {padding}) gives {plan.y_shape}")
     dx_out, dw_out = out if out is not None else (None, None)
-    dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
     dw = out_buffer(dw_out, plan.w.shape, "out[1] (dw)")
-    dwm = dw.reshape(plan.kdim, plan.cout)
-    dwm[:] = 0.0
-    part = plan.ws.take("dw_part", dwm.shape)
-    for n0, n1 in plan.chunks:
-        b = n1 - n0
-        col = plan.col(b)
-        _im2col(col.size, plan.read(plan.x, n0, n1, "x"), plan.geometry, col)
-        if plan.direct:  # dy[n] is (C_out, P): per sample dW += col[n].T @ dy[n].T, dcol[n] = dy[n].T @ W.T
-            dyc, cols = dy.reshape(plan.n, plan.cout, plan.p)[n0:n1], col.reshape(b, plan.p, plan.kdim)
-            for i in range(b):
-                dwm += np.matmul(cols[i].T, dyc[i].T, out=part)
-            np.matmul(dyc.transpose(0, 2, 1), plan.wm.T, out=cols)
+    kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
+    dyp = plan.dyp(dy)
+    parts = plan.ws.take("conv2d.dw_parts", (max(1, min(plan.n, numba.get_num_threads())), kh, kl, dyp.shape[3]))
+    if plan.nchw:
+        _backward_weight_nchw(plan.macs(), plan.xp(), plan.wp, dyp, stride, parts, dw.reshape(kh, kl, cout))
+    else:
+        _backward_weight_nhwc(plan.macs(), plan.xp(), dyp, stride, parts, dw.reshape(kh, kl, cout))
+    if not need_dx:
+        return None, dw
+    dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
+    if stride == 1:
+        # a full correlation: dx = conv(dy padded by K-1-pad, w flipped with C_in and C_out swapped),
+        # the forward kernel's deep reduction instead of the scatter's short one
+        hq, wq, qt, ql = plan.h + kh - 1, plan.wd + kw - 1, kh - 1 - plan.pt, kw - 1 - plan.pl
+        flipped = plan.w[::-1, ::-1].transpose(0, 1, 3, 2)
+        if plan.nchw:
+            dyq = plan.planes(dy, qt, ql, hq, wq, "conv2d.dyq")
+            _forward_nchw_rows(plan.macs(), dyq, wq, _row_panels(plan.ws, "conv2d.wf", flipped), dx)
         else:
-            rows = plan.read(dy, n0, n1, "dy").reshape(-1, plan.cout)
-            dwm += np.matmul(col.T, rows, out=part)
-            np.matmul(rows, plan.wm.T, out=col)
-        dxs = plan.target(dx, n0, n1, "dx")
-        _col2im(col.size, col, plan.geometry, dxs)
-        plan.store(dxs, dx, n0, n1)
+            dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
+            wf = _lanes(plan.ws, "conv2d.wf", flipped)
+            _forward_nhwc(plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, dx)
+        return dx, dw
+    wt = _lanes(plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
+    full = (plan.n, plan.hp, plan.wp, plan.c)
+    direct = not plan.nchw and full == dx.shape
+    dxp = dx if direct else plan.ws.take("conv2d.dxp", full)
+    rows = (plan.pt, min(plan.hp, plan.pt + plan.h))   # padding rows are never read back
+    _backward_input_nhwc(plan.macs(), dyp, wt, stride, cout, rows, dxp)
+    if not direct:
+        if plan.hp < plan.pt + plan.h or plan.wp < plan.pl + plan.wd:   # rows/columns no window reached
+            dx[:] = 0.0
+        _unpack_into(dx, dxp, plan)
     return dx, dw
+
+
+def _unpack_into(dx, dxp, plan):
+    """Crop (and for NCHW transpose) the padded input grad into dx, leaving unread rows/columns 0."""
+    h, w = min(plan.h, plan.hp - plan.pt), min(plan.wd, plan.wp - plan.pl)
+    target = dx[:, :, :h, :w] if plan.nchw else dx[:, :h, :w, :]
+    _unpack(dx.size, dxp, plan.pt, plan.pl, plan.nchw, target)

@@ -95,6 +95,34 @@ def test_conv2d_layouts_agree_on_a_real_shape(rng):
     close(dw1, dw2, scale=100)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("stride,padding", [(1, "same"), (1, "valid"), (2, "same")])
+def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, rng):
+    """Channel counts past one 6 x 16 register block and not a multiple of it (C_out 20, 38),
+    widths past one 16-lane row block: the edge handling of every kernel, both layouts."""
+    for n, c, h, cout in [(3, 7, 19, 20), (2, 33, 9, 38)]:
+        x, w = f32(rng, n, c, h, h + 2), f32(rng, 3, 3, c, cout)
+        xt, wt, yt = torch_conv(x, w, stride, padding)
+        dy = f32(rng, *yt.shape)
+        yt.backward(torch.tensor(dy))
+        xl = ref.to_layout(x, layout)
+        close(ref.to_nchw(K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding), layout),
+              yt.detach().numpy(), scale=9 * c)
+        dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding)
+        close(ref.to_nchw(dx, layout), xt.grad.numpy(), scale=9 * cout)
+        close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=n * h * h)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_conv2d_backward_can_skip_the_input_gradient(layout, rng):
+    x, w = ref.to_layout(f32(rng, 2, 3, 8, 8), layout), f32(rng, 3, 3, 3, 4)
+    dy = f32(rng, *K.conv2d_output_shape(x.shape, w.shape, layout=layout))
+    _, dw = K.conv2d_backward(x, w, dy, layout=layout)
+    none, dw_only = K.conv2d_backward(x, w, dy, layout=layout, need_dx=False)
+    assert none is None
+    np.testing.assert_array_equal(dw_only, dw)
+
+
 def test_conv2d_workspace_and_out_buffers_are_reused(rng):
     x, w = f32(rng, 4, 3, 9, 9), f32(rng, 3, 3, 3, 5)
     ws = K.Workspace()
@@ -156,6 +184,19 @@ def test_dense_matches_torch(n, i, o, strided, seed):
     close(dx, xt.grad.numpy(), scale=o)
     close(dw, wt.grad.numpy(), scale=n)
     close(db, bt.grad.numpy(), scale=n)
+
+
+@pytest.mark.parametrize("n,i,o", [(70, 600, 130), (50, 700, 20), (5, 300, 400)])
+def test_dense_blocked_products_match_a_float64_reference(n, i, o, rng):
+    """Sizes that take the numba path (past OpenBLAS's single-thread threshold): reduction blocks
+    of 256, row bands of 48, column groups of 64 and their partial edges."""
+    x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
+    x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
+    close(K.dense_forward(x, w, b), x64 @ w64 + b, scale=np.sqrt(i))
+    dx, dw, db = K.dense_backward(x, w, dy, workspace=K.Workspace())
+    close(dx, dy64 @ w64.T, scale=np.sqrt(o))
+    close(dw, x64.T @ dy64, scale=np.sqrt(n))
+    close(db, dy64.sum(axis=0), scale=np.sqrt(n))
 
 
 def test_dense_finite_differences(rng):

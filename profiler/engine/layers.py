@@ -28,6 +28,7 @@ def glorot_uniform(rng, shape, fan_in, fan_out):
 
 class Layer:
     param_names = ()  # attributes holding parameters; the gradient of `w` is `dw`
+    input_grad = True  # the model clears it on its first layer: nothing reads the inputs' gradient
 
     def __init__(self):
         self.layout = "NHWC"
@@ -116,7 +117,7 @@ class Dense(Layer):
     def forward(self, x, training):
         self.x = x
         with self.timed("dense_forward"):
-            y = K.dense_forward(x, self.w, self.b, out=self.ws.take("y", (x.shape[0], self.units)))
+            y = K.dense_forward(x, self.w, self.b, out=self.ws.take("y", (x.shape[0], self.units)), workspace=self.ws)
         return self.activation.forward(y, training) if self.activation else y
 
     def backward(self, dy):
@@ -124,7 +125,7 @@ class Dense(Layer):
             dy = self.activation.backward(dy)
         with self.timed("dense_backward"):
             dx = self.ws.take("dx", self.x.shape)
-            K.dense_backward(self.x, self.w, dy, out=(dx, self.dw, self.db))
+            K.dense_backward(self.x, self.w, dy, out=(dx, self.dw, self.db), workspace=self.ws)
         return dx
 
     def __repr__(self):
@@ -173,8 +174,8 @@ class Conv2D(Layer):
         with self.timed("broadcast_add_backward"):
             K.broadcast_add_backward(dy, layout=self.layout, out=self.db)
         with self.timed("conv2d_backward"):
-            dx = self.ws.take("dx", self.x.shape)
-            K.conv2d_backward(self.x, self.w, dy, out=(dx, self.dw), **self._conv_args())
+            dx = self.ws.take("dx", self.x.shape) if self.input_grad else None
+            K.conv2d_backward(self.x, self.w, dy, out=(dx, self.dw), need_dx=self.input_grad, **self._conv_args())
         return dx
 
     def __repr__(self):

@@ -27,6 +27,7 @@ class Sequential:
                 shape = layer.build(shape, layout, rng)
             row_order = layer.canonical_order() if isinstance(layer, Flatten) else None
         self.output_shape = shape
+        self.layers[0].input_grad = False
         self._pack()
         self.fused_softmax = self._strip_softmax()
         self.loss = CategoricalCrossentropy(from_logits=self.fused_softmax)
