@@ -46,7 +46,8 @@ def main():
         parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     info = machine()
     parts = ["# Benchmark results", "", "Written by `make bench` (`python -m benchmarks`). Ratios come from one "
-             "process, candidates interleaved call by call; absolute times drift on this shared machine.", "",
+             "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
+             "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
     for name in chosen:
         title, module = SECTIONS[name]

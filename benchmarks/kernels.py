@@ -12,7 +12,8 @@ CONVS = [  # name, N, C, H, W, C_out, padding
     ("mnist conv1 128x28x28 1->32", 128, 1, 28, 28, 32, "valid"),
     ("mnist conv2 128x26x26 32->64", 128, 32, 26, 26, 64, "valid"),
     ("cifar conv1 32x32x32 3->32 same", 32, 3, 32, 32, 32, "same"),
-    ("cifar conv3 32x16x16 32->64 same", 32, 32, 16, 16, 64, "same"),
+    ("cifar conv2 32x32x32 32->32", 32, 32, 32, 32, 32, "valid"),
+    ("cifar conv3 32x15x15 32->64 same", 32, 32, 15, 15, 64, "same"),
 ]
 
 
@@ -66,16 +67,19 @@ def _bias_cases(rng):
 
 
 def _dense_cases(rng):
-    x = rng.standard_normal((128, 9216)).astype(np.float32)
-    w = (rng.standard_normal((9216, 128)) * 0.01).astype(np.float32)
-    b = np.zeros(128, np.float32)
-    dy = rng.standard_normal((128, 128)).astype(np.float32)
-    tx, tw, tb, tdy = map(torch.tensor, (x, w, b, dy))
-    flops = 2 * 128 * 9216 * 128
-    yield ("dense_forward 128x9216->128", "-", flops, "GFLOP/s",
-           lambda: K.dense_forward(x, w, b), lambda: torch.addmm(tb, tx, tw))
-    yield ("dense_backward 128x9216->128", "-", 2 * flops, "GFLOP/s",
-           lambda: K.dense_backward(x, w, dy), lambda: (tdy @ tw.T, tx.T @ tdy, tdy.sum(0)))
+    for n, i, o in [(128, 9216, 128), (32, 2304, 512)]:   # mnist-cnn's and cifar10-cnn's big Dense
+        x = rng.standard_normal((n, i)).astype(np.float32)
+        w = (rng.standard_normal((i, o)) * 0.01).astype(np.float32)
+        b = np.zeros(o, np.float32)
+        dy = rng.standard_normal((n, o)).astype(np.float32)
+        tx, tw, tb, tdy = map(torch.tensor, (x, w, b, dy))
+        flops, ws = 2 * n * i * o, K.Workspace()
+        yield (f"dense_forward {n}x{i}->{o}", "-", flops, "GFLOP/s",
+               lambda x=x, w=w, b=b, ws=ws: K.dense_forward(x, w, b, workspace=ws),
+               lambda tx=tx, tw=tw, tb=tb: torch.addmm(tb, tx, tw))
+        yield (f"dense_backward {n}x{i}->{o}", "-", 2 * flops, "GFLOP/s",
+               lambda x=x, w=w, dy=dy, ws=ws: K.dense_backward(x, w, dy, workspace=ws),
+               lambda tx=tx, tw=tw, tdy=tdy: (tdy @ tw.T, tx.T @ tdy, tdy.sum(0)))
 
 
 def run(threads=(1, 2), rounds=20):
