@@ -18,8 +18,8 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
 of a row (contiguous loads and stores in NCHW), the weight grad blocks of 6 input channels x 16
-output channels, which needs dy channels-last: NCHW's one transpose. Stride > 1 forward uses
-pixel blocks with strided stores; its input grad goes through NHWC copies.
+output channels, which needs dy channels-last: NCHW's one transpose. With stride > 1 the forward
+and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
@@ -55,29 +55,12 @@ def _forward_nhwc(xp, wk, s, y):
 
 
 @kernel
-def _forward_nchw(xp, wp, wk, s, y):
-    """y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide and wk (KH, KW, C, Np).
-    Blocks are 6 output pixels x 16 output channels, reduced over (kh, kw, c); stores go to N
-    planes of y (strided)."""
-    bsz, c, plane = xp.shape
-    kh_, kw_, _, np_ = wk.shape
-    _, n, oh_, ow_ = y.shape
-    xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    for r in prange(bsz * oh_):
-        b, oh = r // oh_, r % oh_
-        for n0 in range(0, n, J):
-            for ow0 in range(0, ow_, P):
-                tile(xf, b * c * plane + oh * s * wp + ow0 * s, s, min(P, ow_ - ow0), (wp, 1, plane),
-                     wf, n0, (kw_ * c * np_, c * np_, np_), (kh_, kw_, c),
-                     yf, ((b * n + n0) * oh_ + oh) * ow_ + ow0, 1, oh_ * ow_, min(J, n - n0), False)
-
-
-@kernel
 def _forward_nchw_rows(xp, wp, wr, y):
-    """Stride 1 only: as _forward_nchw, but blocks are 6 output channels x 16 pixels of a row, so
-    x loads and y stores are contiguous vectors (stores to 16 planes one float at a time made
-    1-channel layers 4x slower than NHWC). wr holds w as (N/6, KH, KW, C, 6) panels, so a block's
-    6 weights per step are adjacent; rows of xp need J floats of slack (plane slots have them)."""
+    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are 6
+    output channels x 16 pixels of a row, so x loads and y stores are contiguous vectors (blocks of
+    6 pixels x 16 channels stored to 16 planes one float at a time: 1-channel layers 4x slower than
+    NHWC). wr holds w as (N/6, KH, KW, C, 6) panels, so a block's 6 weights per step are adjacent;
+    rows of xp need J floats of slack (plane slots have them)."""
     bsz, c, plane = xp.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
@@ -92,39 +75,18 @@ def _forward_nchw_rows(xp, wp, wr, y):
 
 
 @kernel
-def _backward_weight_nhwc(xp, dyp, s, parts, dw):
-    """dw (KH, KW*C, N) = sum over pixels of patch x dy; images split into len(parts) groups, each
-    summed into its own part (KH, KW*C, Np) in parallel, then the parts are added."""
-    bsz, hp, wp, c = xp.shape
-    _, oh_, ow_, np_ = dyp.shape
+def _backward_weight(xf, x_steps, dyp, s, parts, dw):
+    """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input xf (flat) in either
+    layout: x_steps = (image, row, pixel) strides and (runs, run step, run length, element step)
+    say where the KW*C patch elements of a row lie: NHWC one run of KW*C contiguous floats, NCHW
+    KW runs (one per kw) of C floats a plane apart. Blocks are 6 patch elements x 16 output
+    channels, summed over bands of ~64 output pixels (their x and dy stay in cache); images are
+    split into len(parts) groups, each summed into its own part in parallel, then added."""
+    bs, rs, ps, runs, run_step, run_len, es = x_steps
+    bsz, oh_, ow_, np_ = dyp.shape
     groups, kh_, kl, _ = parts.shape
     band = max(1, 64 // ow_)
-    xf, df = xp.reshape(-1), dyp.reshape(-1)
-    for g in prange(groups):
-        part = parts[g].reshape(-1)
-        part[:] = 0.0
-        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
-            for oh0 in range(0, oh_, band):   # a band of ~64 output pixels: its x and dy stay in cache
-                rows = min(band, oh_ - oh0)
-                for kh in range(kh_):
-                    for t0 in range(0, kl, P):
-                        for n0 in range(0, np_, J):
-                            tile(xf, (b * hp + oh0 * s + kh) * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
-                                 df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
-                                 part, (kh * kl + t0) * np_ + n0, np_, 1, J, True)
-    _sum_parts(parts, dw)
-
-
-@kernel
-def _backward_weight_nchw(xp, wp, dyp, s, parts, dw):
-    """As _backward_weight_nhwc, from NCHW planes xp (B, C, plane) of rows wp wide: blocks are 6 input
-    channels (6 planes) x 16 output channels, one (kh, kw) at a time."""
-    bsz, c, plane = xp.shape
-    _, oh_, ow_, np_ = dyp.shape
-    groups, kh_, kl, _ = parts.shape
-    kw_ = kl // c
-    band = max(1, 64 // ow_)
-    xf, df = xp.reshape(-1), dyp.reshape(-1)
+    df = dyp.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
@@ -132,12 +94,13 @@ def _backward_weight_nchw(xp, wp, dyp, s, parts, dw):
             for oh0 in range(0, oh_, band):
                 rows = min(band, oh_ - oh0)
                 for kh in range(kh_):
-                    for kw in range(kw_):
-                        for c0 in range(0, c, P):
+                    for run in range(runs):
+                        for e0 in range(0, run_len, P):
                             for n0 in range(0, np_, J):
-                                tile(xf, (b * c + c0) * plane + (oh0 * s + kh) * wp + kw, plane, min(P, c - c0),
-                                     (0, s * wp, s), df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_),
-                                     (1, rows, ow_), part, (kh * kl + kw * c + c0) * np_ + n0, np_, 1, J, True)
+                                tile(xf, b * bs + (oh0 * s + kh) * rs + run * run_step + e0 * es, es,
+                                     min(P, run_len - e0), (0, s * rs, s * ps),
+                                     df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
+                                     part, (kh * kl + run * run_len + e0) * np_ + n0, np_, 1, J, True)
     _sum_parts(parts, dw)
 
 
@@ -325,11 +288,13 @@ class _Plan:
         _pack(buf.size, a, self.nchw, pt, pl, buf)
         return buf
 
-    def xp(self):
-        """The padded input, in the form this layout's kernels read."""
-        if self.nchw:
-            return self.planes(self.x, self.pt, self.pl, self.hp, self.wp, "conv2d.xp")
+    def x_nhwc(self):
+        """The padded input as NHWC (a transposed copy for NCHW)."""
         return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp")
+
+    def x_planes(self):
+        """The padded NCHW input as plane slots (NCHW only)."""
+        return self.planes(self.x, self.pt, self.pl, self.hp, self.wp, "conv2d.xp")
 
     def dyp(self, dy):
         """dy as NHWC with whole lane blocks of channels (the weight grad's B operand)."""
@@ -350,13 +315,14 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     """
     plan = _Plan(x, w, layout, stride, padding, workspace)
     y = out_buffer(out, plan.y_shape)
-    wk = _lanes(plan.ws, "conv2d.wk", plan.w)   # (KH, KW, C, Np)
     if plan.nchw and stride == 1:
-        _forward_nchw_rows(plan.macs(), plan.xp(), plan.wp, _row_panels(plan.ws, "conv2d.wr", plan.w), y)
-    elif plan.nchw:
-        _forward_nchw(plan.macs(), plan.xp(), plan.wp, wk, stride, y)
-    else:
-        _forward_nhwc(plan.macs(), plan.xp(), wk.reshape(plan.kh, plan.kl, -1), stride, y)
+        _forward_nchw_rows(plan.macs(), plan.x_planes(), plan.wp, _row_panels(plan.ws, "conv2d.wr", plan.w), y)
+        return y
+    wk = _lanes(plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
+    yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
+    _forward_nhwc(plan.macs(), plan.x_nhwc(), wk, stride, yh)
+    if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
+        _unpack(y.size, yh, 0, 0, True, y)
     return y
 
 
@@ -377,9 +343,13 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     dyp = plan.dyp(dy)
     parts = plan.ws.take("conv2d.dw_parts", (max(1, min(plan.n, numba.get_num_threads())), kh, kl, dyp.shape[3]))
     if plan.nchw:
-        _backward_weight_nchw(plan.macs(), plan.xp(), plan.wp, dyp, stride, parts, dw.reshape(kh, kl, cout))
+        x = plan.x_planes()
+        plane = x.shape[2]
+        x_steps = (plan.c * plane, plan.wp, 1, kw, 1, plan.c, plane)
     else:
-        _backward_weight_nhwc(plan.macs(), plan.xp(), dyp, stride, parts, dw.reshape(kh, kl, cout))
+        x = plan.x_nhwc()
+        x_steps = (plan.hp * plan.wp * plan.c, plan.wp * plan.c, plan.c, 1, 0, kl, 1)
+    _backward_weight(plan.macs(), x.reshape(-1), x_steps, dyp, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")

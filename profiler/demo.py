@@ -6,6 +6,7 @@ Seed 2: mnist-cnn in NCHW and NHWC, compared op by op with what-if projections.
 Every run is a fresh process, so GC state does not carry over.
 """
 
+import shutil
 from pathlib import Path
 
 from .analysis import analyze, compare, scaling, series
@@ -28,6 +29,8 @@ def demo(out, quick=False):
     jobs += [["run", "mnist-cnn", "--layout", layout, "--epochs", str(cnn_epochs), "--samples", str(samples),
               "--out", str(d), "--quiet"] for layout, d in layouts.items()]
     print(f"profiler demo: {len(jobs)} runs in fresh processes under {out} ...")
+    for d in [d for runs in policies.values() for d in runs.values()] + list(layouts.values()):
+        shutil.rmtree(d, ignore_errors=True)   # a rerun replaces the demo's own runs, nothing else
     run_many(jobs, "demo")
 
     scalings = [scaling(runs) for runs in policies.values()]

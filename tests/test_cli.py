@@ -73,11 +73,15 @@ def test_flamegraph_of_any_command_and_diff(tmp_path):
     assert "red grew, blue shrank" in diff and "points vs baseline" in diff
 
 
-def test_demo_quick_writes_the_report(tmp_path):
-    out = profiler("demo", "--quick", "--out", tmp_path / "demo").stdout
-    assert "report:" in out and (tmp_path / "demo" / "report.html").exists()
+def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "notes.txt").write_text("mine")
+    for _ in range(2):   # `make demo` twice: the second run replaces the first one's runs
+        out = profiler("demo", "--quick", "--out", tmp_path / "demo").stdout
+        assert "report:" in out and (tmp_path / "demo" / "report.html").exists()
     assert "Seed 1" in out and "NCHW vs NHWC" in out
     assert (tmp_path / "demo" / "figures" / "scaling-preallocated.png").exists()
+    assert (tmp_path / "demo" / "notes.txt").read_text() == "mine"
 
 
 @pytest.mark.parametrize("args,words", [
