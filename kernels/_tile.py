@@ -93,4 +93,3 @@ def panels(workspace, name, b):
     out = workspace.take(name, (padded(n) // J, k, J))
     _panels(out.size, b, out)
     return out
-
