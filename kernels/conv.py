@@ -17,9 +17,9 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 oh*s + kh = i, row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
-of a row (contiguous loads and stores in NCHW), the weight grad blocks of 6 input channels x 16
-output channels, which needs dy channels-last: NCHW's one transpose. With stride > 1 the forward
-and input grad go through NHWC copies.
+of a row (contiguous loads and stores in NCHW); the weight grad reads dy in place, in blocks of 6
+output channels x 16 patch elements of a channels-last copy of x: NCHW's one transpose. With
+stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
@@ -75,18 +75,16 @@ def _forward_nchw_rows(xp, wp, wr, y):
 
 
 @kernel
-def _backward_weight(xf, x_steps, dyp, s, parts, dw):
-    """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input xf (flat) in either
-    layout: x_steps = (image, row, pixel) strides and (runs, run step, run length, element step)
-    say where the KW*C patch elements of a row lie: NHWC one run of KW*C contiguous floats, NCHW
-    KW runs (one per kw) of C floats a plane apart. Blocks are 6 patch elements x 16 output
-    channels, summed over bands of ~64 output pixels (their x and dy stay in cache); images are
-    split into len(parts) groups, each summed into its own part in parallel, then added."""
-    bs, rs, ps, runs, run_step, run_len, es = x_steps
-    bsz, oh_, ow_, np_ = dyp.shape
+def _backward_weight_nhwc(xp, dyp, s, parts, dw):
+    """dw (KH, KW*C, N) = sum over pixels of patch x dy. Blocks are 6 patch elements x 16 output
+    channels (dyp: dy as NHWC, channels padded to J), summed over bands of ~64 output pixels (their
+    x and dy stay in cache); images are split into len(parts) groups, each summed into its own
+    part in parallel, then added."""
+    bsz, hp, wp, c = xp.shape
+    _, oh_, ow_, np_ = dyp.shape
     groups, kh_, kl, _ = parts.shape
     band = max(1, 64 // ow_)
-    df = dyp.reshape(-1)
+    xf, df = xp.reshape(-1), dyp.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
@@ -94,26 +92,52 @@ def _backward_weight(xf, x_steps, dyp, s, parts, dw):
             for oh0 in range(0, oh_, band):
                 rows = min(band, oh_ - oh0)
                 for kh in range(kh_):
-                    for run in range(runs):
-                        for e0 in range(0, run_len, P):
-                            for n0 in range(0, np_, J):
-                                tile(xf, b * bs + (oh0 * s + kh) * rs + run * run_step + e0 * es, es,
-                                     min(P, run_len - e0), (0, s * rs, s * ps),
-                                     df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
-                                     part, (kh * kl + run * run_len + e0) * np_ + n0, np_, 1, J, True)
-    _sum_parts(parts, dw)
+                    for t0 in range(0, kl, P):
+                        for n0 in range(0, np_, J):
+                            tile(xf, (b * hp + oh0 * s + kh) * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                 df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
+                                 part, (kh * kl + t0) * np_ + n0, np_, 1, J, True)
+    _sum_parts(parts, False, dw)
+
+
+@kernel
+def _backward_weight_nchw(dy, xf, x_shape, s, parts, dw):
+    """The same for NCHW dy, read in place: blocks are 6 output channels (6 planes of dy) x 16
+    patch elements of x, which is NHWC here (xf: (B, Hp, Wp, C) flat, J floats of slack at the
+    end). Transposing x rather than dy: first layers' x is 10-27x smaller, and no layer's much
+    larger. parts are (KH, N, KW*C padded to J), added up transposed."""
+    bsz, n, oh_, ow_ = dy.shape
+    _, hp, wp, c = x_shape
+    groups, kh_, _, klp = parts.shape
+    kl = dw.shape[1]
+    band = max(1, 64 // ow_)
+    df = dy.reshape(-1)
+    for g in prange(groups):
+        part = parts[g].reshape(-1)
+        part[:] = 0.0
+        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
+            for oh0 in range(0, oh_, band):
+                rows = min(band, oh_ - oh0)
+                for kh in range(kh_):
+                    for n0 in range(0, n, P):
+                        for t0 in range(0, kl, J):
+                            tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
+                                 xf, (b * hp + oh0 * s + kh) * wp * c + t0, (0, s * wp * c, s * c), (1, rows, ow_),
+                                 part, (kh * n + n0) * klp + t0, klp, 1, J, True)
+    _sum_parts(parts, True, dw)
 
 
 @helper
-def _sum_parts(parts, dw):
-    """dw = the sum of the per-group parts (which are padded to Np columns)."""
-    groups, kh_, kl, _ = parts.shape
+def _sum_parts(parts, transposed, dw):
+    """dw (KH, KW*C, N) = the sum of the per-group parts: (KH, KW*C, N padded) or, transposed,
+    (KH, N, KW*C padded)."""
+    groups, kh_, kl, n = parts.shape[0], dw.shape[0], dw.shape[1], dw.shape[2]
     for kh in range(kh_):
         for t in range(kl):
-            for j in range(dw.shape[2]):
-                total = parts[0, kh, t, j]
-                for g in range(1, groups):
-                    total += parts[g, kh, t, j]
+            for j in range(n):
+                total = 0.0
+                for g in range(groups):
+                    total += parts[g, kh, j, t] if transposed else parts[g, kh, t, j]
                 dw[kh, t, j] = total
 
 
@@ -280,13 +304,18 @@ class _Plan:
         _planes(buf.size, a, pt, pl, hp, wp, buf)
         return buf
 
-    def nhwc(self, a, shape, pt, pl, name):
-        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one."""
-        if not self.nchw and a.shape == shape:
+    def nhwc(self, a, shape, pt, pl, name, slack=0):
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
+        (and no slack is asked for). With slack, returns the flat buffer: the array then `slack`
+        zeros."""
+        if not self.nchw and a.shape == shape and not slack:
             return a
-        buf = self.ws.take(name, shape)
+        size = math.prod(shape)
+        flat = self.ws.take(name, (size + slack,))
+        flat[size:] = 0.0
+        buf = flat[:size].reshape(shape)
         _pack(buf.size, a, self.nchw, pt, pl, buf)
-        return buf
+        return flat if slack else buf
 
     def x_nhwc(self):
         """The padded input as NHWC (a transposed copy for NCHW)."""
@@ -340,16 +369,16 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     dx_out, dw_out = out if out is not None else (None, None)
     dw = out_buffer(dw_out, plan.w.shape, "out[1] (dw)")
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
-    dyp = plan.dyp(dy)
-    parts = plan.ws.take("conv2d.dw_parts", (max(1, min(plan.n, numba.get_num_threads())), kh, kl, dyp.shape[3]))
+    groups = max(1, min(plan.n, numba.get_num_threads()))
     if plan.nchw:
-        x = plan.x_planes()
-        plane = x.shape[2]
-        x_steps = (plan.c * plane, plan.wp, 1, kw, 1, plan.c, plane)
+        shape = (plan.n, plan.hp, plan.wp, plan.c)
+        xf = plan.nhwc(plan.x, shape, plan.pt, plan.pl, "conv2d.xp", slack=J)
+        parts = plan.ws.take("conv2d.dw_parts", (groups, kh, cout, padded(kl)))
+        _backward_weight_nchw(plan.macs(), dy, xf, shape, stride, parts, dw.reshape(kh, kl, cout))
     else:
-        x = plan.x_nhwc()
-        x_steps = (plan.hp * plan.wp * plan.c, plan.wp * plan.c, plan.c, 1, 0, kl, 1)
-    _backward_weight(plan.macs(), x.reshape(-1), x_steps, dyp, stride, parts, dw.reshape(kh, kl, cout))
+        dyp = plan.dyp(dy)
+        parts = plan.ws.take("conv2d.dw_parts", (groups, kh, kl, dyp.shape[3]))
+        _backward_weight_nhwc(plan.macs(), plan.x_nhwc(), dyp, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
@@ -366,6 +395,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
             wf = _lanes(plan.ws, "conv2d.wf", flipped)
             _forward_nhwc(plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, dx)
         return dx, dw
+    dyp = plan.dyp(dy)
     wt = _lanes(plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
     full = (plan.n, plan.hp, plan.wp, plan.c)
     direct = not plan.nchw and full == dx.shape
