@@ -75,41 +75,24 @@ def _forward_nchw_rows(xp, wp, wr, y):
 
 
 @kernel
-def _backward_weight_nhwc(xp, dyp, s, parts, dw):
-    """dw (KH, KW*C, N) = sum over pixels of patch x dy. Blocks are 6 patch elements x 16 output
-    channels (dyp: dy as NHWC, channels padded to J), summed over bands of ~64 output pixels (their
-    x and dy stay in cache); images are split into len(parts) groups, each summed into its own
-    part in parallel, then added."""
-    bsz, hp, wp, c = xp.shape
-    _, oh_, ow_, np_ = dyp.shape
-    groups, kh_, kl, _ = parts.shape
-    band = max(1, 64 // ow_)
-    xf, df = xp.reshape(-1), dyp.reshape(-1)
-    for g in prange(groups):
-        part = parts[g].reshape(-1)
-        part[:] = 0.0
-        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
-            for oh0 in range(0, oh_, band):
-                rows = min(band, oh_ - oh0)
-                for kh in range(kh_):
-                    for t0 in range(0, kl, P):
-                        for n0 in range(0, np_, J):
-                            tile(xf, (b * hp + oh0 * s + kh) * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
-                                 df, (b * oh_ + oh0) * ow_ * np_ + n0, (0, ow_ * np_, np_), (1, rows, ow_),
-                                 part, (kh * kl + t0) * np_ + n0, np_, 1, J, True)
-    _sum_parts(parts, False, dw)
+def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
+    """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
+    with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
+    padded to J). Summed over bands of ~64 output pixels (their x and dy stay in cache); images are
+    split into len(parts) groups, each summed into its own part in parallel, then added.
 
-
-@kernel
-def _backward_weight_nchw(dy, xf, x_shape, s, parts, dw):
-    """The same for NCHW dy, read in place: blocks are 6 output channels (6 planes of dy) x 16
-    patch elements of x, which is NHWC here (xf: (B, Hp, Wp, C) flat, J floats of slack at the
-    end). Transposing x rather than dy: first layers' x is 10-27x smaller, and no layer's much
-    larger. parts are (KH, N, KW*C padded to J), added up transposed."""
-    bsz, n, oh_, ow_ = dy.shape
+    The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
+    channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
+    (planes of dy, read in place) x 16 patch elements (lanes along x's channels-last copy, parts
+    (KH, N, KW*C padded), added up transposed). Transposing x rather than dy for NCHW: first
+    layers' x is 10-27x smaller, and no layer's is much larger."""
     _, hp, wp, c = x_shape
-    groups, kh_, _, klp = parts.shape
-    kl = dw.shape[1]
+    if nchw:
+        bsz, n, oh_, ow_ = dy.shape
+    else:
+        bsz, oh_, ow_, n = dy.shape
+    groups, kh_, _, _ = parts.shape
+    kl, lanes = dw.shape[1], parts.shape[3]
     band = max(1, 64 // ow_)
     df = dy.reshape(-1)
     for g in prange(groups):
@@ -119,12 +102,20 @@ def _backward_weight_nchw(dy, xf, x_shape, s, parts, dw):
             for oh0 in range(0, oh_, band):
                 rows = min(band, oh_ - oh0)
                 for kh in range(kh_):
-                    for n0 in range(0, n, P):
-                        for t0 in range(0, kl, J):
-                            tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
-                                 xf, (b * hp + oh0 * s + kh) * wp * c + t0, (0, s * wp * c, s * c), (1, rows, ow_),
-                                 part, (kh * n + n0) * klp + t0, klp, 1, J, True)
-    _sum_parts(parts, True, dw)
+                    x0 = (b * hp + oh0 * s + kh) * wp * c
+                    if nchw:
+                        for n0 in range(0, n, P):
+                            for t0 in range(0, kl, J):
+                                tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
+                                     xf, x0 + t0, (0, s * wp * c, s * c), (1, rows, ow_),
+                                     part, (kh * n + n0) * lanes + t0, lanes, 1, J, True)
+                    else:
+                        for t0 in range(0, kl, P):
+                            for n0 in range(0, n, J):
+                                tile(xf, x0 + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                     df, (b * oh_ + oh0) * ow_ * n + n0, (0, ow_ * n, n), (1, rows, ow_),
+                                     part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
+    _sum_parts(parts, nchw, dw)
 
 
 @helper
@@ -370,15 +361,12 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     dw = out_buffer(dw_out, plan.w.shape, "out[1] (dw)")
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
     groups = max(1, min(plan.n, numba.get_num_threads()))
-    if plan.nchw:
-        shape = (plan.n, plan.hp, plan.wp, plan.c)
-        xf = plan.nhwc(plan.x, shape, plan.pt, plan.pl, "conv2d.xp", slack=J)
-        parts = plan.ws.take("conv2d.dw_parts", (groups, kh, cout, padded(kl)))
-        _backward_weight_nchw(plan.macs(), dy, xf, shape, stride, parts, dw.reshape(kh, kl, cout))
-    else:
-        dyp = plan.dyp(dy)
-        parts = plan.ws.take("conv2d.dw_parts", (groups, kh, kl, dyp.shape[3]))
-        _backward_weight_nhwc(plan.macs(), plan.x_nhwc(), dyp, stride, parts, dw.reshape(kh, kl, cout))
+    shape = (plan.n, plan.hp, plan.wp, plan.c)
+    # NCHW's lanes run along x, and may read up to J - 1 floats past its end
+    xf = plan.nhwc(plan.x, shape, plan.pt, plan.pl, "conv2d.xp", slack=J if plan.nchw else 0).reshape(-1)
+    dyl = dy if plan.nchw else plan.dyp(dy)
+    parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + ((cout, padded(kl)) if plan.nchw else (kl, padded(cout))))
+    _backward_weight(plan.macs(), xf, shape, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
