@@ -28,7 +28,7 @@ def glorot_uniform(rng, shape, fan_in, fan_out):
 
 class Layer:
     param_names = ()  # attributes holding parameters; the gradient of `w` is `dw`
-    input_grad = True  # cleared by the model on its first layer, whose input gradient nobody reads (Conv2D then skips it)
+    input_grad = True  # cleared by the model on its first layer (nobody reads that gradient; Conv2D skips it)
 
     def __init__(self):
         self.layout = "NHWC"
