@@ -273,7 +273,7 @@ class _Plan:
 
     def __init__(self, x, w, layout, stride, padding, workspace):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
-        self.layout, self.stride, self.nchw = layout, stride, layout == "NCHW"
+        self.nchw = layout == "NCHW"
         geometry = _shapes(self.x.shape, self.w.shape, layout, stride, padding)
         self.n, self.c, self.h, self.wd, self.kh, self.kw, self.cout, self.oh, self.ow, self.pt, self.pl = geometry
         self.hp = (self.oh - 1) * stride + self.kh   # exactly the rows and columns the windows read
@@ -308,9 +308,9 @@ class _Plan:
         _pack(buf.size, a, self.nchw, pt, pl, buf)
         return flat if slack else buf
 
-    def x_nhwc(self):
+    def x_nhwc(self, slack=0):
         """The padded input as NHWC (a transposed copy for NCHW)."""
-        return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp")
+        return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp", slack)
 
     def x_planes(self):
         """The padded NCHW input as plane slots (NCHW only)."""
@@ -361,12 +361,11 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     dw = out_buffer(dw_out, plan.w.shape, "out[1] (dw)")
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
     groups = max(1, min(plan.n, numba.get_num_threads()))
-    shape = (plan.n, plan.hp, plan.wp, plan.c)
-    # NCHW's lanes run along x, and may read up to J - 1 floats past its end
-    xf = plan.nhwc(plan.x, shape, plan.pt, plan.pl, "conv2d.xp", slack=J if plan.nchw else 0).reshape(-1)
+    full = (plan.n, plan.hp, plan.wp, plan.c)
+    xf = plan.x_nhwc(slack=J if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if plan.nchw else plan.dyp(dy)
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + ((cout, padded(kl)) if plan.nchw else (kl, padded(cout))))
-    _backward_weight(plan.macs(), xf, shape, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
+    _backward_weight(plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
@@ -385,7 +384,6 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         return dx, dw
     dyp = plan.dyp(dy)
     wt = _lanes(plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
-    full = (plan.n, plan.hp, plan.wp, plan.c)
     direct = not plan.nchw and full == dx.shape
     dxp = dx if direct else plan.ws.take("conv2d.dxp", full)
     rows = (plan.pt, min(plan.hp, plan.pt + plan.h))   # padding rows are never read back
