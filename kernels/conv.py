@@ -78,8 +78,11 @@ def _forward_nchw_rows(xp, wp, wr, y):
 def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
     with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
-    padded to J). Summed over bands of ~64 output pixels (their x and dy stay in cache); images are
-    split into len(parts) groups, each summed into its own part in parallel, then added.
+    padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its
+    blocks accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each
+    on cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 10-15% faster at 1 thread,
+    NHWC's shorter ones up to 12%). Images are split into len(parts) groups, each summed into its
+    own part in parallel, then added.
 
     The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
     channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
@@ -93,7 +96,7 @@ def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
         bsz, oh_, ow_, n = dy.shape
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
-    band = max(1, 64 // ow_)
+    band = max(1, (1024 if nchw else 64) // ow_)
     df = dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)

@@ -228,6 +228,23 @@ def test_maxpool_matches_torch(layout, n, c, h, w, size, seed):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [2, 3])
+def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
+    """Inputs above PARALLEL_MIN run the parallel twins; odd sizes leave rows and columns unpooled."""
+    x = f32(rng, 8, 32, 17, 19)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = F.max_pool2d(xt, size)
+    dy = f32(rng, *yt.shape)
+    yt.backward(torch.tensor(dy))
+    xl = ref.to_layout(x, layout)
+    y, arg = K.maxpool2d_forward(xl, layout=layout, size=size)
+    close(ref.to_nchw(y, layout), yt.detach().numpy())
+    dx = K.maxpool2d_backward(ref.to_layout(dy, layout), arg, xl.shape, layout=layout, size=size,
+                              out=np.full_like(xl, np.nan))
+    close(ref.to_nchw(dx, layout), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_maxpool_finite_differences(layout, rng):
     x = ref.to_layout(f32(rng, 2, 3, 5, 4), layout)
     y, arg = K.maxpool2d_forward(x, layout=layout)
