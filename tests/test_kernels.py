@@ -186,10 +186,11 @@ def test_dense_matches_torch(n, i, o, strided, seed):
     close(db, bt.grad.numpy(), scale=n)
 
 
-@pytest.mark.parametrize("n,i,o", [(70, 600, 130), (50, 700, 20), (5, 300, 400)])
+@pytest.mark.parametrize("n,i,o", [(70, 600, 130), (50, 700, 20), (5, 300, 400), (32, 520, 70)])
 def test_dense_blocked_products_match_a_float64_reference(n, i, o, rng):
     """Sizes that take the numba path (past OpenBLAS's single-thread threshold): reduction blocks
-    of 256, row bands of 48, column groups of 64 and their partial edges."""
+    of 256, row bands of 48, column groups split for the threads, and their partial edges; batches
+    up to 32 run the forward transposed (x packed, w read in place)."""
     x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
     close(K.dense_forward(x, w, b), x64 @ w64 + b, scale=np.sqrt(i))
