@@ -4,9 +4,9 @@ Forward also returns the argmax of each window (0..size*size-1, int8), which bac
 through, so backward never re-reads x. Trailing rows/columns that do not fill a window are dropped
 (padding "valid"), and get zero gradient.
 
-Size 2 (Keras' default, and both seed CNNs') has its own forward kernels: with the window unrolled
-the channel (NHWC) or column (NCHW) loop is one vector pass, 8x (NHWC) and 2.4x (NCHW) faster
-than the general kernels, which keep a running max per window position.
+Size 2 (Keras' default, and both seed CNNs') has its own forward kernels, and an NCHW backward:
+with the window unrolled the channel (NHWC) or column (NCHW) loop is one vector pass, 8x (NHWC)
+and 2.4x (NCHW) faster than the general kernels, which keep a running max per window position.
 """
 
 import numpy as np
@@ -104,6 +104,25 @@ def _unpool_nchw(dy, arg, p, dx):
 
 
 @kernel
+def _unpool2_nchw(dy, arg, dx):
+    """Size 2, one row of dx at a time, each element written once: 2.2x faster here than
+    zeroing and scattering on cifar10-cnn's and mnist-cnn's first pools."""
+    n, c, oh_, ow_ = dy.shape
+    for r in prange(n * c):
+        plane, g, idx = dx[r // c, r % c], dy[r // c, r % c], arg[r // c, r % c]
+        for oh in range(oh_):
+            go, io = g[oh], idx[oh]
+            for i in range(2):
+                row = plane[2 * oh + i]
+                for ow in range(ow_):
+                    v, a = go[ow], io[ow]
+                    row[2 * ow] = v if a == 2 * i else 0.0
+                    row[2 * ow + 1] = v if a == 2 * i + 1 else 0.0
+                row[2 * ow_:] = 0.0
+        plane[2 * oh_:] = 0.0
+
+
+@kernel
 def _unpool_nhwc(dy, arg, p, dx):
     """Every dx element written once, as a select along the channels (a vector loop): 3.7x faster
     here than zeroing dx and then scattering each channel's gradient."""
@@ -159,5 +178,8 @@ def maxpool2d_backward(dy, argmax, x_shape, *, layout, size=2, out=None):
     if dy.shape != shape or argmax.shape != shape:
         raise ValueError(f"dy {dy.shape} and argmax {argmax.shape} must both be {shape} for x {tuple(x_shape)}")
     dx = out_buffer(out, tuple(x_shape))
-    (_unpool_nchw if layout == "NCHW" else _unpool_nhwc)(dx.size, dy, argmax, size, dx)
+    if size == 2 and layout == "NCHW":
+        _unpool2_nchw(dx.size, dy, argmax, dx)
+    else:
+        (_unpool_nchw if layout == "NCHW" else _unpool_nhwc)(dx.size, dy, argmax, size, dx)
     return dx
