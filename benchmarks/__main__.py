@@ -27,11 +27,14 @@ SECTIONS = {
 
 
 def _merge(old, parts):
-    """Keep the sections of an earlier full run that this (--only) run did not redo."""
-    new = "\n".join(parts)
-    redone = {line for line in parts if line.startswith("## ")}
-    kept = [block for block in old.split("\n## ")[1:] if "## " + block.splitlines()[0] not in redone]
-    return [new] + ["## " + block.rstrip() + "\n" for block in kept]
+    """Keep the sections of an earlier full run that this (--only) run did not redo, in the
+    usual order; the header (machine, date) is this run's."""
+    def sections(text):
+        blocks = text.split("\n## ")
+        return blocks[0], {block.splitlines()[0]: "## " + block.rstrip() + "\n" for block in blocks[1:]}
+    header, new = sections("\n".join(parts))
+    merged = sections(old)[1] | new
+    return [header + "\n"] + [merged[title] for title, _ in SECTIONS.values() if title in merged]
 
 
 def main():
