@@ -36,8 +36,8 @@ def run(long_epochs=10_000, halt=100, big=100_000, rounds=7):
     rows = []
     for name, measure, span in (("median", np.median, 100), ("10th percentile", _fast, long_epochs // 10)):
         first, last = measure(long[10:10 + span]), measure(long[-span:])
-        rows.append({"case": f"append, {long_epochs:,} epochs: last {span:,} / first {span:,} (after 10 warm-up), {name}",
-                     "a_ms": first * 1e3, "b_ms": last * 1e3, "ratio": last / first})
+        case = f"append, {long_epochs:,} epochs: last {span:,} / first {span:,} (after 10 warm-up), {name}"
+        rows.append({"case": case, "a_ms": first * 1e3, "b_ms": last * 1e3, "ratio": last / first})
     for history, gc_collect in (("append", "never"), ("append", "epoch"), ("preallocated", "epoch")):
         small, large = [], []
         for _ in range(rounds):   # alternate, so drift of the machine hits both alike

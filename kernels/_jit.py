@@ -6,12 +6,12 @@ these machines, more than a small kernel's whole run, so every kernel has a seri
 `PARALLEL_MIN` elements.
 
 Threading layer (unless the user chose one): TBB where it loads, else `workqueue`. A training step
-launches ~100 parallel regions; workqueue splits each statically and wakes sleeping workers for
-it, so one slowed core or a late wake-up stalls the whole region. TBB's workers steal work and
-stay awake between back-to-back regions: cifar10-cnn's step ran 59-66 ms median on 2 threads
-against 75-83 with workqueue, and faster on 1 thread too (88 vs 102). numba's OpenMP layer
-stalled 3-10x under load here. pip's `tbb` puts libtbb.so.12 in <prefix>/lib, off the loader's
-path, so it is preloaded from there.
+launches ~100 parallel regions, and with workqueue cifar10-cnn's NHWC step ran 74-85 ms median on
+2 threads against 42-66 with TBB (102-104 vs 88-89 on 1 thread). Our reading of why: workqueue
+splits each region statically and wakes sleeping workers for it, so one slowed core or a late
+wake-up stalls the whole region, while TBB's workers steal work and stay awake between
+back-to-back regions. numba's OpenMP layer stalled 3-10x under load here. pip's `tbb` puts
+libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there.
 
 numba leaves LLVM's SLP vectorizer off by default; conv's register-blocked micro-kernel needs it
 (a fully unrolled 6x16 block becomes twelve AVX2 FMAs only through SLP: 4 -> 45 GFLOP/s per core

@@ -103,9 +103,9 @@ def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
     padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its
     blocks accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each
-    on cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 10-15% faster at 1 thread,
-    NHWC's shorter ones up to 12%). Images are split into len(parts) groups, each summed into its
-    own part in parallel, then added.
+    on cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 8-15% faster at 1 thread;
+    in NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
+    groups, each summed into its own part in parallel, then added.
 
     The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
     channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
@@ -415,8 +415,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         flipped = plan.w[::-1, ::-1].transpose(0, 1, 3, 2)
         if plan.nchw:
             dyq = plan.planes(dy, qt, ql, hq, wq, "conv2d.dyq")
-            _forward_nchw_rows(plan.macs(), dyq, wq, _row_panels(plan.ws, "conv2d.wf", flipped), _flat_rows(plan.wd, wq),
-                               dx)
+            wf = _row_panels(plan.ws, "conv2d.wf", flipped)
+            _forward_nchw_rows(plan.macs(), dyq, wq, wf, _flat_rows(plan.wd, wq), dx)
         else:
             dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
             wf = _lanes(plan.ws, "conv2d.wf", flipped)

@@ -8,7 +8,8 @@ per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thr
 
 Each product is C = A @ B with A and C read and written through strides (so x.T, w and dx.T need
 no copies) and B packed into 16-column panels in the caller's workspace: w for the forward (x for
-batches up to 32, computing y.T = w.T @ x.T), dy or dy.T for the backward. The bias uses broadcast_add on (N, C), the kernel the conv layers use.
+batches up to 32, computing y.T = w.T @ x.T), dy or dy.T for the backward. The bias uses
+broadcast_add on (N, C), the kernel the conv layers use.
 """
 
 import numba
