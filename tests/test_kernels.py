@@ -209,30 +209,8 @@ def test_dense_finite_differences(rng):
         assert np.isclose((grad * v).sum(), ref.directional_fd(lambda a: (f(a) * dy).sum(), arg, v), rtol=1e-4)
 
 
-@given(n=st.integers(1, 3), c=st.integers(1, 5), h=st.integers(2, 9), w=st.integers(2, 9),
-       size=st.integers(2, 3), seed=st.integers(0, 2**31))
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_maxpool_matches_torch(layout, n, c, h, w, size, seed):
-    if h < size or w < size:
-        return
-    rng = np.random.default_rng(seed)
-    x = f32(rng, n, c, h, w)
-    xt = torch.tensor(x, requires_grad=True)
-    yt = F.max_pool2d(xt, size)
-    dy = f32(rng, *yt.shape)
-    yt.backward(torch.tensor(dy))
-    xl = ref.to_layout(x, layout)
-    y, arg = K.maxpool2d_forward(xl, layout=layout, size=size)
-    close(ref.to_nchw(y, layout), yt.detach().numpy())
-    dx = K.maxpool2d_backward(ref.to_layout(dy, layout), arg, xl.shape, layout=layout, size=size)
-    close(ref.to_nchw(dx, layout), xt.grad.numpy())
-
-
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("size", [2, 3])
-def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
-    """Inputs above PARALLEL_MIN run the parallel twins; odd sizes leave rows and columns unpooled."""
-    x = f32(rng, 8, 32, 17, 19)
+def check_maxpool_against_torch(x, layout, size, rng):
+    """Forward and backward against torch; dx starts as NaN, so a position never written fails."""
     xt = torch.tensor(x, requires_grad=True)
     yt = F.max_pool2d(xt, size)
     dy = f32(rng, *yt.shape)
@@ -243,6 +221,23 @@ def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
     dx = K.maxpool2d_backward(ref.to_layout(dy, layout), arg, xl.shape, layout=layout, size=size,
                               out=np.full_like(xl, np.nan))
     close(ref.to_nchw(dx, layout), xt.grad.numpy())
+
+
+@given(n=st.integers(1, 3), c=st.integers(1, 5), h=st.integers(2, 9), w=st.integers(2, 9),
+       size=st.integers(2, 3), seed=st.integers(0, 2**31))
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_maxpool_matches_torch(layout, n, c, h, w, size, seed):
+    if h < size or w < size:
+        return
+    rng = np.random.default_rng(seed)
+    check_maxpool_against_torch(f32(rng, n, c, h, w), layout, size, rng)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [2, 3])
+def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
+    """Inputs above PARALLEL_MIN run the parallel twins; odd sizes leave rows and columns unpooled."""
+    check_maxpool_against_torch(f32(rng, 8, 32, 17, 19), layout, size, rng)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
