@@ -30,14 +30,14 @@ import numba
 
 def _tbb_loads():
     """Whether numba's TBB layer can load (preloading pip's libtbb from <prefix>/lib if needed)."""
-    try:
-        lib = ctypes.CDLL("libtbb.so.12", mode=ctypes.RTLD_GLOBAL)
-    except OSError:
+    for path in ("libtbb.so.12", os.path.join(sys.prefix, "lib", "libtbb.so.12")):
         try:
-            lib = ctypes.CDLL(os.path.join(sys.prefix, "lib", "libtbb.so.12"), mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            return False
-    version = lib.TBB_runtime_interface_version
+            version = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL).TBB_runtime_interface_version
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        return False
     version.restype = ctypes.c_int
     if version() < 12060:   # numba's own minimum (TBB 2021.6)
         return False

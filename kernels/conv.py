@@ -18,13 +18,13 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
 (contiguous loads and stores in NCHW), row by row or straight through the planes, whichever wastes
-fewer lanes (mnist conv2's forward: 11% faster straight through); the weight grad reads dy in place, in blocks of 6
-output channels x 16 patch elements of a channels-last copy of x: NCHW's one transpose, done in
-8 x 8 blocks (_transpose) at 2-3x a plain copy's time. With stride > 1 the forward and input grad
-go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC, the NHWC kernels, the
-result back) measured no faster overall: it won on mnist conv2's backward and lost 15-40% on
-cifar10-cnn's forwards, where the row blocks waste fewer lanes than NHWC's 6-pixel blocks on
-13- and 15-pixel rows.
+fewer lanes (mnist conv2's forward: 11% faster straight through); the weight grad reads dy in
+place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
+transpose, done in 8 x 8 blocks (_transpose) at 2-3x a plain copy's time. With stride > 1 the
+forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
+the NHWC kernels, the result back) measured no faster overall: it won on mnist conv2's backward
+and lost 15-40% on cifar10-cnn's forwards, where the row blocks waste fewer lanes than NHWC's
+6-pixel blocks on 13- and 15-pixel rows.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
