@@ -79,7 +79,7 @@ def _threading_layer(env):
 
 def test_threading_layer_is_tbb_unless_the_user_chose_one():
     """pip's libtbb sits off the loader's path; kernels preloads it, since numba's workqueue layer ran
-    training steps 20-30% slower here. Without the tbb package (not built for every platform) it
+    training steps 15-30% slower here. Without the tbb package (not built for every platform) it
     is workqueue; a layer the user names is kept."""
     from importlib.metadata import PackageNotFoundError, version
     try:
