@@ -92,9 +92,10 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
 
 
 def _flat_rows(ow, wp):
-    """Whether flat blocks use more of their lanes than row blocks (they need rows of >= J
-    positions, so that a block spans at most two rows)."""
-    return wp >= J and ow / wp > ow / (J * -(-ow // J))
+    """Whether flat blocks use more of their lanes than row blocks: a row of wp positions is
+    shorter than the row's whole lane blocks. Flat blocks need rows of >= J positions, so that a
+    block spans at most two rows."""
+    return J <= wp < padded(ow)
 
 
 @kernel
@@ -431,11 +432,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     if not direct:
         if plan.hp < plan.pt + plan.h or plan.wp < plan.pl + plan.wd:   # rows/columns no window reached
             dx[:] = 0.0
-        _unpack_into(dx, dxp, plan)
+        # crop (and for NCHW transpose) the padded input grad into dx; unread rows/columns stay 0
+        h, w = min(plan.h, plan.hp - plan.pt), min(plan.wd, plan.wp - plan.pl)
+        _unpack(dx.size, dxp, plan.pt, plan.pl, plan.nchw, h, w, dx)
     return dx, dw
-
-
-def _unpack_into(dx, dxp, plan):
-    """Crop (and for NCHW transpose) the padded input grad into dx, leaving unread rows/columns 0."""
-    h, w = min(plan.h, plan.hp - plan.pt), min(plan.wd, plan.wp - plan.pl)
-    _unpack(dx.size, dxp, plan.pt, plan.pl, plan.nchw, h, w, dx)
