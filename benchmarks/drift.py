@@ -12,8 +12,8 @@ import gc
 
 import numpy as np
 
-from profiler import scenarios
-from profiler.engine import Events, Loop
+from profiler.workloads import scenarios
+from profiler.workloads.engine import Events, Loop
 
 
 def _fast(times):

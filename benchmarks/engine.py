@@ -3,7 +3,7 @@
 import torch
 import torch.nn as nn
 
-from profiler import scenarios
+from profiler.workloads import scenarios
 
 from .timing import interleaved, set_threads
 

@@ -9,8 +9,9 @@ import time
 import numpy as np
 import psutil
 
-from profiler import Session, scenarios
-from profiler.engine import Loop
+from profiler import Session
+from profiler.workloads import scenarios
+from profiler.workloads.engine import Loop
 
 MODES = [("no session", None), ("light", {}), ("deep every epoch", {"tracemalloc": True}),
          ("deep every 10", {"tracemalloc": True, "every": 10}), ("auto", {"tracemalloc": "auto"})]

@@ -149,15 +149,19 @@ def finished_run(tmp_path, epochs=3):
     return profile(tmp_path / "run", epochs, lambda s, e: None)
 
 
+def _first_line(run):
+    return (run / "epochs.jsonl").read_text().splitlines()[0]
+
+
 @pytest.mark.parametrize("damage,words", [
     (lambda d: (d / "meta.json").unlink(), ["not a run directory", "no meta.json"]),
     (lambda d: (d / "meta.json").write_text("{oops"), ["meta.json", "not valid JSON"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})),
      ["format 99", "format 1"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
-    (lambda d: (d / "epochs.jsonl").write_text('{"epoch": 0, "wall_s": 1}\nnot json\n{"epoch": 2, "wall_s": 1}\n'),
+    (lambda d: (d / "epochs.jsonl").write_text(_first_line(d) + '\nnot json\n' + _first_line(d) + '\n'),
      ["line 2", "not valid JSON"]),
-    (lambda d: (d / "epochs.jsonl").write_text('{"epoch": 0, "wall_s": 1}\n[1, 2]\n'),
+    (lambda d: (d / "epochs.jsonl").write_text(_first_line(d) + '\n[1, 2]\n'),
      ["line 2", "not an epoch record"]),
 ], ids=["no-meta", "bad-meta", "future-format", "no-format", "bad-line", "not-a-record"])
 def test_damaged_run_directories_get_one_clear_error(tmp_path, damage, words):

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from profiler import Session, scenarios
-from profiler.engine import Events, Loop
+from profiler import Session
+from profiler.workloads import scenarios
+from profiler.workloads.engine import Events, Loop
 from profiler.rundir import read_run
 
 

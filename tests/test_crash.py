@@ -77,8 +77,8 @@ def test_run_directory_removed_under_a_live_run(tmp_path):
 
 
 def test_exception_in_a_handler_marks_the_run_failed(tmp_path):
-    from profiler import scenarios
-    from profiler.engine import Events, Loop
+    from profiler.workloads import scenarios
+    from profiler.workloads.engine import Events, Loop
     sc = scenarios.build("mlp", samples=100)
     with pytest.raises(ZeroDivisionError):
         with Session(tmp_path / "run") as session:

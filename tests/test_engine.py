@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from profiler import scenarios
-from profiler.engine import (SGD, Adadelta, Adam, Batches, Conv2D, Dense, Dropout, Events, Flatten, Loop,
+from profiler.workloads import scenarios
+from profiler.workloads.engine import (SGD, Adadelta, Adam, Batches, Conv2D, Dense, Dropout, Events, Flatten, Loop,
                              MaxPool2D, RMSprop, Sequential)
 from tests.reference import to_layout
 

@@ -89,3 +89,163 @@ def test_threading_layer_is_tbb_unless_the_user_chose_one():
         expected = "workqueue"
     assert _threading_layer({}) == expected
     assert _threading_layer({"NUMBA_THREADING_LAYER": "workqueue"}) == "workqueue"
+
+
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+p1, g1 = np.zeros(8, np.float32), np.ones(8, np.float32)
+x2, w2, b2 = np.ones((4, 6), np.float32), np.ones((6, 3), np.float32), np.ones(3, np.float32)
+xp = np.ones((1, 2, 4, 4), np.float32)
+y_pool, arg_pool = K.maxpool2d_forward(xp, layout="NCHW")
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    # read-only buffers the kernel writes: one ValueError line, before any compiled code
+    (lambda: K.relu_forward(x2, out=_read_only(x2)), ValueError, ["out", "read-only"]),
+    (lambda: K.sigmoid_backward(x2, x2, out=_read_only(x2)), ValueError, ["out", "read-only"]),
+    (lambda: K.broadcast_add_forward(x2, np.ones(6, np.float32), layout="NHWC", out=_read_only(x2)), ValueError,
+     ["out", "read-only"]),
+    (lambda: K.broadcast_add_backward(x2, layout="NHWC", out=_read_only(np.ones(6, np.float32))), ValueError,
+     ["out", "read-only"]),
+    (lambda: K.dense_forward(x2, w2, b2, out=_read_only(np.ones((4, 3), np.float32))), ValueError, ["out", "read-only"]),
+    (lambda: K.dense_backward(x2, w2, np.ones((4, 3), np.float32),
+                              out=(None, _read_only(w2), None)), ValueError, ["out[1] (dw)", "read-only"]),
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", out=_read_only(np.ones((2, 4, 3, 3), np.float32))), ValueError,
+     ["out", "read-only"]),
+    (lambda: K.conv2d_backward(x4, w, np.ones((2, 4, 3, 3), np.float32), layout="NCHW",
+                               out=(_read_only(x4), None)), ValueError, ["out[0] (dx)", "read-only"]),
+    (lambda: K.maxpool2d_forward(xp, layout="NCHW", argmax_out=_read_only(arg_pool)), ValueError,
+     ["argmax_out", "read-only"]),
+    (lambda: K.maxpool2d_backward(y_pool, arg_pool, xp.shape, layout="NCHW", out=_read_only(xp)), ValueError,
+     ["out", "read-only"]),
+    (lambda: K.softmax_cross_entropy(x2, x2, grad_out=_read_only(x2)), ValueError, ["grad_out", "read-only"]),
+    (lambda: K.sgd_update(_read_only(p1), g1, p1.copy(), lr=0.1), ValueError, ["p", "read-only"]),
+    (lambda: K.adam_update(p1.copy(), g1, p1.copy(), _read_only(p1), lr_t=0.1, beta1=0.9, beta2=0.99, eps=1e-7),
+     ValueError, ["v", "read-only"]),
+    (lambda: K.rmsprop_update(p1.copy(), g1, _read_only(p1), lr=0.1, rho=0.9, eps=1e-7), ValueError,
+     ["avg_sq", "read-only"]),
+    (lambda: K.adadelta_update(p1.copy(), g1, p1.copy(), _read_only(p1), lr=1.0, rho=0.9, eps=1e-7), ValueError,
+     ["avg_step", "read-only"]),
+    # scalars and helper objects of the wrong kind
+    (lambda: K.sgd_update(p1.copy(), g1, p1.copy(), lr="fast"), TypeError, ["lr", "real number", "str", "'fast'"]),
+    (lambda: K.sgd_update(p1.copy(), g1, p1.copy(), lr=0.1, momentum=None), TypeError,
+     ["momentum", "real number", "NoneType"]),
+    (lambda: K.adam_update(p1.copy(), g1, p1.copy(), p1.copy(), lr_t=0.1, beta1=[0.9], beta2=0.99, eps=1e-7),
+     TypeError, ["beta1", "real number", "list"]),
+    (lambda: K.rmsprop_update(p1.copy(), g1, p1.copy(), lr=0.1, rho="0.9", eps=1e-7), TypeError, ["rho", "str"]),
+    (lambda: K.adadelta_update(p1.copy(), g1, p1.copy(), p1.copy(), lr=1.0, rho=0.9, eps=True), TypeError,
+     ["eps", "bool"]),
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", workspace="x"), TypeError, ["workspace", "Workspace", "str"]),
+    (lambda: K.conv2d_backward(x4, w, np.ones((2, 4, 3, 3), np.float32), layout="NCHW", workspace={}), TypeError,
+     ["workspace", "Workspace", "dict"]),
+    (lambda: K.dense_forward(x2, w2, b2, workspace=1), TypeError, ["workspace", "Workspace", "int"]),
+    (lambda: K.conv2d_backward(x4, w, np.ones((2, 4, 3, 3), np.float32), layout="NCHW", out=np.ones(3)), TypeError,
+     ["out", "(dx, dw)", "ndarray"]),
+    (lambda: K.dense_backward(x2, w2, np.ones((4, 3), np.float32), out=(None, None)), TypeError,
+     ["out", "(dx, dw, db)", "length 2"]),
+    (lambda: K.maxpool2d_backward(y_pool, arg_pool.tolist(), xp.shape, layout="NCHW"), TypeError,
+     ["argmax", "int8", "list"]),
+    (lambda: K.maxpool2d_backward(y_pool, arg_pool.astype(np.int64), xp.shape, layout="NCHW"), TypeError,
+     ["argmax", "int8", "int64"]),
+    (lambda: K.maxpool2d_backward(y_pool, arg_pool, (1, 4, 4), layout="NCHW"), ValueError,
+     ["x_shape", "4 positive ints", "(1, 4, 4)"]),
+    (lambda: K.maxpool2d_backward(y_pool, arg_pool, 16, layout="NCHW"), ValueError, ["x_shape", "16"]),
+    (lambda: K.maxpool2d_forward(xp, layout="NCHW", argmax_out=np.zeros(y_pool.shape, np.int32)), ValueError,
+     ["argmax_out", "int8", "int32"]),
+], ids=lambda v: None)
+def test_bad_buffers_and_scalars_are_named(call, exc, words):
+    test_bad_input_is_named(call, exc, words)
+    with pytest.raises(exc) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def _alias(base, offset, shape):
+    """A float32 view of `shape` starting `offset` floats into `base`'s memory."""
+    return base.reshape(-1)[offset:offset + int(np.prod(shape))].reshape(shape)
+
+
+def _overlapping_out_cases():
+    """(call, the name the error must give) for every `out=` of every kernel, overlapping each
+    array the kernel reads (and the kernel's other outputs)."""
+    buf = np.ones(4096, np.float32)
+    sq = _alias(buf, 0, (4, 4))
+    xc = np.ones((2, 3, 6, 6), np.float32)
+    wc = np.ones((3, 3, 3, 3), np.float32)
+    dyc = np.ones((2, 3, 6, 6), np.float32)
+    pool_x = np.ones((1, 2, 4, 4), np.float32)
+    pool_y, pool_arg = K.maxpool2d_forward(pool_x, layout="NCHW")
+    yield lambda: K.relu_forward(sq, out=_alias(buf, 2, (4, 4))), "x"
+    yield lambda: K.sigmoid_forward(sq, out=_alias(buf, 1, (4, 4))), "x"
+    yield lambda: K.relu_backward(sq, x2[:, :4].copy(), out=_alias(buf, 3, (4, 4))), "y"
+    yield lambda: K.sigmoid_backward(x2[:, :4].copy(), sq, out=_alias(buf, 3, (4, 4))), "dy"
+    yield lambda: K.broadcast_add_forward(sq, _alias(buf, 0, (4,)), layout="NHWC", out=sq), "b"
+    yield lambda: K.broadcast_add_forward(sq, np.ones(4, np.float32), layout="NHWC", out=_alias(buf, 4, (4, 4))), "x"
+    yield lambda: K.broadcast_add_backward(sq, layout="NCHW", out=sq[1]), "dy"
+    yield lambda: K.dense_forward(sq, sq.copy(), np.ones(4, np.float32), out=sq), "x"
+    yield lambda: K.dense_forward(sq.copy(), sq, np.ones(4, np.float32), out=sq), "w"
+    yield lambda: K.dense_forward(sq.copy(), sq.copy(), sq[0], out=sq), "b"
+    big_x, big_w = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)   # the numba path
+    yield lambda: K.dense_forward(big_x, big_w, np.ones(64, np.float32), out=big_x), "x"
+    yield lambda: K.dense_backward(big_x, big_w, np.ones((64, 64), np.float32), out=(big_x, None, None)), "x"
+    yield lambda: K.dense_backward(sq.copy(), sq.copy(), sq, out=(sq, None, None)), "dy"
+    yield lambda: K.dense_backward(sq.copy(), sq, sq.copy(), out=(None, sq, None)), "w"
+    yield lambda: K.dense_backward(sq.copy(), sq.copy(), sq.copy(), out=(sq, sq, None)), "out[1] (dw)"
+    yield lambda: K.dense_backward(sq.copy(), sq.copy(), sq.copy(), out=(None, sq, sq[0])), "out[2] (db)"
+    yield lambda: K.dense_backward(sq.copy(), sq.copy(), sq, out=(None, None, sq[0])), "dy"
+    yield lambda: K.conv2d_forward(xc, wc, layout="NCHW", padding="same", out=xc), "x"
+    xh, dyh = np.ones((2, 6, 6, 3), np.float32), np.ones((2, 6, 6, 3), np.float32)
+    yield lambda: K.conv2d_forward(xh, wc, layout="NHWC", padding="same", out=xh), "x"
+    yield lambda: K.conv2d_backward(xc, wc, dyc, layout="NCHW", padding="same", out=(xc, None)), "x"
+    yield lambda: K.conv2d_backward(xh, wc, dyh, layout="NHWC", padding="same", out=(dyh, None)), "dy"
+    yield lambda: K.conv2d_backward(xc, wc, dyc, layout="NCHW", padding="same", out=(None, wc)), "w"
+    yield lambda: K.conv2d_backward(xc, wc, dyc, layout="NCHW", padding="same",
+                                    out=(None, _alias(xc, 5, wc.shape))), "x"
+    yield lambda: K.maxpool2d_forward(pool_x, layout="NCHW", out=_alias(pool_x, 0, pool_y.shape)), "x"
+    yield lambda: K.maxpool2d_forward(pool_x, layout="NHWC", out=_alias(pool_x, 7, (1, 1, 2, 4))), "x"
+    yield lambda: K.maxpool2d_forward(pool_x, layout="NCHW",
+                                      argmax_out=pool_x.reshape(-1).view(np.int8)[:pool_arg.size].reshape(pool_arg.shape)), "x"
+    pool_buf = np.ones(64, np.float32)
+    yield lambda: K.maxpool2d_backward(_alias(pool_buf, 0, pool_y.shape), pool_arg, pool_x.shape, layout="NCHW",
+                                       out=_alias(pool_buf, 4, pool_x.shape)), "dy"
+    yield lambda: K.softmax_cross_entropy(sq, sq.copy(), probs_out=sq), "logits"
+    yield lambda: K.softmax_cross_entropy(sq.copy(), sq, grad_out=sq), "target"
+    yield lambda: K.softmax_cross_entropy(sq.copy(), sq.copy(), probs_out=sq, grad_out=sq), "grad_out"
+    p = np.zeros(8, np.float32)
+    yield lambda: K.sgd_update(p, p, np.zeros(8, np.float32), lr=0.1), "g"
+    yield lambda: K.sgd_update(p, g1, p, lr=0.1), "velocity"
+    yield lambda: K.adam_update(p, g1, np.zeros(8, np.float32), g1, lr_t=0.1, beta1=0.9, beta2=0.9, eps=1e-7), "g"
+    m = np.zeros(8, np.float32)
+    yield lambda: K.adam_update(p, g1, m, m, lr_t=0.1, beta1=0.9, beta2=0.9, eps=1e-7), "v"
+    yield lambda: K.rmsprop_update(p, g1, p, lr=0.1, rho=0.9, eps=1e-7), "avg_sq"
+    yield lambda: K.adadelta_update(p, g1, m, m, lr=1.0, rho=0.9, eps=1e-7), "avg_step"
+
+
+@pytest.mark.parametrize("call,name", list(_overlapping_out_cases()), ids=lambda v: None)
+def test_out_overlapping_an_input_is_named(call, name):
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert "overlaps" in message and name in message, message
+
+
+def test_in_place_where_documented(rng):
+    """Element-wise kernels and broadcast_add compute correctly with out= one of their inputs."""
+    x, dy, b = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32), \
+        rng.standard_normal(5).astype(np.float32)
+    for forward, backward in [(K.relu_forward, K.relu_backward), (K.sigmoid_forward, K.sigmoid_backward)]:
+        y = forward(x)
+        a = x.copy()
+        assert forward(a, out=a) is a
+        np.testing.assert_array_equal(a, y)
+        expect = backward(y, dy)
+        for which in (0, 1):
+            args = [y.copy(), dy.copy()]
+            np.testing.assert_array_equal(backward(*args, out=args[which]), expect)
+    a = x.copy()
+    K.broadcast_add_forward(a, b, layout="NHWC", out=a)
+    np.testing.assert_array_equal(a, x + b)

@@ -241,6 +241,22 @@ def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 12, 12), (8, 32, 18, 18)], ids=["serial", "parallel"])
+def test_maxpool_propagates_nan_like_torch(layout, size, shape, rng):
+    """NaN at every window position, alone and with others: the max is NaN and the gradient goes
+    to the window's last NaN, as in PyTorch (a NaN after the first element used to be dropped)."""
+    x = f32(rng, *shape)
+    x[rng.random(shape) < 0.3] = np.nan
+    windows = x.reshape(shape[0], shape[1], shape[2] // size, size, shape[3] // size, size)
+    nan_at = np.isnan(windows).transpose(0, 1, 2, 4, 3, 5).reshape(-1, size * size)
+    assert nan_at.any(axis=0).all() and (nan_at.sum(axis=1) == 1).any() and (nan_at.sum(axis=1) > 1).any()
+    check_maxpool_against_torch(x, layout, size, rng)
+    y, arg = K.maxpool2d_forward(ref.to_layout(x, layout), layout=layout, size=size)
+    assert np.isnan(y).sum() == nan_at.any(axis=1).sum()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_maxpool_finite_differences(layout, rng):
     x = ref.to_layout(f32(rng, 2, 3, 5, 4), layout)
     y, arg = K.maxpool2d_forward(x, layout=layout)

@@ -14,6 +14,7 @@ status (completed, halted, failed, interrupted) is written to meta.json.
 
 import datetime
 import gc
+import importlib.metadata
 import os
 import platform
 import socket
@@ -21,8 +22,6 @@ import sys
 import threading
 import time
 
-import numba
-import numpy as np
 from .. import rundir
 from .gc_timer import GcTimer
 from .heap import HeapTracker
@@ -31,6 +30,15 @@ from .ops import OpTimers
 
 _active = None
 _lock = threading.Lock()
+
+
+def _version(package):
+    """A package's installed version from its metadata (importing numba here would add ~10^5
+    GC-tracked objects to the profiled process), or None."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _now_iso():
@@ -90,7 +98,7 @@ class Session:
             self._meta = {
                 "format": rundir.FORMAT, "status": "running", "error": None, "meta": self.user_meta,
                 "python": sys.version.split()[0], "python_implementation": platform.python_implementation(),
-                "numpy": np.__version__, "numba": numba.__version__, "host": socket.gethostname(),
+                "numpy": _version("numpy"), "numba": _version("numba"), "host": socket.gethostname(),
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
                 "started": _now_iso(), "finished": None, "options": self.options,
             }

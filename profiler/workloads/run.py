@@ -1,9 +1,11 @@
 """Run a built-in scenario on the engine under a profiling Session (what `profiler run` does)."""
 
+import sys
+
 from tqdm import tqdm
 
+from ..capture import Session
 from . import scenarios
-from .capture import Session
 from .engine import Events, Loop
 
 
@@ -26,6 +28,6 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
         if halt_after is not None:
             loop.on(Events.EPOCH_STARTED, lambda state: state.halt(), when=lambda s: s.epoch >= halt_after)
         total = min(epochs, halt_after) if halt_after is not None else epochs
-        with tqdm(total=total, desc=f"{name} {layout}", unit="epoch", disable=not progress, leave=False) as bar:
+        with tqdm(total=total, desc=f"{name} {layout}", unit="epoch", disable=not (progress and sys.stderr.isatty()), leave=False) as bar:
             loop.on(Events.EPOCH_COMPLETED, lambda state: bar.update(1))
             return loop.run()

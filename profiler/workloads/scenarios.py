@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .names import SCENARIO_NAMES
 from .engine import Batches, Conv2D, Dense, Dropout, Flatten, MaxPool2D, Sequential, optimizers
 
 
@@ -93,7 +94,7 @@ def cifar10_cnn(*, layout="NHWC", samples=1024, seed=0, batch_size=32, dropout=T
     return Scenario(model, Batches(x, y, batch_size, seed=seed), optimizers.RMSprop(lr=1e-4), x, y)
 
 
-SCENARIOS = {"mlp": mlp, "mnist-cnn": mnist_cnn, "cifar10-cnn": cifar10_cnn}
+SCENARIOS = dict(zip(SCENARIO_NAMES, (mlp, mnist_cnn, cifar10_cnn)))
 
 
 def build(name, **options):

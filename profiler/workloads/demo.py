@@ -9,9 +9,9 @@ Every run is a fresh process, so GC state does not carry over.
 import shutil
 from pathlib import Path
 
-from .analysis import analyze, compare, scaling, series
-from .cli import run_many
-from .report import figures, html, text
+from ..analysis import analyze, compare, scaling, series
+from ..report import figures, html, text
+from .processes import run_many
 
 
 def demo(out, quick=False):

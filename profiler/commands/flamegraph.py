@@ -1,0 +1,54 @@
+"""`profiler flamegraph`: a py-spy flamegraph of a scenario or any command, or a diff of two."""
+
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import UsageError
+from ..workloads.names import SCENARIO_NAMES
+from .options import add_scenario_options, positive, scenario_argv
+
+
+def _folded_for(path):
+    path = Path(path)
+    folded = path.with_suffix(".folded") if path.suffix == ".svg" else path
+    if not folded.exists():
+        raise UsageError(f"{folded} does not exist (record it first with profiler flamegraph)")
+    return folded
+
+
+class FlamegraphCommand:
+    name = "flamegraph"
+    help = "py-spy flamegraph of a scenario or any command, or a diff of two"
+    takes_command = True   # everything after `--` is the command to record
+
+    @staticmethod
+    def add_arguments(p):
+        p.description = ("Record with py-spy: SCENARIO [run options], or -- COMMAND ...; "
+                         "or --diff A.folded B.folded. Writes SVG plus the raw collapsed stacks (.folded).")
+        add_scenario_options(p)
+        p.add_argument("scenario", nargs="?", choices=SCENARIO_NAMES)
+        p.add_argument("--out", default="flamegraph.svg", help="SVG path (default flamegraph.svg)")
+        p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="two .folded files (or their SVGs) to diff")
+        p.add_argument("--rate", type=positive, default=100, help="samples per second (default 100)")
+
+    @staticmethod
+    def run(args):
+        from ..capture import pyspy
+        from ..report import flamegraph
+        out, command = Path(args.out), args.command
+        if args.diff:
+            if command or args.scenario:
+                raise UsageError("--diff takes two recordings; give no scenario or command with it")
+            flamegraph.diff(_folded_for(args.diff[0]), _folded_for(args.diff[1]), out)
+            print(f"wrote {out}")
+            return
+        if bool(command) == bool(args.scenario):
+            raise UsageError("give either a SCENARIO or -- COMMAND ... to record")
+        if not command:
+            tmp = tempfile.mkdtemp(prefix="profiler-flame-")
+            command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, tmp, args.epochs)]
+        folded = pyspy.record(command, out.with_suffix(".folded"), rate=args.rate)
+        title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
+        flamegraph.write_svg(flamegraph.read_folded(folded), out, title=title)
+        print(f"wrote {out} (raw stacks: {folded})")

@@ -1,0 +1,69 @@
+"""Argument types and the scenario run options shared by run, scaling and flamegraph."""
+
+import argparse
+import time
+
+from ..workloads.names import SCENARIO_NAMES
+
+
+def positive(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def non_negative(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
+def int_list(text):
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 100,1000,10000, got {text!r}") from None
+    if len(values) < 2 or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"expected at least two positive integers, got {text!r}")
+    return values
+
+
+TRACEMALLOC = {"off": False, "on": True, "auto": "auto"}
+
+
+def add_scenario_options(p, epochs_flag=True):
+    p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NHWC", help="data layout (default NHWC)")
+    if epochs_flag:
+        p.add_argument("--epochs", type=positive, default=10, help="max_epochs of the loop (default 10)")
+    p.add_argument("--halt-after", type=positive, help="a handler halts the loop after K epochs (the Axon report's early exit)")
+    p.add_argument("--history", choices=("append", "preallocated"), default="append",
+                   help="metrics history: append (default) or preallocated (reproduces the Axon report)")
+    p.add_argument("--gc-collect", choices=("never", "iteration", "epoch"), default="never",
+                   help="call gc.collect() this often (default never)")
+    p.add_argument("--tracemalloc", choices=tuple(TRACEMALLOC), default="off", help="deep memory capture")
+    p.add_argument("--samples", type=positive, help="data set size (default: the scenario's)")
+    p.add_argument("--labels", choices=("random", "learnable"), help="mlp only: the report's random labels or learnable ones")
+    p.add_argument("--seed", type=non_negative, default=0, help="random seed for data and weights (default 0)")
+
+
+def scenario_argv(args, scenario, out, epochs):
+    """The `profiler run` argument list that repeats these run options (for subprocesses)."""
+    argv = ["run", scenario, "--out", str(out), "--epochs", str(epochs), "--layout", args.layout,
+            "--history", args.history, "--gc-collect", args.gc_collect, "--tracemalloc", args.tracemalloc,
+            "--seed", str(args.seed), "--quiet"]
+    for flag, value in (("--halt-after", args.halt_after), ("--samples", args.samples), ("--labels", args.labels)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def timestamp():
+    return time.strftime("%Y%m%d-%H%M%S")

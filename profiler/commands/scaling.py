@@ -1,0 +1,41 @@
+"""`profiler scaling SCENARIO --max-epochs ...`: does epoch time depend on max_epochs?"""
+
+import json
+from pathlib import Path
+
+from ..errors import UsageError
+from ..workloads.names import SCENARIO_NAMES
+from .html_out import write_html
+from .options import add_scenario_options, int_list, scenario_argv, timestamp
+
+
+class ScalingCommand:
+    name = "scaling"
+    help = "does epoch time depend on max_epochs? (the Axon report's benchmark)"
+
+    @staticmethod
+    def add_arguments(p):
+        p.description = ("Run SCENARIO once per max_epochs value, each halted after the same epochs, "
+                         "in fresh processes, and compare epoch times.")
+        add_scenario_options(p, epochs_flag=False)
+        p.add_argument("scenario", choices=SCENARIO_NAMES)
+        p.add_argument("--max-epochs", type=int_list, required=True, help="e.g. 100,1000,10000")
+        p.add_argument("--out", help="directory for the runs (default runs/scaling-SCENARIO-TIMESTAMP)")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("--html", metavar="PATH")
+
+    @staticmethod
+    def run(args):
+        from ..analysis import scaling
+        from ..report import figures, json_out, text
+        from ..workloads.processes import run_many
+        out = Path(args.out or f"runs/scaling-{args.scenario}-{timestamp()}")
+        if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
+            raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
+        runs = {n: out / f"max-{n}" for n in args.max_epochs}
+        run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")
+        result = scaling(runs)
+        figures.save(figures.scaling(result), out / "scaling.png")
+        print(json_out.render(result) if args.json else text.scaling(result))
+        if args.html:
+            write_html(args.html, title=f"profiler scaling: {args.scenario}", scalings=[result])

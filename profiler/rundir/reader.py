@@ -1,0 +1,143 @@
+"""read_run(path) -> Run: one run directory, checked as it is read.
+
+A truncated last line (a crash mid-write) is dropped and reported as a problem; every other kind
+of damage is a RunDirError that names the file and the line. Records are checked for the fields
+analysis relies on, so analysis never meets a string where a number belongs.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import RunDirError
+from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, STEP_FIELDS, STEPS
+
+STEP_DTYPE = np.dtype(list(STEP_FIELDS))
+GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
+
+
+@dataclass
+class Run:
+    path: Path
+    meta: dict
+    epochs: list
+    problems: list = field(default_factory=list)  # why the run is incomplete, if it is
+
+    @property
+    def status(self):
+        return self.meta.get("status", "unknown")
+
+    @property
+    def complete(self):
+        return not self.problems and self.status in ("completed", "halted")
+
+    @property
+    def user_meta(self):
+        meta = self.meta.get("meta")
+        return meta if isinstance(meta, dict) else {}
+
+    def steps(self):
+        """Every recorded step as a read-only structured array (memory-mapped; empty if none)."""
+        return _records(self.path / STEPS, STEP_DTYPE)
+
+    def gc_events(self):
+        """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
+        return _records(self.path / GC_EVENTS, GC_EVENT_DTYPE)
+
+
+def _records(file, dtype):
+    if not file.exists():
+        return np.zeros(0, dtype)
+    count = file.stat().st_size // dtype.itemsize   # a torn last record is dropped
+    if count == 0:
+        return np.zeros(0, dtype)
+    return np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+
+
+def read_run(path):
+    """Read a run directory; RunDirError when it is not one or is damaged beyond a torn last line."""
+    path = Path(path)
+    if not path.exists():
+        raise RunDirError(f"{path} does not exist")
+    if not path.is_dir():
+        raise RunDirError(f"{path} is not a directory (a run directory holds {META} and {EPOCHS})")
+    meta_file = path / META
+    if not meta_file.exists():
+        raise RunDirError(f"{path} is not a run directory: it has no {META}")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunDirError(f"{meta_file} is not valid JSON ({e})") from e
+    if not isinstance(meta, dict) or "format" not in meta:
+        raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
+    if meta["format"] != FORMAT:
+        raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
+    problems = []
+    status = meta.get("status")
+    if status == "running":
+        problems.append("the run never finished (status still 'running'): it crashed, was killed, or is live")
+    elif status in ("failed", "interrupted", "terminated"):
+        problems.append(f"the run {status}" + (f": {meta['error']}" if meta.get("error") else ""))
+    epochs = _read_epochs(path / EPOCHS, problems)
+    return Run(path, meta, epochs, problems)
+
+
+def _number(value, nonneg=True):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and (value >= 0 or not nonneg))
+
+
+def _check_epoch(record):
+    """Why `record` is not a usable epoch record, or None."""
+    if not isinstance(record, dict):
+        return "is not a JSON object"
+    epoch = record.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        return f"has epoch {epoch!r}, not a non-negative integer"
+    if not _number(record.get("wall_s")):
+        return f"has wall_s {record.get('wall_s')!r}, not a finite non-negative number"
+    gc = record.get("gc")
+    if not isinstance(gc, dict):
+        return "has no 'gc' object"
+    for key in ("pause_s", "collections"):
+        values = gc.get(key)
+        if not isinstance(values, list) or len(values) != 3 or not all(_number(v) for v in values):
+            return f"has gc.{key} {values!r}, not three non-negative numbers"
+    if not _number(record.get("rss_bytes")):
+        return f"has rss_bytes {record.get('rss_bytes')!r}, not a non-negative number"
+    ops = record.get("ops", {})
+    if not isinstance(ops, dict):
+        return "has 'ops' that is not an object"
+    return None
+
+
+def _read_epochs(file, problems):
+    if not file.exists():
+        problems.append(f"{EPOCHS} is missing")
+        return []
+    lines = file.read_bytes().split(b"\n")
+    torn = lines[-1] != b""   # a complete file ends with a newline
+    lines = lines if torn else lines[:-1]
+    epochs, seen = [], set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            if number == len(lines) and torn:
+                problems.append(f"{EPOCHS} line {number} is truncated (a crash mid-write); it was skipped")
+                break
+            reason = e.msg if isinstance(e, json.JSONDecodeError) else f"not UTF-8: {e.reason}"
+            raise RunDirError(f"{file} line {number} is not valid JSON ({reason})") from None
+        why = _check_epoch(record)
+        if why:
+            raise RunDirError(f"{file} line {number} {why}: not an epoch record written by this profiler")
+        if record["epoch"] in seen:
+            raise RunDirError(f"{file} line {number} repeats epoch {record['epoch']}: each epoch is written once")
+        seen.add(record["epoch"])
+        epochs.append(record)
+    return epochs

@@ -1,0 +1,75 @@
+"""RunWriter: creates a run directory and appends to it; keeps nothing in memory between epochs.
+
+meta.json is replaced atomically (write meta.json.tmp, then rename); epochs.jsonl gets one line per
+finished epoch, flushed at once; steps.bin and gc_events.bin get fixed-size binary records in
+blocks, flushed with each epoch. Every failure is a RunWriteError that names the file.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import RunWriteError
+from .format import EPOCHS, GC_EVENTS, META, STEPS
+
+
+class RunWriter:
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if (self.path / EPOCHS).exists():
+                raise RunWriteError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory")
+            self._epochs = open(self.path / EPOCHS, "a", encoding="utf-8")
+        except RunWriteError:
+            raise
+        except OSError as e:
+            raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
+        self._binary = {}
+
+    def write_meta(self, meta):
+        tmp = self.path / (META + ".tmp")
+        try:
+            text = json.dumps(meta, indent=2, default=str, allow_nan=False)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path / META)
+        except (OSError, ValueError) as e:
+            tmp.unlink(missing_ok=True)
+            raise RunWriteError(f"cannot write {self.path / META}: {e}") from e
+
+    def _check_alive(self, file, name):
+        if os.fstat(file.fileno()).st_nlink == 0:
+            # writes to a deleted file succeed on POSIX and vanish: refuse to lose records quietly
+            raise OSError(f"{name} was deleted (was the run directory removed?)")
+
+    def append_epoch(self, record):
+        try:
+            self._check_alive(self._epochs, EPOCHS)
+            self._epochs.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
+            self._epochs.flush()
+        except (OSError, ValueError) as e:
+            raise RunWriteError(f"cannot append epoch {record.get('epoch')} to {self.path / EPOCHS}: {e}") from e
+
+    def append_binary(self, name, data):
+        """Append packed records to `name` (STEPS or GC_EVENTS) and flush them."""
+        if not data:
+            return
+        try:
+            file = self._binary.get(name)
+            if file is None:
+                file = self._binary[name] = open(self.path / name, "ab")
+            self._check_alive(file, name)
+            file.write(data)
+            file.flush()
+        except OSError as e:
+            raise RunWriteError(f"cannot append to {self.path / name}: {e}") from e
+
+    def close(self):
+        for file in (self._epochs, *self._binary.values()):
+            try:
+                file.close()
+            except OSError:
+                pass
+
+
+__all__ = ["RunWriter", "STEPS", "GC_EVENTS"]
