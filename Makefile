@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the deterministic layer (no subprocesses, no training runs): under a minute
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not slow'
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
