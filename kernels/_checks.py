@@ -1,9 +1,15 @@
-"""Argument checks that run before any numba code, so bad input gets a plain error.
+"""Argument checks that run before any numba code, so bad input gets one plain error line that
+names the argument, what was expected and what was given.
 
 Policy: kernels compute in float32 only. Any other dtype is a TypeError rather than a silent
 cast, because a silent cast is a hidden per-step copy, which is exactly what a profiler must not
-hide. Non-contiguous float32 inputs are accepted and copied to C order.
+hide. Non-contiguous float32 inputs are accepted and copied to C order. Buffers a kernel writes
+(`out=`, optimizer parameters and slots) must be writeable, C-contiguous float32 of the exact
+shape, and must not overlap the arrays the kernel reads: an overlap is a ValueError naming both,
+except where a kernel documents that it computes in place (out=x itself, element by element).
 """
+
+import numbers
 
 import numpy as np
 
@@ -17,6 +23,10 @@ def check_layout(layout):
 
 
 _F32 = np.dtype(np.float32)
+
+
+def _given(a):
+    return f"{type(a).__name__} {a!r}" if np.ndim(a) == 0 and not isinstance(a, np.ndarray) else type(a).__name__
 
 
 def f32(name, a, ndim=None):
@@ -34,15 +44,58 @@ def f32(name, a, ndim=None):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def out_buffer(out, shape, name="out"):
+def writeable(name, a):
+    if not a.flags.writeable:
+        raise ValueError(f"{name} is read-only (flags.writeable is False), but the kernel writes into it; "
+                         f"pass a writeable array")
+    return a
+
+
+def out_buffer(out, shape, name="out", dtype=_F32):
     """Allocate the result, or check a caller's buffer (which must be exactly right: no copies)."""
     if out is None:
-        return np.empty(shape, np.float32)
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != tuple(shape) \
+        return np.empty(shape, dtype)
+    if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != tuple(shape) \
             or not out.flags.c_contiguous:
-        got = f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}"
-        raise ValueError(f"{name} must be a C-contiguous float32 array of shape {tuple(shape)}, got {got}")
-    return out
+        got = f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}".strip()
+        if isinstance(out, np.ndarray) and out.dtype == dtype and out.shape == tuple(shape):
+            got += " (not C-contiguous)"
+        raise ValueError(f"{name} must be a C-contiguous {np.dtype(dtype)} array of shape {tuple(shape)}, got {got}")
+    return writeable(name, out)
+
+
+def _same_view(a, b):
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape \
+        and a.strides == b.strides
+
+
+def no_overlap(out_name, out, inputs, in_place=()):
+    """Raise if `out` overlaps any of `inputs` ({name: array}); those named in `in_place` may also
+    be `out` itself (a kernel that reads and writes each element at the same index)."""
+    for name, a in inputs.items():
+        if a is None or not np.may_share_memory(out, a):
+            continue
+        if name in in_place and (out is a or _same_view(out, a)):
+            continue
+        allowed = f" (it may be {name} itself, for an in-place update)" if name in in_place else ""
+        raise ValueError(f"{out_name} overlaps {name} in memory, and the kernel would overwrite {name} while "
+                         f"reading it: pass a separate buffer{allowed}")
+
+
+def number(name, v):
+    """A real number as a Python float (numba types those faster than numpy scalars)."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{name} must be a real number (int or float), got {_given(v)}")
+    return float(v)
+
+
+def check_workspace(ws):
+    from .workspace import Workspace
+    if ws is None:
+        return Workspace()
+    if not isinstance(ws, Workspace):
+        raise TypeError(f"workspace must be a kernels.Workspace or None, got {_given(ws)}")
+    return ws
 
 
 def channel_axis(layout, ndim):

@@ -10,7 +10,7 @@ with Eigen's rational tanh (only multiply, add, divide, so it vectorises) took 1
 import numpy as np
 from numba import prange
 
-from ._checks import f32, out_buffer, same_shape
+from ._checks import f32, no_overlap, out_buffer, same_shape
 from ._jit import kernel
 
 
@@ -53,6 +53,7 @@ def _sigmoid_grad(y, dy, dx):
 def _forward(fn, x, out):
     x = f32("x", x)
     y = out_buffer(out, x.shape)
+    no_overlap("out", y, {"x": x}, in_place=("x",))
     fn(x.size, x.reshape(-1), y.reshape(-1))
     return y
 
@@ -61,11 +62,13 @@ def _backward(fn, y, dy, out):
     y, dy = f32("y", y), f32("dy", dy)
     same_shape("y", y, "dy", dy)
     dx = out_buffer(out, y.shape)
+    no_overlap("out", dx, {"y": y, "dy": dy}, in_place=("y", "dy"))
     fn(y.size, y.reshape(-1), dy.reshape(-1), dx.reshape(-1))
     return dx
 
 
 def relu_forward(x, *, out=None):
+    """max(x, 0); `out` may be x itself (in place)."""
     return _forward(_relu, x, out)
 
 
@@ -75,6 +78,7 @@ def relu_backward(y, dy, *, out=None):
 
 
 def sigmoid_forward(x, *, out=None):
+    """1 / (1 + exp(-x)); `out` may be x itself (in place)."""
     return _forward(_sigmoid, x, out)
 
 

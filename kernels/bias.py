@@ -10,7 +10,7 @@ over ~10^5 values keeps float32 accuracy.
 import numpy as np
 from numba import prange
 
-from ._checks import channel_axis, check_layout, f32, out_buffer
+from ._checks import channel_axis, check_layout, f32, no_overlap, out_buffer
 from ._jit import kernel
 
 _ROW_BLOCK = 256
@@ -109,6 +109,7 @@ def broadcast_add_forward(x, b, *, layout, out=None):
     if b.shape[0] != channels:
         raise ValueError(f"b has {b.shape[0]} channels but x {x.shape} in {layout} has {channels}")
     y = out_buffer(out, x.shape)
+    no_overlap("out", y, {"x": x, "b": b}, in_place=("x",))
     kind, xv = _views(x, layout)
     if y is x:
         (_iadd_outer if kind == "outer" else _iadd_inner)(x.size, xv, b)
@@ -122,6 +123,7 @@ def broadcast_add_backward(dy, *, layout, out=None):
     check_layout(layout)
     dy = f32("dy", dy, (2, 4))
     db = out_buffer(out, (dy.shape[channel_axis(layout, dy.ndim)],))
+    no_overlap("out", db, {"dy": dy})
     kind, dyv = _views(dy, layout)
     (_sum_outer if kind == "outer" else _sum_inner)(dy.size, dyv, db)
     return db

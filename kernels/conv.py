@@ -37,10 +37,9 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from ._checks import check_layout, f32, out_buffer
+from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
 from ._tile import J, P, padded, tile
-from .workspace import Workspace
 
 
 @kernel
@@ -318,7 +317,7 @@ class _Plan:
         self.hp = (self.oh - 1) * stride + self.kh   # exactly the rows and columns the windows read
         self.wp = (self.ow - 1) * stride + self.kw
         self.kl = self.kw * self.c
-        self.ws = workspace if workspace is not None else Workspace()
+        self.ws = check_workspace(workspace)
 
     @property
     def y_shape(self):
@@ -374,6 +373,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     """
     plan = _Plan(x, w, layout, stride, padding, workspace)
     y = out_buffer(out, plan.y_shape)
+    no_overlap("out", y, {"x": plan.x, "w": plan.w})
     if plan.nchw and stride == 1:
         _forward_nchw_rows(plan.macs(), plan.x_planes(), plan.wp, _row_panels(plan.ws, "conv2d.wr", plan.w),
                            _flat_rows(plan.ow, plan.wp), y)
@@ -397,8 +397,16 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     if dy.shape != plan.y_shape:
         raise ValueError(f"dy has shape {dy.shape}, but conv2d of x {plan.x.shape} with w {plan.w.shape} "
                          f"({layout}, stride {stride}, {padding}) gives {plan.y_shape}")
+    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+        raise TypeError(f"out must be a (dx, dw) pair of arrays (dx may be None) or None, got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
     dx_out, dw_out = out if out is not None else (None, None)
     dw = out_buffer(dw_out, plan.w.shape, "out[1] (dw)")
+    inputs = {"x": plan.x, "w": plan.w, "dy": dy}
+    no_overlap("out[1] (dw)", dw, inputs)
+    if need_dx:
+        dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
+        no_overlap("out[0] (dx)", dx, inputs | {"out[1] (dw)": dw})
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
     groups = max(1, min(plan.n, numba.get_num_threads()))
     full = (plan.n, plan.hp, plan.wp, plan.c)
@@ -408,7 +416,6 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     _backward_weight(plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
-    dx = out_buffer(dx_out, plan.x.shape, "out[0] (dx)")
     if stride == 1:
         # a full correlation: dx = conv(dy padded by K-1-pad, w flipped with C_in and C_out swapped),
         # the forward kernel's deep reduction instead of the scatter's short one

@@ -16,11 +16,10 @@ import numba
 import numpy as np
 from numba import prange
 
-from ._checks import f32, out_buffer
+from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._jit import kernel
 from ._tile import J, P, padded, panels, tile
 from .bias import broadcast_add_backward, broadcast_add_forward
-from .workspace import Workspace
 
 _KB = 256       # reduction block
 _BAND = 8 * P   # rows per parallel iteration
@@ -95,8 +94,9 @@ def dense_forward(x, w, b, *, out=None, workspace=None):
     b = f32("b", b, 1)
     if b.shape[0] != w.shape[1]:
         raise ValueError(f"b {b.shape} must have one entry per output of w {w.shape}")
-    ws = workspace if workspace is not None else Workspace()
+    ws = check_workspace(workspace)
     y = out_buffer(out, (x.shape[0], w.shape[1]))
+    no_overlap("out", y, {"x": x, "w": w, "b": b})
     if x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(ws, "dense.x", w.T, x.T, y.T)
     else:
@@ -110,10 +110,25 @@ def dense_backward(x, w, dy, *, out=None, workspace=None):
     dy = f32("dy", dy, 2)
     if dy.shape != (x.shape[0], w.shape[1]):
         raise ValueError(f"dy has shape {dy.shape}, expected {(x.shape[0], w.shape[1])} for x {x.shape}, w {w.shape}")
-    ws = workspace if workspace is not None else Workspace()
-    dx_out, dw_out, db_out = out if out is not None else (None, None, None)
+    ws = check_workspace(workspace)
+    dx_out, dw_out, db_out = _triple(out)
     dx = out_buffer(dx_out, x.shape, "out[0] (dx)")
+    dw = out_buffer(dw_out, w.shape, "out[1] (dw)")
+    db = out_buffer(db_out, (w.shape[1],), "out[2] (db)")
+    inputs = {"x": x, "w": w, "dy": dy}
+    no_overlap("out[0] (dx)", dx, inputs | {"out[1] (dw)": dw, "out[2] (db)": db})
+    no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
+    no_overlap("out[2] (db)", db, inputs)
     _product(ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
-    dw = _product(ws, "dense.dy", x.T, dy, out_buffer(dw_out, w.shape, "out[1] (dw)"))
-    db = broadcast_add_backward(dy, layout="NHWC", out=db_out)
+    _product(ws, "dense.dy", x.T, dy, dw)
+    broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
+
+
+def _triple(out):
+    if out is None:
+        return None, None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise TypeError(f"out must be a (dx, dw, db) triple of arrays or None, got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    return out

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from numba import prange
 
-from ._checks import f32, out_buffer, same_shape
+from ._checks import f32, no_overlap, out_buffer, same_shape
 from ._jit import kernel
 
 
@@ -42,5 +42,7 @@ def softmax_cross_entropy(logits, target, *, probs_out=None, grad_out=None):
     same_shape("logits", logits, "target", target)
     probs = out_buffer(probs_out, logits.shape, "probs_out")
     grad = out_buffer(grad_out, logits.shape, "grad_out")
+    no_overlap("probs_out", probs, {"logits": logits, "target": target, "grad_out": grad})
+    no_overlap("grad_out", grad, {"logits": logits, "target": target})
     loss = _softmax_xent(logits.size, logits, target, probs, grad)
     return float(loss), probs, grad

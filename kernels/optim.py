@@ -10,7 +10,7 @@ import math
 
 from numba import prange
 
-from ._checks import f32, same_shape
+from ._checks import f32, no_overlap, number, same_shape, writeable
 from ._jit import kernel
 
 
@@ -45,35 +45,41 @@ def _adadelta(p, g, a, d, lr, rho, eps):
         p[i] -= lr * step
 
 
-def _flat(p, g, *slots):
-    """Flat views of the arrays; the updated ones must be C-contiguous, or the update is lost."""
-    g = f32("grad", g)
-    for name, a in [("param", p)] + [(f"slot {i}", s) for i, s in enumerate(slots)]:
+def _flat(p, g, **slots):
+    """Flat views of the arrays. The updated ones (p and the slots) must be writeable,
+    C-contiguous (or the update would land in a copy) and apart from each other and from g."""
+    g = f32("g", g)
+    updated = {"p": p} | slots
+    for name, a in updated.items():
         f32(name, a)
         if not a.flags.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous to be updated in place")
-        same_shape("param", p, name, a)
-    same_shape("param", p, "grad", g)
-    return [a.reshape(-1) for a in (p, g) + slots]
+        writeable(name, a)
+        same_shape("p", p, name, a)
+    same_shape("p", p, "g", g)
+    names = list(updated)
+    for i, name in enumerate(names):
+        no_overlap(name, updated[name], {"g": g} | {other: updated[other] for other in names[i + 1:]})
+    return [a.reshape(-1) for a in (p, g, *slots.values())]
 
 
 def sgd_update(p, g, velocity, *, lr, momentum=0.0):
     """velocity = momentum * velocity - lr * g; p += velocity."""
-    args = _flat(p, g, velocity)
-    _sgd(p.size, *args, float(lr), float(momentum))
+    args = _flat(p, g, velocity=velocity)
+    _sgd(p.size, *args, number("lr", lr), number("momentum", momentum))
 
 
 def adam_update(p, g, m, v, *, lr_t, beta1, beta2, eps):
     """Adam with the bias correction folded into lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)."""
-    args = _flat(p, g, m, v)
-    _adam(p.size, *args, float(lr_t), float(beta1), float(beta2), float(eps))
+    args = _flat(p, g, m=m, v=v)
+    _adam(p.size, *args, number("lr_t", lr_t), number("beta1", beta1), number("beta2", beta2), number("eps", eps))
 
 
 def rmsprop_update(p, g, avg_sq, *, lr, rho, eps):
-    args = _flat(p, g, avg_sq)
-    _rmsprop(p.size, *args, float(lr), float(rho), float(eps))
+    args = _flat(p, g, avg_sq=avg_sq)
+    _rmsprop(p.size, *args, number("lr", lr), number("rho", rho), number("eps", eps))
 
 
 def adadelta_update(p, g, avg_sq, avg_step, *, lr, rho, eps):
-    args = _flat(p, g, avg_sq, avg_step)
-    _adadelta(p.size, *args, float(lr), float(rho), float(eps))
+    args = _flat(p, g, avg_sq=avg_sq, avg_step=avg_step)
+    _adadelta(p.size, *args, number("lr", lr), number("rho", rho), number("eps", eps))
