@@ -2,14 +2,20 @@
 demo; usage errors exit 2 with exactly one line."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+pytestmark = pytest.mark.slow   # every test here starts the command in a subprocess
 
-def profiler(*args, check=True):
-    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, args)], capture_output=True, text=True)
+
+def profiler(*args, check=True, env=None):
+    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, args)], capture_output=True, text=True,
+                          env=None if env is None else {**os.environ, **env}, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
     return proc
@@ -79,7 +85,7 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     for _ in range(2):   # `make demo` twice: the second run replaces the first one's runs
         out = profiler("demo", "--quick", "--out", tmp_path / "demo").stdout
         assert "report:" in out and (tmp_path / "demo" / "report.html").exists()
-    assert "Seed 1" in out and "NCHW vs NHWC" in out
+    assert "Axon report" in out and "NCHW vs NHWC" in out
     assert (tmp_path / "demo" / "figures" / "scaling-preallocated.png").exists()
     assert (tmp_path / "demo" / "notes.txt").read_text() == "mine"
 
@@ -93,6 +99,10 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["run", "mnist-cnn", "--labels", "random"], ["--labels", "mlp"]),
     (["report"], ["run_dir"]),
     (["report", "/nonexistent/run"], ["/nonexistent/run", "does not exist"]),
+    (["run", "mlp", "--seed", "-1"], ["--seed", "non-negative", "-1"]),
+    (["run", "mlp", "--epochs", "1000000000", "--history", "preallocated"], ["--history preallocated", "GB",
+                                                                               "fewer --epochs"]),
+    (["flamegraph", "--", "/no/such/binary"], ["/no/such/binary", "no such program"]),
     (["scaling", "mlp", "--max-epochs", "100"], ["--max-epochs", "at least two"]),
     (["scaling", "mlp", "--max-epochs", "1e3,x"], ["--max-epochs", "comma-separated"]),
     (["flamegraph"], ["SCENARIO", "COMMAND"]),
@@ -100,7 +110,7 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["report", "x", "--", "ls"], ["`profiler report` takes no -- COMMAND"]),
 ], ids=lambda v: None)
 def test_usage_errors_exit_2_with_one_line(args, words):
-    proc = profiler(*args, check=False)
+    proc = profiler(*args, check=False, env={"RUST_BACKTRACE": "1"})
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("profiler: error:"), proc.stderr
@@ -111,3 +121,31 @@ def test_usage_errors_exit_2_with_one_line(args, words):
 def test_help_has_examples():
     out = profiler("--help").stdout
     assert "examples:" in out and "profiler scaling" in out
+
+
+def test_flamegraph_of_a_failing_command_keeps_the_graph_and_its_exit_code(tmp_path):
+    svg = tmp_path / "f.svg"
+    script = "import sys, time\nend=time.time()+0.4\nwhile time.time()<end: sum(range(1000))\nsys.exit(3)\n"
+    proc = profiler("flamegraph", "--out", svg, "--", sys.executable, "-c", script, check=False)
+    assert proc.returncode == 1 and "exited with code 3" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and svg.read_text().startswith("<svg")
+
+
+def test_a_command_too_short_to_sample_is_named_as_such(tmp_path):
+    proc = profiler("flamegraph", "--out", tmp_path / "t.svg", "--", "true", check=False, env={"RUST_BACKTRACE": "1"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "before py-spy took a sample" in lines[0], proc.stderr
+
+
+def test_ctrl_c_in_the_first_second_is_one_line(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "3", "--out", tmp_path / "r"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines() == ["profiler: interrupted"], err
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
+    proc = profiler("run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
+    assert proc.stderr == "" and "wrote" in proc.stdout

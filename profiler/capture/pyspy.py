@@ -6,12 +6,13 @@ numba kernels are invisible to py-spy (no Python frames), so every kernel is ent
 named Python function (conv2d_backward, broadcast_add_forward, ...) that shows in the stacks.
 """
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from ..errors import FlamegraphError
+from ..errors import FlamegraphError, UsageError
 
 
 def py_spy():
@@ -23,20 +24,45 @@ def py_spy():
     return found
 
 
+def _said(text):
+    """py-spy's own error line, without the Rust backtrace it prints on some machines."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error:")]
+    return (errors or lines or ["(nothing)"])[0]
+
+
 def record(command, folded_path, *, rate=100):
-    """Run `command` (a list) under py-spy; write collapsed stacks to folded_path."""
+    """Start `command` (a list), record it with py-spy until it ends, write collapsed stacks to
+    folded_path. Returns the command's exit code (the stacks are kept whatever it is).
+
+    The command is started here and py-spy attaches to its pid, so its exit code is known (py-spy
+    run as a launcher exits 0 whatever the command did) and a command that ends before py-spy
+    could look at it is reported as that, not as py-spy's own error."""
+    program = shutil.which(command[0])
+    if program is None:
+        raise UsageError(f"cannot run {command[0]!r}: no such program (give a path or a program on PATH)")
     folded_path = Path(folded_path)
     folded_path.parent.mkdir(parents=True, exist_ok=True)
-    args = [py_spy(), "record", "--format", "raw", "--rate", str(rate), "--output", str(folded_path),
-            "--nonblocking", "--", *command]
-    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    text = proc.stdout or ""
+    folded_path.unlink(missing_ok=True)
+    target = subprocess.Popen([program, *command[1:]])
+    try:
+        spy = subprocess.run([py_spy(), "record", "--pid", str(target.pid), "--format", "raw", "--rate", str(rate),
+                              "--output", str(folded_path), "--nonblocking"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, "RUST_BACKTRACE": "0"})
+        code = target.wait()
+    finally:
+        if target.poll() is None:
+            target.kill()
+            target.wait()
+    text = spy.stdout or ""
     if "Permission denied" in text or "ptrace" in text.lower() or "Operation not permitted" in text:
         raise FlamegraphError(
             "py-spy cannot attach to the process (no ptrace permission). Fix: run as root, or "
             "`sudo sysctl kernel.yama.ptrace_scope=0`, or in a container add --cap-add SYS_PTRACE. "
-            f"py-spy said: {text.strip().splitlines()[-1] if text.strip() else ''}")
-    if proc.returncode != 0 or not folded_path.exists():
-        tail = "\n".join(text.strip().splitlines()[-5:])
-        raise FlamegraphError(f"py-spy failed (exit {proc.returncode}) recording {' '.join(command)}:\n{tail}")
-    return folded_path
+            f"py-spy said: {_said(text)}")
+    if spy.returncode != 0 or not folded_path.exists() or folded_path.stat().st_size == 0:
+        raise FlamegraphError(f"{' '.join(command)} exited with code {code} before py-spy took a sample; "
+                              f"record a command that runs for at least a fraction of a second "
+                              f"(py-spy said: {_said(text)})")
+    return code

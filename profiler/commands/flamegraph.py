@@ -4,7 +4,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import UsageError, WorkloadError
 from ..workloads.names import SCENARIO_NAMES
 from .options import add_scenario_options, positive, scenario_argv
 
@@ -48,7 +48,10 @@ class FlamegraphCommand:
         if not command:
             tmp = tempfile.mkdtemp(prefix="profiler-flame-")
             command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, tmp, args.epochs)]
-        folded = pyspy.record(command, out.with_suffix(".folded"), rate=args.rate)
+        folded = out.with_suffix(".folded")
+        code = pyspy.record(command, folded, rate=args.rate)
         title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
         flamegraph.write_svg(flamegraph.read_folded(folded), out, title=title)
         print(f"wrote {out} (raw stacks: {folded})")
+        if code != 0:
+            raise WorkloadError(f"the recorded command exited with code {code}; the flamegraph shows what ran")

@@ -1,8 +1,8 @@
-"""`profiler demo` (and `make demo`): both seed reports reproduced on the engine, diagnosed, reported.
+"""`profiler demo` (and `make demo`): both bug reports reproduced on the engine, diagnosed, reported.
 
-Seed 1: the mlp halted after the same epochs with growing max_epochs, once with the preallocated
+The Axon report: the mlp halted after the same epochs with growing max_epochs, once with the preallocated
 history (the bug) and once with the default append history, both with a gc.collect() per epoch.
-Seed 2: mnist-cnn in NCHW and NHWC, compared op by op with what-if projections.
+The Keras-MXNet report: mnist-cnn in NCHW and NHWC, compared op by op with what-if projections.
 Every run is a fresh process, so GC state does not carry over.
 """
 
@@ -21,8 +21,8 @@ def demo(out, quick=False):
     samples, cnn_epochs = (128, 2) if quick else (512, 3)
     policies = {}
     for history in ("preallocated", "append"):
-        policies[history] = {n: out / f"seed1-{history}" / f"max-{n}" for n in max_epochs}
-    layouts = {layout: out / f"seed2-mnist-cnn-{layout}" for layout in ("NCHW", "NHWC")}
+        policies[history] = {n: out / f"axon-{history}" / f"max-{n}" for n in max_epochs}
+    layouts = {layout: out / f"keras-mxnet-mnist-cnn-{layout}" for layout in ("NCHW", "NHWC")}
     jobs = [["run", "mlp", "--epochs", str(n), "--halt-after", str(halt), "--history", history,
              "--gc-collect", "epoch", "--out", str(d), "--quiet"]
             for history, runs in policies.items() for n, d in runs.items()]
@@ -45,12 +45,12 @@ def demo(out, quick=False):
     figures.save(figures.epoch_time(diagnoses[0][1]), fig_dir / "epoch-time-preallocated.png")
     figures.save(figures.ops_by_run(comparison), fig_dir / "ops-nchw-vs-nhwc.png")
     report = out / "report.html"
-    report.write_text(html.render(title="profiler demo: the two seed reports", scalings=scalings,
+    report.write_text(html.render(title="profiler demo: the two bug reports", scalings=scalings,
                                   comparisons=[comparison], diagnoses=diagnoses), encoding="utf-8")
 
     for name, result in zip(("preallocated history", "append history"), scalings):
-        print(f"\n== Seed 1, {name} ==\n{text.scaling(result)}")
-    print(f"\n== Seed 1, diagnosis of {worst} ==\ncause: {diagnoses[0][0].primary_cause}\n{diagnoses[0][0].verdict}")
-    print(f"\n== Seed 2, NCHW vs NHWC ==\n{text.comparison(comparison)}")
+        print(f"\n== Axon report, {name} ==\n{text.scaling(result)}")
+    print(f"\n== Axon report, diagnosis of {worst} ==\ncause: {diagnoses[0][0].primary_cause}\n{diagnoses[0][0].verdict}")
+    print(f"\n== Keras-MXNet report, NCHW vs NHWC ==\n{text.comparison(comparison)}")
     print(f"\nreport: {report.resolve()}")
     return report
