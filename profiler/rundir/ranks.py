@@ -1,0 +1,103 @@
+"""A multi-rank run: one directory holding a run directory per rank (docs/multi-rank.md).
+
+    OUT/rank-0/  OUT/rank-1/ ...                 what `torchrun ... -m profiler run --out OUT` writes
+    OUT/node-a/rank-0/  OUT/node-b/rank-1/ ...   directories copied from several hosts, one level down
+
+rank_dirs(path) finds them and checks that they form one job: each rank once, every rank of the
+world size present, one world size, and each directory's name agreeing with the rank its
+meta.json records. Anything else is a RunDirError that says which directories disagree.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RunDirError
+from .format import META, RANK_PREFIX
+
+_NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
+
+
+@dataclass(frozen=True)
+class RankDir:
+    rank: int
+    local_rank: int | None
+    world_size: int
+    host: str | None
+    path: Path
+
+
+def _candidates(path):
+    """rank-N directories directly under `path`, or one level down (one directory per host)."""
+    found = [p for p in path.iterdir() if p.is_dir() and _NAME.match(p.name)]
+    if found:
+        return found
+    return [q for p in path.iterdir() if p.is_dir() for q in p.iterdir() if q.is_dir() and _NAME.match(q.name)]
+
+
+def is_multi_rank(path):
+    """True when `path` is a directory of rank-N run directories rather than one run directory."""
+    path = Path(path)
+    return path.is_dir() and not (path / META).exists() and bool(_candidates(path))
+
+
+def _int_field(meta, key, file):
+    value = meta.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise RunDirError(f"{file} has {key} {value!r}, not a non-negative integer: this rank's run was not "
+                          f"recorded under torchrun (or by this profiler)")
+    return value
+
+
+def _read_rank(path):
+    file = path / META
+    if not file.exists():
+        raise RunDirError(f"{path} has no {META}: the rank's process did not start its profiling session")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RunDirError(f"{file} is not valid JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise RunDirError(f"{file} is not a JSON object: not written by this profiler")
+    rank, world = _int_field(meta, "rank", file), _int_field(meta, "world_size", file)
+    named = int(_NAME.match(path.name).group(1))
+    if named != rank:
+        raise RunDirError(f"{path} is named for rank {named} but its {META} records rank {rank}; "
+                          f"rename the directory to {RANK_PREFIX}{rank}")
+    local = meta.get("local_rank")
+    return RankDir(rank, local if isinstance(local, int) else None, world, meta.get("host"), path)
+
+
+def rank_dirs(path):
+    """The rank directories of a multi-rank run, sorted by rank; RunDirError when they do not form one job."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunDirError(f"{path} does not exist or is not a directory")
+    candidates = _candidates(path)
+    if not candidates:
+        raise RunDirError(f"{path} holds no {RANK_PREFIX}<RANK> directories: not a multi-rank run")
+    ranks = sorted((_read_rank(p) for p in candidates), key=lambda r: (r.rank, str(r.path)))
+    worlds = {}
+    for r in ranks:
+        worlds.setdefault(r.world_size, []).append(r)
+    if len(worlds) > 1:
+        parts = "; ".join(f"world size {w} in {', '.join(str(r.path) for r in rs[:3])}"
+                          + (f" and {len(rs) - 3} more" if len(rs) > 3 else "") for w, rs in sorted(worlds.items()))
+        raise RunDirError(f"{path} mixes runs of different jobs ({parts}); keep one job's {RANK_PREFIX}* "
+                          f"directories per directory")
+    for a, b in zip(ranks, ranks[1:]):
+        if a.rank == b.rank:
+            raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path}: these come from different "
+                              f"jobs (or one was copied twice); keep one of them")
+    world = ranks[0].world_size
+    beyond = [r for r in ranks if r.rank >= world]
+    if beyond:
+        raise RunDirError(f"{beyond[0].path} records rank {beyond[0].rank} but world size {world}: not a rank of "
+                          f"this job")
+    missing = sorted(set(range(world)) - {r.rank for r in ranks})
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise RunDirError(f"{path} lacks rank(s) {shown} of world size {world}: copy every rank's "
+                          f"{RANK_PREFIX}<RANK> directory (from every host) under {path}")
+    return ranks
