@@ -1,88 +1,97 @@
-"""compare(run_a, run_b) -> Comparison: two runs op by op, with a what-if for every op.
+"""compare(run_a, run_b) -> Comparison: two runs op by op, with a what-if for every op both ran.
 
-Typically the same model in NCHW and NHWC. Ops are matched by name; their tags (the layout) tell
-the runs apart. The what-if is the arithmetic the second seed's reporter did by hand: if op X in
-run A ran at its speed in run B, A's epoch would take (A's epoch - X in A + X in B).
+Typically the same model in NCHW and NHWC. Ops are matched by name and tags, leaving out the tags
+that tell the runs apart (a tag with one value on every op of run A and another on every op of
+run B, like the layout). The what-if is the arithmetic the second seed's reporter did by hand: if
+op X in run A ran at its speed in run B, A's epoch would take (A's epoch - X in A + X in B). An op
+that only one run has gets no what-if: its cost in the other run is unknown, not zero.
 """
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import rundir
-from . import stats
+from .load import load
+from .ops import op_series
+
+
+@dataclass
+class RunSide:
+    run_dir: str
+    label: str
+    epoch_s: float          # median epoch time after the warm-up
+    tags: dict              # the tags that tell this run apart from the other
+
+
+@dataclass
+class OpRow:
+    op: str                 # the op's name
+    tags: dict              # its tags, without the ones that tell the runs apart
+    a_s: float | None       # median seconds per epoch in A (None: A did not run it)
+    b_s: float | None
+    ratio: float | None     # a_s / b_s, when both ran it and b_s > 0
+    a_share: float | None   # of A's epoch
+    b_share: float | None
+    a_if_b_speed_s: float | None   # A's epoch if this op ran at B's speed
+    b_if_a_speed_s: float | None
+    only_in: str | None     # "a" or "b" when one run only has it
 
 
 @dataclass
 class Comparison:
-    a: dict          # {"run_dir", "label", "epoch_s", "ops_s"}
-    b: dict
-    ratio: float     # A's epoch time / B's
-    rows: list = field(default_factory=list)
-    verdict: str = ""
-
-    def to_dict(self):
-        return asdict(self)
+    a: RunSide
+    b: RunSide
+    ratio: float            # A's epoch time / B's
+    rows: list              # [OpRow], largest absolute difference first; one-run ops last
 
 
-def _label(run):
-    meta = run.meta.get("meta", {})
-    return meta.get("label") or meta.get("layout") or run.path.name
+def _label(loaded):
+    meta = loaded.run.user_meta
+    label = meta.get("label") or meta.get("layout")
+    return str(label) if label else loaded.run.path.name
 
 
-def _profile(run_dir):
-    run = rundir.read_run(run_dir)
-    if not run.epochs:
-        raise rundir.RunDirError(f"{run.path} has no finished epochs to compare")
-    records = run.epochs[stats.warmup(len(run.epochs)):]
-    ops = {}
-    for key in sorted({k for r in records for k in r.get("ops", {})}):
-        name, _, tag = key.partition("[")
-        series = [r.get("ops", {}).get(key, {}).get("total_s", 0.0) for r in records]
-        entry = ops.setdefault(name, {"s": 0.0, "tags": []})
-        entry["s"] += float(np.median(series))
-        entry["tags"].append(tag.rstrip("]"))
-    return {"run_dir": str(run.path), "label": _label(run),
-            "epoch_s": float(np.median([r["wall_s"] for r in records])), "ops": ops}
+def _tag_values(series):
+    values = {}
+    for op in series:
+        for k, v in op.tags:
+            values.setdefault(k, set()).add(v)
+    return values
+
+
+def _median_ops(series, drop):
+    out = {}
+    for op, (seconds, _) in series.items():
+        key = op.without(drop)
+        out[key] = out.get(key, 0.0) + seconds
+    return {k: float(np.median(v)) for k, v in out.items()}
 
 
 def compare(run_a, run_b):
-    a, b = _profile(run_a), _profile(run_b)
-    if a["label"] == b["label"]:
-        a["label"], b["label"] = f"A ({a['label']})", f"B ({b['label']})"
+    la, lb = load(run_a, "compare"), load(run_b, "compare")
+    sa, sb = op_series(la.records), op_series(lb.records)
+    va, vb = _tag_values(sa), _tag_values(sb)
+    drop = {k for k in va.keys() & vb.keys() if len(va[k]) == 1 and len(vb[k]) == 1 and va[k] != vb[k]}
+    ops_a, ops_b = _median_ops(sa, drop), _median_ops(sb, drop)
+    epoch_a = float(np.median([r["wall_s"] for r in la.records]))
+    epoch_b = float(np.median([r["wall_s"] for r in lb.records]))
+    label_a, label_b = _label(la), _label(lb)
+    if label_a == label_b:
+        label_a, label_b = f"A ({label_a})", f"B ({label_b})"
     rows = []
-    for name in sorted(set(a["ops"]) | set(b["ops"])):
-        sa = a["ops"].get(name, {"s": 0.0})["s"]
-        sb = b["ops"].get(name, {"s": 0.0})["s"]
-        rows.append({
-            "op": name, "a_s": sa, "b_s": sb, "ratio": sa / sb if sb > 0 else float("inf") if sa > 0 else 1.0,
-            "a_share": sa / a["epoch_s"], "b_share": sb / b["epoch_s"],
-            "a_if_b_speed_s": a["epoch_s"] - sa + sb,    # A's epoch if this op ran at B's speed
-            "b_if_a_speed_s": b["epoch_s"] - sb + sa,
-        })
-    rows.sort(key=lambda r: -abs(r["a_s"] - r["b_s"]))
-    for side in (a, b):
-        side["ops_s"] = {k: v["s"] for k, v in side.pop("ops").items()}
-    comparison = Comparison(a=a, b=b, ratio=a["epoch_s"] / b["epoch_s"], rows=rows)
-    comparison.verdict = _verdict(comparison)
-    return comparison
-
-
-def _verdict(c):
-    a, b = c.a, c.b
-    slow, fast = (a, b) if a["epoch_s"] >= b["epoch_s"] else (b, a)
-    key = "a_if_b_speed_s" if slow is a else "b_if_a_speed_s"
-    text = (f"{slow['label']} takes {slow['epoch_s'] * 1e3:.1f} ms per epoch, {fast['label']} "
-            f"{fast['epoch_s'] * 1e3:.1f} ms ({slow['epoch_s'] / fast['epoch_s']:.2f}x).")
-    gains = sorted(c.rows, key=lambda r: r[key])
-    best = [r for r in gains if r[key] < slow["epoch_s"]][:2]
-    for r in best:
-        what_if = r[key]
-        s_slow = r["a_s"] if slow is a else r["b_s"]
-        s_fast = r["b_s"] if slow is a else r["a_s"]
-        text += (f" If {r['op']} in {slow['label']} ran at its {fast['label']} speed ({s_slow * 1e3:.2f} -> "
-                 f"{s_fast * 1e3:.2f} ms per epoch), the {slow['label']} epoch would take {what_if * 1e3:.1f} ms "
-                 f"instead of {slow['epoch_s'] * 1e3:.1f} ms ({100 * (what_if / slow['epoch_s'] - 1):+.1f}%).")
-    if not best:
-        text += " No op is faster in the faster run; the difference is outside the timed ops."
-    return text
+    for op in sorted(ops_a.keys() | ops_b.keys()):
+        a_s, b_s = ops_a.get(op), ops_b.get(op)
+        both = a_s is not None and b_s is not None
+        rows.append(OpRow(
+            op=op.name, tags=op.tag_dict(), a_s=a_s, b_s=b_s,
+            ratio=a_s / b_s if both and b_s > 0 else None,
+            a_share=a_s / epoch_a if a_s is not None and epoch_a > 0 else None,
+            b_share=b_s / epoch_b if b_s is not None and epoch_b > 0 else None,
+            a_if_b_speed_s=epoch_a - a_s + b_s if both else None,
+            b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
+            only_in=None if both else ("a" if a_s is not None else "b")))
+    rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
+    return Comparison(
+        a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}),
+        b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}),
+        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)

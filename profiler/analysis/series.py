@@ -1,36 +1,76 @@
-"""Per-epoch series of a run for plotting, downsampled to at most `max_points` by bin means
-(means keep stacked quantities adding up); long runs are reduced, never truncated."""
+"""Series of a run for plotting, reduced to at most `max_points` bins (long runs are reduced, never
+truncated): epochs by bin means (means keep stacked quantities adding up), steps by each bin's
+median and slowest step, read from steps.bin in chunks."""
+
+from dataclasses import dataclass
 
 import numpy as np
 
-from .. import rundir
+from . import spikes as spk
+from .load import load
+
+
+@dataclass
+class EpochSeries:
+    epoch: np.ndarray
+    wall_s: np.ndarray
+    gc_s: np.ndarray                # (bins, 3): pause by generation
+    rss_bytes: np.ndarray
+    malloc_bytes: np.ndarray | None
+    traced_epoch: np.ndarray        # epochs with a traced-heap sample, and the samples
+    traced_bytes: np.ndarray
+    epochs: int
+    downsampled: bool
+
+
+@dataclass
+class StepSeries:
+    step: np.ndarray                # index of each bin's first step
+    median_s: np.ndarray            # median step time in the bin
+    max_s: np.ndarray               # slowest step in the bin
+    max_gc_s: np.ndarray            # GC pause inside that slowest step
+    steps: int
+    downsampled: bool
 
 
 def _bin_means(values, edges):
     values = np.asarray(values, float)
-    return np.array([values[a:b].mean() for a, b in zip(edges[:-1], edges[1:])])
+    return np.array([values[a:b].mean(axis=0) for a, b in zip(edges[:-1], edges[1:])])
 
 
 def series(run_dir, max_points=1000):
-    run = rundir.read_run(run_dir)
-    recs = run.epochs
-    if not recs:
-        raise rundir.RunDirError(f"{run.path} has no finished epochs to plot")
-    columns = {
-        "epoch": [r["epoch"] for r in recs],
-        "wall_s": [r["wall_s"] for r in recs],
-        "gc0_s": [r["gc"]["pause_s"][0] for r in recs],
-        "gc1_s": [r["gc"]["pause_s"][1] for r in recs],
-        "gc2_s": [r["gc"]["pause_s"][2] for r in recs],
-        "rss_bytes": [r["rss_bytes"] for r in recs],
-    }
-    if all(r.get("malloc_bytes") is not None for r in recs):
-        columns["malloc_bytes"] = [r["malloc_bytes"] for r in recs]
-    traced = [(r["epoch"], r["heap"]["traced_bytes"]) for r in recs if r.get("heap")]
+    """EpochSeries of every finished epoch (the warm-up included: the plot shows it)."""
+    recs = load(run_dir, "plot").run.epochs
     n = len(recs)
     edges = np.linspace(0, n, min(n, max_points) + 1).astype(int)
-    out = {k: _bin_means(v, edges) for k, v in columns.items()}
-    out["traced"] = (np.array([e for e, _ in traced], float), np.array([b for _, b in traced], float))
-    out["downsampled"] = n > max_points
-    out["epochs"] = n
-    return out
+    wall, gens = spk.epoch_arrays(recs)
+    malloc = [r.get("malloc_bytes") for r in recs]
+    traced = [(r["epoch"], r["heap"]["traced_bytes"]) for r in recs if r.get("heap")]
+    return EpochSeries(
+        epoch=_bin_means([r["epoch"] for r in recs], edges), wall_s=_bin_means(wall, edges),
+        gc_s=_bin_means(gens, edges), rss_bytes=_bin_means([r["rss_bytes"] for r in recs], edges),
+        malloc_bytes=_bin_means(malloc, edges) if all(m is not None for m in malloc) else None,
+        traced_epoch=np.array([e for e, _ in traced], float), traced_bytes=np.array([b for _, b in traced], float),
+        epochs=n, downsampled=n > max_points)
+
+
+def step_series(run, max_points=2000):
+    """StepSeries of a Run's steps, or None when it recorded none."""
+    steps = run.steps()
+    n = len(steps)
+    if n == 0:
+        return None
+    size = max(1, -(-n // max_points))
+    starts = np.arange(0, n, size)
+    median, top, top_gc = (np.zeros(len(starts)) for _ in range(3))
+    per_chunk = max(1, spk.CHUNK // size)   # bins per chunk read
+    for first in range(0, len(starts), per_chunk):
+        block = steps[starts[first]:starts[min(first + per_chunk, len(starts)) - 1] + size]
+        wall = np.asarray(block["wall_s"], float)
+        gc = np.asarray(block["gc0_s"], float) + np.asarray(block["gc1_s"], float) + np.asarray(block["gc2_s"], float)
+        for i in range(first, min(first + per_chunk, len(starts))):
+            a = (i - first) * size
+            w = wall[a:a + size]
+            j = int(np.argmax(w))
+            median[i], top[i], top_gc[i] = np.median(w), w[j], gc[a + j]
+    return StepSeries(starts, median, top, top_gc, n, size > 1)

@@ -1,10 +1,47 @@
-"""Robust series statistics: medians over windows and a Theil-Sen trend, so a noisy shared machine
-is not read as a slowdown and one slow epoch is not read as a trend."""
+"""Robust series statistics (numpy only): medians over windows, a Theil-Sen trend with its 95%
+confidence interval, and the test that calls a trend a sustained change.
+
+A shared machine switches between speeds for seconds at a time, has one-off slow epochs and
+heavy-tailed jitter. So a series is first reduced to the medians of at most BINS bins (one slow
+epoch or a short level switch moves a median little), the trend is fitted to those medians, and a
+change is called sustained only when the fitted change over the run is large enough and the run's
+last tenth still shows it (a level switch that reverted does not). Sen's confidence interval is
+reported, not required: it assumes independent points, which a machine that switches speeds is not. benchmarks/detection.py measures the false-alarm and detection
+rates of `sustained` on seeded simulated runs (docs/findings.md).
+"""
+
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import theilslopes
 
-MAX_POINTS = 200  # Theil-Sen is O(n^2): long runs are reduced to medians of bins first
+BINS = 30             # bins whose medians the trend is fitted to
+CHANGE = 0.075        # fitted relative change over the run that counts
+END_CHANGE = 0.04     # relative change the run's last tenth must still show (a switch that reverted does not)
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A Theil-Sen line through (x, y): slope per unit of x with its 95% interval, and the fitted
+    values at the first and last x."""
+    slope: float
+    slope_low: float
+    slope_high: float
+    start: float
+    end: float
+    span: float       # last x - first x
+
+
+@dataclass(frozen=True)
+class Change:
+    """How much a series changed over a run, relative to its start, with a 95% interval, and
+    whether the change is sustained (a trend that holds to the end, not noise)."""
+    relative: float        # fitted end / fitted start - 1
+    relative_low: float
+    relative_high: float
+    early: float           # median of the early window
+    late: float            # median of the late window
+    sustained: bool        # a sustained change in the direction of `relative`
 
 
 def warmup(n):
@@ -13,29 +50,102 @@ def warmup(n):
 
 
 def window(n):
-    """Epochs in the early and the late window: a quarter of the run, at most 100."""
+    """Items in the early and the late window: a quarter of the series, at most 100."""
     return max(1, min(100, n // 4))
 
 
 def early_late(values):
+    """Medians of the early and the late window (0.0, 0.0 for an empty series)."""
     values = np.asarray(values, float)
+    if len(values) == 0:
+        return 0.0, 0.0
     w = window(len(values))
     return float(np.median(values[:w])), float(np.median(values[-w:]))
 
 
-def binned(x, y, max_points=MAX_POINTS):
-    """(x, y) reduced to at most max_points bins, each the median of its bin."""
+def binned(x, y, bins=BINS):
+    """(x, y) reduced to at most `bins` bins, each the median of its bin."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) <= max_points:
+    if len(x) <= bins:
         return x, y
-    edges = np.linspace(0, len(x), max_points + 1).astype(int)
+    edges = np.linspace(0, len(x), bins + 1).astype(int)
     return (np.array([np.median(x[a:b]) for a, b in zip(edges[:-1], edges[1:])]),
             np.array([np.median(y[a:b]) for a, b in zip(edges[:-1], edges[1:])]))
 
 
+def theil_sen(x, y):
+    """Theil-Sen trend of y over x with Sen's 95% interval for the slope (as scipy.stats.theilslopes
+    computes it, without tie correction); a flat line when there are fewer than 3 distinct x."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) == 0:
+        return Trend(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    i, j = np.triu_indices(len(x), k=1)
+    dx = x[j] - x[i]
+    keep = dx != 0
+    span = float(x.max() - x.min())
+    if keep.sum() < 3:
+        level = float(np.median(y))
+        return Trend(0.0, 0.0, 0.0, level, level, span)
+    slopes = np.sort((y[j] - y[i])[keep] / dx[keep])
+    slope = float(np.median(slopes))
+    intercept = float(np.median(y - slope * x))
+    n, m = len(x), len(slopes)
+    sigma = np.sqrt(n * (n - 1) * (2 * n + 5) / 18.0)
+    low = int(max(np.round((m - Z95 * sigma) / 2.0) - 1, 0))
+    high = int(min(np.round((m + Z95 * sigma) / 2.0), m - 1))
+    return Trend(slope, float(slopes[low]), float(slopes[high]), intercept + slope * float(x.min()),
+                 intercept + slope * float(x.max()), span)
+
+
 def slope(x, y):
-    """Theil-Sen slope of y over x (0.0 when fewer than 3 points)."""
-    if len(x) < 3:
-        return 0.0
-    bx, by = binned(x, y)
-    return float(theilslopes(by, bx)[0])
+    """Theil-Sen slope of y over x, fitted to bin medians (0.0 when fewer than 3 points)."""
+    return theil_sen(*binned(x, y)).slope
+
+
+def change(x, y):
+    """The relative change of y over x and whether it is sustained (see the module docstring)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    early, late = early_late(y)
+    if len(y) < 8:
+        return Change(0.0, 0.0, 0.0, early, late, False)
+    trend = theil_sen(*binned(x, y))
+    base = trend.start if trend.start > 0 else early
+    if base <= 0:
+        return Change(0.0, 0.0, 0.0, early, late, False)
+    relative = trend.slope * trend.span / base
+    low, high = trend.slope_low * trend.span / base, trend.slope_high * trend.span / base
+    tail = float(np.median(y[-max(3, len(y) // 10):])) / base - 1
+    if relative > 0:
+        sustained = relative >= CHANGE and tail >= END_CHANGE
+    else:
+        sustained = relative <= -CHANGE and tail <= -END_CHANGE
+    return Change(float(relative), float(low), float(high), early, late, bool(sustained))
+
+
+# -- quantiles of long series in constant memory -----------------------------------------------
+
+HIST_EDGES = np.geomspace(1e-7, 1e4, 4097)   # 0.6% wide bins from 0.1 us to 3 h
+
+
+class Quantiles:
+    """Approximate quantiles of a stream of durations (seconds) in constant memory: counts in
+    log-spaced bins 0.6% wide, fed chunk by chunk."""
+
+    def __init__(self):
+        self.counts = np.zeros(len(HIST_EDGES) + 1, np.int64)
+        self.n = 0
+
+    def add(self, values):
+        values = np.asarray(values, float)
+        self.counts += np.bincount(np.searchsorted(HIST_EDGES, values), minlength=len(self.counts))
+        self.n += len(values)
+
+    def quantile(self, q):
+        if self.n == 0:
+            return 0.0
+        index = int(np.searchsorted(np.cumsum(self.counts), q * self.n, side="left"))
+        if index == 0:
+            return float(HIST_EDGES[0])
+        if index >= len(HIST_EDGES):
+            return float(HIST_EDGES[-1])
+        return float(np.sqrt(HIST_EDGES[index - 1] * HIST_EDGES[index]))

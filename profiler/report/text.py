@@ -1,51 +1,313 @@
-"""Terminal rendering of analysis results."""
+"""Every sentence the profiler writes about a run: verdicts, each finding's evidence and remedy,
+and the terminal reports. The JSON, HTML and figure renderers take their words from here."""
 
 import textwrap
+
+from ..analysis import findings as fnd
+from ..analysis.scaling import DEPENDS
 
 
 def _wrap(text):
     return textwrap.fill(text, width=100)
 
 
+def ms(seconds):
+    return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def pct(x):
+    return f"{100 * x:.1f}%"
+
+
+def size(n):
+    n = float(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def count(n):
+    n = float(n)
+    if abs(n) >= 1e6:
+        return f"{n / 1e6:.1f}M"
+    return f"{n / 1e3:.0f}k" if abs(n) >= 1e4 else f"{n:.0f}"
+
+
+def op_label(name, tags):
+    """`conv2d_backward (layout=NCHW)`; tags read from old keys (positional) as `name[v1,v2]`."""
+    if not tags:
+        return name
+    if all(k.isdigit() for k in tags):
+        return f"{name}[{','.join(tags[k] for k in sorted(tags, key=int))}]"
+    return f"{name} ({', '.join(f'{k}={v}' for k, v in tags.items())})"
+
+
+def change(c):
+    """A fitted relative change with its uncertainty: "+14% ± 3%"."""
+    half = max(c.relative - c.relative_low, c.relative_high - c.relative, 0.0)
+    return f"{100 * c.relative:+.0f}% ± {100 * half:.0f}%"
+
+
+# -- findings ------------------------------------------------------------------------------------
+
+def _objects(o, site):
+    if o is None:
+        return ""
+    parts = []
+    if o.tracked is not None:
+        text = f"each full collection walks ~{count(o.tracked)} tracked objects"
+        if o.tracked_growth_per_epoch:
+            text += f" ({o.tracked_growth_per_epoch:+,.0f} per epoch)"
+        parts.append(text)
+    if o.top_type is not None:
+        text = f"{pct(o.top_type_share)} of them {o.top_type}" if o.top_type_share is not None else o.top_type
+        if o.top_type_growth_per_epoch:
+            text += f", {count(o.top_type_growth_per_epoch)} more per epoch"
+        if o.top_type_site or site:
+            text += f", from {o.top_type_site or site}"
+        parts.append(text)
+    return ("; " + ", ".join(parts)) if parts else ""
+
+
+def _gen(g):
+    return "full (generation 2)" if g == 2 else f"generation {g}"
+
+
+def _memory(e):
+    text = f"{e.measure.upper() if e.measure == 'rss' else e.measure} memory grows {size(e.growth_bytes_per_epoch)} per epoch " \
+           f"({size(e.start_bytes)} -> {size(e.end_bytes)})"
+    others = [(name, rate) for name, rate in (("RSS", e.rss_growth_bytes_per_epoch),
+                                              ("malloc", e.malloc_growth_bytes_per_epoch),
+                                              ("traced", e.traced_growth_bytes_per_epoch))
+              if rate is not None and name.lower() != e.measure]
+    if others:
+        text += "; " + ", ".join(f"{name} {'+' if rate >= 0 else ''}{size(rate)} per epoch" for name, rate in others)
+    text += ("; it levels off in the last third of the run" if e.levels_off else "; it keeps growing to the end")
+    if e.top_sites:
+        text += ". The lines whose memory grew most: " + "; ".join(
+            f"{s.site} (+{size(s.size_diff)}, {s.count_diff:+d} blocks)" for s in e.top_sites[:3])
+    return text
+
+
+def evidence(f):
+    """The numbers behind one finding, as a sentence."""
+    e = f.evidence
+    if f.pattern == "gc-steady":
+        spread = ("" if f.time_fraction >= e.share_total - 0.001 else
+                  f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
+        return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
+                f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
+                f"({e.collections_per_epoch[2]:.0f} full collections per epoch)" + _objects(e.objects, e.site))
+    if f.pattern == "gc-spikes":
+        s = e.spikes
+        return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) take over {ms(s.threshold_s)} "
+                f"(median {ms(s.median_s)}, p99 {ms(s.p99_s)}, slowest {ms(s.max_s)}); their time above the median "
+                f"is {pct(s.time_fraction)} of the run, and {_gen(s.generation)} GC pauses inside them explain "
+                f"{pct(s.gc_explained_fraction)} of it" + _objects(e.objects, e.site))
+    if f.pattern == "gc-growing-pauses":
+        source = "every full collection in gc_events.bin" if e.source == "gc_events" else "each epoch's mean full collection"
+        text = (f"Full collections take longer with uptime: {ms(e.first_s)} at first, {ms(e.last_s)} after "
+                f"{e.uptime_s / 60:.1f} min ({change(e.change)}, {e.collections} collections, from {source}); the "
+                f"growth costs {pct(f.time_fraction)} of the run")
+        if e.hours_to_one_second is not None:
+            text += f". At this rate a full collection takes 1 s after {e.hours_to_one_second:.1f} h of uptime"
+        return text + _objects(e.objects, e.site)
+    if f.pattern == "allocation-growth":
+        return _memory(e)
+    if f.pattern == "compute-growth":
+        text = (f"Epoch time grows {change(e.change)} over the run ({ms(e.change.early)} -> {ms(e.change.late)} "
+                f"median), and GC explains {pct(e.gc_explained_fraction)} of it")
+        delta = e.change.late - e.change.early
+        for o in e.ops:
+            text += (f"; {op_label(o.name, o.tags)} went from {ms(o.early_s)} to {ms(o.late_s)} per epoch"
+                     + (f", {pct(min(o.growth_s / delta, 1.0))} of the increase" if delta > 0 else ""))
+        if not e.ops:
+            text += ("; no op's time grew with it" if e.ops_recorded
+                     else "; no op timers were recorded, so it cannot say which part")
+        return text
+    if f.pattern == "worker-copy-on-read":
+        text = (f"{e.count} worker processes hold {size(e.uss_bytes)} of private memory (USS; PSS {size(e.pss_bytes)}), "
+                f"{size(e.uss_bytes / e.count)} each against the parent's {size(e.parent_rss_bytes)} RSS")
+        if e.growing:
+            text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
+        return text
+    raise ValueError(f"unknown finding pattern {f.pattern!r}")
+
+
+def remedy(f):
+    """What to do about one finding."""
+    e = f.evidence
+    if f.pattern == "gc-steady":
+        text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
+                "run leave the collected generations and no collection walks them again; or raise the thresholds "
+                "(gc.set_threshold) so full collections run less often")
+        return text + (f"; or drop the references that keep what {e.site} allocates alive." if e.site else ".")
+    if f.pattern == "gc-spikes":
+        every = e.spikes.unit if e.every < 1.5 else f"{max(1, int(e.every)):,} {e.spikes.unit}s"
+        text = (f"After set-up call gc.freeze() and gc.disable(), then gc.collect() every {every} at the same point "
+                f"on every rank, so a pause lands where you chose it (and never makes one rank a straggler)")
+        site = e.site or (e.objects.top_type_site if e.objects else None)
+        return text + (f"; and keep fewer objects alive at {site} (e.g. numpy arrays instead of lists)." if site
+                       else "; and keep fewer small objects alive in the data loader.")
+    if f.pattern == "gc-growing-pauses":
+        site = (e.objects.top_type_site if e.objects else None) or e.site
+        if site:
+            return (f"Tracked objects pile up: drop the reference that keeps what {site} allocates alive (or bound "
+                    f"the container it goes into); gc.freeze() after set-up takes what set-up made out of every "
+                    f"collection.")
+        return ("Tracked objects pile up: run with --tracemalloc auto (or on) to name the line that keeps them, then "
+                "drop that reference or bound its container; gc.freeze() after set-up takes what set-up made out "
+                "of every collection.")
+    if f.pattern == "allocation-growth":
+        site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
+        if e.levels_off:
+            return (f"It levelled off: a cache or pool filled up. Bound it if that size is more than you expect"
+                    + (f" ({site})." if site else "."))
+        if site:
+            return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
+        return "Run with --tracemalloc auto (or on) to name the lines that allocate it."
+    if f.pattern == "compute-growth":
+        if e.ops:
+            return (f"Look at what {op_label(e.ops[0].name, e.ops[0].tags)} works on that grows with the epoch: "
+                    f"its inputs' size, a list it scans, a cache it searches.")
+        return "Wrap parts of the step in session.op() to name the part whose time grows."
+    if f.pattern == "worker-copy-on-read":
+        return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts (reading a Python object "
+                "writes its reference count, so each worker copies every page it reads), or call gc.freeze() before "
+                "the DataLoader starts its workers.")
+    raise ValueError(f"unknown finding pattern {f.pattern!r}")
+
+
+CAUSES = {"gc": "Garbage collection", "allocation": "Memory", "compute": "Compute"}
+
+
+# -- diagnosis -----------------------------------------------------------------------------------
+
+def _headline(d):
+    et = d.epoch_time
+    times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
+    if et.slowdown:
+        return f"Epochs get slower: {times}; the trend adds {change(et.change)} over the run."
+    if et.faster:
+        return f"Epochs get faster: {times}; the trend is {change(et.change)} over the run."
+    return f"Epoch time holds steady: {times} (no sustained trend; fitted change {change(et.change)})."
+
+
+def verdict(d):
+    """The diagnosis in a few sentences: the trend, the costliest finding with its remedy, the others."""
+    text = _headline(d) + " "
+    if d.findings:
+        first = d.findings[0]
+        text += f"{CAUSES[first.cause]}: {evidence(first)}. Fix: {remedy(first)}"
+        if len(d.findings) > 1:
+            text += " Also: " + "; ".join(f"{f.pattern} ({pct(f.time_fraction)} of the run)" for f in d.findings[1:]) + "."
+    else:
+        text += (f"No finding: GC takes {pct(d.gc.share_total)} of the run's time, no step or epoch spikes, "
+                 f"memory is flat. Nothing to fix here.")
+    if d.problems:
+        text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
+    return text
+
+
 def diagnosis(d):
     et, g, a = d.epoch_time, d.gc, d.allocation
     lines = [f"run      {d.run_dir}  ({d.epochs} epochs, {d.status}{'' if d.complete else ', INCOMPLETE'})",
-             f"cause    {d.primary_cause}", "", _wrap(d.verdict), "",
-             f"epoch time   early {et['early_median_s'] * 1e3:9.2f} ms   late {et['late_median_s'] * 1e3:9.2f} ms"
-             f"   ratio {et['ratio']:.2f}   trend {et['trend_s_per_epoch'] * 1e6:+.2f} us/epoch",
-             f"GC share     early {100 * g['share_early']:8.1f} %    late {100 * g['share_late']:8.1f} %"
-             f"    explains {100 * g['explained_fraction']:.0f}% of the change",
-             f"memory       RSS {a['rss_growth_bytes_per_epoch'] / 1024:+.1f} KiB/epoch"
-             + (f"   malloc {a['malloc_growth_bytes_per_epoch'] / 1024:+.1f} KiB/epoch"
-                if a.get("malloc_growth_bytes_per_epoch") is not None else "")
-             + (f"   traced {a['traced_growth_bytes_per_epoch'] / 1024:+.1f} KiB/epoch"
-                if a["traced_growth_bytes_per_epoch"] is not None else "")]
-    if a["top_sites"]:
+             f"cause    {d.primary_cause}", "", _wrap(verdict(d)), ""]
+    for i, f in enumerate(d.findings, 1):
+        lines += [f"finding {i}: {f.pattern} ({f.cause}, {pct(f.time_fraction)} of the run)",
+                  textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
+    lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
+              f"   ratio {et.ratio:.2f}   trend {change(et.change)}",
+              f"GC share     whole run {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
+              f"   explains {100 * g.explained_fraction:.0f}% of the change",
+              f"memory       RSS {'+' if a.rss_growth_bytes_per_epoch >= 0 else ''}{size(a.rss_growth_bytes_per_epoch)}/epoch"
+              + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
+                 if a.malloc_growth_bytes_per_epoch is not None else "")
+              + (f"   traced {size(a.traced_growth_bytes_per_epoch)}/epoch"
+                 if a.traced_growth_bytes_per_epoch is not None else "")]
+    if d.steps:
+        s = d.steps
+        lines.append(f"steps        {s.count:,}   median {ms(s.median_s)}   p99 {ms(s.p99_s)}   spikes "
+                     f"{pct(s.spike_time_fraction)} of the run, GC explains {pct(s.gc_explained_fraction)} of it")
+    if d.workers:
+        lines.append(f"workers      {d.workers.count}, {size(d.workers.private_bytes)} private")
+    if a.top_sites:
         lines += ["", "growing lines (traced):"]
-        lines += [f"  {s['size_diff'] / 1024:10.1f} KiB  {s['count_diff']:+8d} blocks  {s['kind']:6s}  {s['site']}"
-                  for s in a["top_sites"][:5]]
+        lines += [f"  {size(s.size_diff):>10s}  {s.count_diff:+8d} blocks  {s.kind:6s}  {s.site}" for s in a.top_sites[:5]]
     if d.ops:
-        lines += ["", "ops (ms per epoch, early -> late):"]
-        lines += [f"  {o['op']:34s} {o['early_s'] * 1e3:9.2f} -> {o['late_s'] * 1e3:9.2f}"
-                  for o in sorted(d.ops, key=lambda o: -o["late_s"])[:8]]
+        lines += ["", "ops (per epoch, early -> late):"]
+        lines += [f"  {op_label(o.name, o.tags):40s} {ms(o.early_s):>10s} -> {ms(o.late_s):>10s}"
+                  for o in sorted(d.ops, key=lambda o: -o.late_s)[:8]]
     return "\n".join(lines)
+
+
+# -- compare and scaling -------------------------------------------------------------------------
+
+def comparison_verdict(c):
+    a, b = c.a, c.b
+    slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
+    slow_is_a = slow is a
+    text = (f"{slow.label} takes {ms(slow.epoch_s)} per epoch, {fast.label} {ms(fast.epoch_s)} "
+            f"({slow.epoch_s / fast.epoch_s:.2f}x).")
+    both = [r for r in c.rows if r.only_in is None]
+    what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
+    best = [r for r in sorted(both, key=what_if) if what_if(r) < slow.epoch_s][:2]
+    for r in best:
+        s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
+        label = op_label(r.op, r.tags)
+        text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
+                 f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
+                 f"({100 * (what_if(r) / slow.epoch_s - 1):+.1f}%).")
+    if not best:
+        text += " No op is faster in the faster run; the difference is outside the timed ops."
+    one_side = [r for r in c.rows if r.only_in is not None]
+    for side, run in (("a", a), ("b", b)):
+        names = [op_label(r.op, r.tags) for r in one_side if r.only_in == side]
+        if names:
+            text += f" Only {run.label} runs {', '.join(names)} (no what-if: the other run has no time for it)."
+    return text
 
 
 def comparison(c):
-    a, b = c.a["label"], c.b["label"]
+    a, b = c.a.label, c.b.label
     width = max(len(a), len(b), 10)
-    lines = [_wrap(c.verdict), "",
-             f"{'op':28s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
-             f"{'epoch (ms)':28s} {c.a['epoch_s'] * 1e3:{width}.2f} {c.b['epoch_s'] * 1e3:{width}.2f}   {c.ratio:5.2f}"]
+    lines = [_wrap(comparison_verdict(c)), "",
+             f"{'op':34s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
+             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
     for r in c.rows:
-        lines.append(f"{r['op']:28s} {r['a_s'] * 1e3:{width}.2f} {r['b_s'] * 1e3:{width}.2f}   {r['ratio']:5.2f}"
-                     f"   {100 * r['a_share']:6.1f}%  {100 * r['b_share']:6.1f}%   {r['a_if_b_speed_s'] * 1e3:9.2f} ms"
-                     f" ({100 * (r['a_if_b_speed_s'] / c.a['epoch_s'] - 1):+.1f}%)")
+        label = op_label(r.op, r.tags)
+        if r.only_in is not None:
+            value = (r.a_s if r.only_in == "a" else r.b_s) * 1e3
+            cells = (f"{value:{width}.2f} {'-':>{width}s}" if r.only_in == "a" else f"{'-':>{width}s} {value:{width}.2f}")
+            lines.append(f"{label:34s} {cells}   only in {a if r.only_in == 'a' else b}")
+            continue
+        ratio = f"{r.ratio:5.2f}" if r.ratio is not None else "    -"
+        lines.append(f"{label:34s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}"
+                     f"   {100 * r.a_share:6.1f}%  {100 * r.b_share:6.1f}%   {r.a_if_b_speed_s * 1e3:9.2f} ms"
+                     f" ({100 * (r.a_if_b_speed_s / c.a.epoch_s - 1):+.1f}%)")
     return "\n".join(lines)
 
 
+def scaling_verdict(s):
+    base, top = s.rows[0], s.rows[-1]
+    at = (f"{ms(base.median_epoch_s)} at max_epochs={base.max_epochs:,} vs {ms(top.median_epoch_s)} at "
+          f"{top.max_epochs:,} ({s.ratio:.2f}x)")
+    shares = f"GC share {pct(base.gc_share)} vs {pct(top.gc_share)}"
+    if s.depends:
+        return (f"Epoch time depends on max_epochs: {at}, though every run stopped after the same epochs. {shares}, "
+                f"and GC explains {100 * s.gc_explained:.0f}% of the difference: something sized by max_epochs (e.g. "
+                f"a preallocated history) is kept alive and walked by every full collection.")
+    if s.ratio >= 1 + DEPENDS:
+        return (f"Epoch time differs ({at}), but GC pauses explain only {100 * s.gc_explained:.0f}% of it ({shares}): "
+                f"not a max_epochs effect through GC. Noise between processes on a shared machine reaches this size; "
+                f"repeat the measurement, or compare the runs' ops.")
+    return f"Epoch time does not depend on max_epochs: {at}; {shares}."
+
+
 def scaling(s):
-    lines = ([s.label] if s.label else []) + [_wrap(s.verdict), "", f"{'max_epochs':>12s} {'epochs run':>10s} {'median ms':>10s} {'GC share':>9s}"]
-    lines += [f"{r['max_epochs']:12,d} {r['epochs']:10d} {r['median_epoch_s'] * 1e3:10.2f} {100 * r['gc_share']:8.1f}%"
+    lines = ([s.label] if s.label else []) + [_wrap(scaling_verdict(s)), "",
+                                              f"{'max_epochs':>12s} {'epochs run':>10s} {'median ms':>10s} {'GC share':>9s}"]
+    lines += [f"{r.max_epochs:12,d} {r.epochs:10d} {r.median_epoch_s * 1e3:10.2f} {100 * r.gc_share:8.1f}%"
               for r in s.rows]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, STEP_FIELDS, STEPS
+from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, RANK_PREFIX, STEP_FIELDS, STEPS
 
 STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
@@ -66,6 +66,8 @@ def read_run(path):
         raise RunDirError(f"{path} is not a directory (a run directory holds {META} and {EPOCHS})")
     meta_file = path / META
     if not meta_file.exists():
+        if any(path.glob(RANK_PREFIX + "*/" + META)):
+            raise RunDirError(f"{path} is a multi-rank run ({RANK_PREFIX}N/ directories): read one of its ranks")
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
@@ -90,6 +92,42 @@ def _number(value, nonneg=True):
             and (value >= 0 or not nonneg))
 
 
+def _numbers(values, count=3):
+    return isinstance(values, list) and len(values) == count and all(_number(v) for v in values)
+
+
+def _check_optional(record):
+    """Why an optional field of `record` is unusable, or None (absent fields are fine)."""
+    for key in ("start_s", "malloc_bytes", "steps"):
+        if record.get(key) is not None and not _number(record[key]):
+            return f"has {key} {record[key]!r}, not a finite non-negative number"
+    gc = record["gc"]
+    for key in ("collected", "tracked"):
+        if gc.get(key) is not None and not _numbers(gc[key]):
+            return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
+    if gc.get("max_pause_s") is not None and not _number(gc["max_pause_s"]):
+        return f"has gc.max_pause_s {gc['max_pause_s']!r}, not a finite non-negative number"
+    for key, op in record.get("ops", {}).items():
+        if not (isinstance(op, dict) and _number(op.get("calls")) and _number(op.get("total_s"))):
+            return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
+        if not isinstance(op.get("name", ""), str) or not isinstance(op.get("tags", {}), dict):
+            return f"has ops[{key!r}] whose name is not a string or whose tags are not an object"
+    heap = record.get("heap")
+    if heap is not None:
+        if not isinstance(heap, dict) or not _number(heap.get("traced_bytes")):
+            return f"has heap {heap!r}, not an object with traced_bytes"
+        for key, fields in (("top_growth", ("size_diff",)), ("top_types", ("count", "count_diff"))):
+            items = heap.get(key) or []
+            if not isinstance(items, list) or not all(
+                    isinstance(i, dict) and all(_number(i.get(f), nonneg=False) for f in fields) for i in items):
+                return f"has heap.{key} that is not a list of objects with {', '.join(fields)}"
+    workers = record.get("workers")
+    if workers is not None and not (isinstance(workers, dict)
+                                    and all(_number(workers.get(k)) for k in ("count", "uss_bytes", "pss_bytes"))):
+        return f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'}} numbers"
+    return None
+
+
 def _check_epoch(record):
     """Why `record` is not a usable epoch record, or None."""
     if not isinstance(record, dict):
@@ -103,15 +141,13 @@ def _check_epoch(record):
     if not isinstance(gc, dict):
         return "has no 'gc' object"
     for key in ("pause_s", "collections"):
-        values = gc.get(key)
-        if not isinstance(values, list) or len(values) != 3 or not all(_number(v) for v in values):
-            return f"has gc.{key} {values!r}, not three non-negative numbers"
+        if not _numbers(gc.get(key)):
+            return f"has gc.{key} {gc.get(key)!r}, not three non-negative numbers"
     if not _number(record.get("rss_bytes")):
         return f"has rss_bytes {record.get('rss_bytes')!r}, not a non-negative number"
-    ops = record.get("ops", {})
-    if not isinstance(ops, dict):
+    if not isinstance(record.get("ops", {}), dict):
         return "has 'ops' that is not an object"
-    return None
+    return _check_optional(record)
 
 
 def _read_epochs(file, problems):
@@ -121,7 +157,7 @@ def _read_epochs(file, problems):
     lines = file.read_bytes().split(b"\n")
     torn = lines[-1] != b""   # a complete file ends with a newline
     lines = lines if torn else lines[:-1]
-    epochs, seen = [], set()
+    epochs = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -136,8 +172,8 @@ def _read_epochs(file, problems):
         why = _check_epoch(record)
         if why:
             raise RunDirError(f"{file} line {number} {why}: not an epoch record written by this profiler")
-        if record["epoch"] in seen:
-            raise RunDirError(f"{file} line {number} repeats epoch {record['epoch']}: each epoch is written once")
-        seen.add(record["epoch"])
+        if epochs and record["epoch"] <= epochs[-1]["epoch"]:
+            raise RunDirError(f"{file} line {number} has epoch {record['epoch']} after epoch {epochs[-1]['epoch']}: "
+                              f"epoch indices must strictly increase (each epoch is written once, in order)")
         epochs.append(record)
     return epochs

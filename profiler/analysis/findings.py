@@ -1,0 +1,321 @@
+"""Findings: each problem a run shows, with the share of the run's time it costs and its evidence
+as numbers (the sentences and remedies are written by profiler/report/text.py).
+
+    gc-steady           GC pauses spread over the whole run (share of wall time outside spikes and growth)
+    gc-spikes           steps or epochs far above the median whose excess GC pauses explain
+    gc-growing-pauses   full collections that take longer as the run goes on (tracked objects pile up)
+    allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
+    compute-growth      a sustained slowdown that GC does not explain, by op
+    worker-copy-on-read child processes (DataLoader workers) whose private memory approaches or
+                        outgrows the parent's: reading shared Python objects copies their pages
+
+The GC findings split the run's GC time between them (spike pauses, the growth above the first
+full collection's duration, the rest), so their time fractions do not count a pause twice.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import stats
+
+MEANINGFUL = 0.05            # share of the run's time that makes a cost a finding (and leads the ranking)
+SPIKE_FRACTION = 0.02        # share of the run's time in spike excess that is worth a finding...
+SPIKE_GC_EXPLAINS = 0.5      # ...when GC pauses explain at least this share of it
+PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a finding
+MIN_EVENTS = 8               # full collections needed to fit their trend
+RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
+RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
+TRACED_LEAK_BYTES = 4 << 20
+LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
+WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
+GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
+
+
+@dataclass
+class Site:
+    site: str
+    size_diff: int
+    count_diff: int
+    kind: str = "python"
+
+
+@dataclass
+class Objects:
+    """What every full collection walks: GC-tracked objects and the type that dominates them."""
+    tracked: int | None                     # tracked objects at the end (all generations)
+    tracked_growth_per_epoch: float | None
+    top_type: str | None = None
+    top_type_share: float | None = None     # of the tracked objects (or of the listed types)
+    top_type_growth_per_epoch: float | None = None
+    top_type_site: str | None = None
+
+
+@dataclass
+class GcSteady:
+    share_total: float              # all GC pause / all wall time
+    steady_s: float                 # GC time outside spikes and growth
+    wall_s: float
+    generation: int                 # generation with the most pause time
+    pause_by_generation_s: list
+    collections_per_epoch: list     # median per generation
+    objects: Objects | None
+    site: str | None                # the Python line whose memory grew most (deep capture)
+
+
+@dataclass
+class GcSpikes:
+    spikes: object                  # spikes.Spikes
+    every: float                    # items between spikes, on average
+    objects: Objects | None
+    site: str | None
+
+
+@dataclass
+class PauseGrowth:
+    source: str                     # "gc_events" (every full collection) or "epochs" (mean per epoch)
+    collections: int
+    first_s: float                  # fitted duration of a full collection at the first one...
+    last_s: float                   # ...and at the last
+    change: stats.Change
+    growth_s_per_hour: float
+    uptime_s: float                 # since the clock origin, at the last collection
+    hours_to_one_second: float | None   # uptime at which the trend reaches 1 s per full collection
+    excess_s: float                 # pause time above the first fitted duration
+    objects: Objects | None
+    site: str | None
+
+
+@dataclass
+class MemoryGrowth:
+    measure: str                    # "rss", "malloc" or "traced": the series that grows
+    growth_bytes_per_epoch: float
+    total_growth_bytes: float
+    start_bytes: float
+    end_bytes: float
+    levels_off: bool                # the last third grows at under LEVELS_OFF of the overall rate
+    rss_growth_bytes_per_epoch: float
+    malloc_growth_bytes_per_epoch: float | None
+    traced_growth_bytes_per_epoch: float | None
+    top_sites: list = field(default_factory=list)
+
+
+@dataclass
+class OpGrowth:
+    name: str
+    tags: dict
+    early_s: float                  # median seconds per epoch, early window
+    late_s: float
+    growth_s: float
+    calls_per_epoch: float
+    change: stats.Change
+
+
+@dataclass
+class ComputeGrowth:
+    change: stats.Change            # of epoch time
+    excess_s: float                 # time above the early median over the run
+    gc_explained_fraction: float
+    ops: list                       # OpGrowth that grew, most first
+    ops_recorded: bool
+
+
+@dataclass
+class WorkerMemory:
+    count: int
+    uss_bytes: int
+    pss_bytes: int
+    parent_rss_bytes: int
+    uss_growth_bytes_per_epoch: float
+    growing: bool
+    near_parent: bool
+
+
+@dataclass
+class Finding:
+    cause: str              # "gc", "allocation" or "compute"
+    pattern: str            # see the module docstring
+    time_fraction: float    # share of the run's wall time the finding costs (0 for memory that costs none yet)
+    evidence: object        # one of the evidence dataclasses above
+
+
+def rank(findings):
+    """Costliest first; memory that grows leads when nothing costs MEANINGFUL of the run."""
+    return sorted(findings, key=lambda f: (f.time_fraction >= MEANINGFUL, f.cause == "allocation",
+                                           f.time_fraction), reverse=True)
+
+
+# -- evidence ------------------------------------------------------------------------------------
+
+def growth_rate(x, y):
+    """Theil-Sen growth of y per unit of x, over the points that exist (None if fewer than 2)."""
+    points = [(a, b) for a, b in zip(x, y) if b is not None]
+    if len(points) < 2:
+        return None
+    return stats.slope(*zip(*points)) if len(points) >= 3 else (points[1][1] - points[0][1]) / max(
+        points[1][0] - points[0][0], 1)
+
+
+def objects(records):
+    """Objects evidence from gc.tracked and, in deep mode, heap.top_types (None if neither was sampled)."""
+    tracked = [(r["epoch"], sum(r["gc"]["tracked"])) for r in records if r["gc"].get("tracked")]
+    typed = [(r["epoch"], r["heap"]["top_types"]) for r in records if (r.get("heap") or {}).get("top_types")]
+    if not tracked and not typed:
+        return None
+    result = Objects(tracked=int(tracked[-1][1]) if tracked else None,
+                     tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None)
+    if typed:
+        last_epoch, last = typed[-1]
+        top = max(last, key=lambda t: t["count"])
+        total = result.tracked or sum(t["count"] for t in last)
+        diffs = sum(t["count_diff"] for _, types in typed for t in types if t["type"] == top["type"])
+        span = max(last_epoch - typed[0][0], 1)
+        result.top_type, result.top_type_share = top["type"], top["count"] / total if total else None
+        result.top_type_growth_per_epoch = diffs / span
+        result.top_type_site = next((t.get("site") for _, types in reversed(typed) for t in types
+                                     if t["type"] == top["type"] and t.get("site")), None)
+    return result
+
+
+def top_sites(records, n=10):
+    totals = {}
+    for r in records:
+        for s in ((r.get("heap") or {}).get("top_growth") or []):
+            entry = totals.setdefault(s["site"], Site(s["site"], 0, 0, s.get("kind", "python")))
+            entry.size_diff += int(s["size_diff"])
+            entry.count_diff += int(s.get("count_diff", 0))
+    return sorted((s for s in totals.values() if s.size_diff > 0), key=lambda s: -s.size_diff)[:n]
+
+
+def python_site(sites):
+    return next((s.site for s in sites if s.kind == "python"), None)
+
+
+# -- detectors -----------------------------------------------------------------------------------
+
+def gc_spikes(spikes, objs, site):
+    if spikes.count == 0 or spikes.time_fraction < SPIKE_FRACTION or spikes.gc_explained_fraction < SPIKE_GC_EXPLAINS:
+        return None
+    return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
+                   GcSpikes(spikes, spikes.total / spikes.count, objs, site))
+
+
+def pause_growth(events, records, wall_s, objs, site):
+    """Full collections that take longer with uptime: from gc_events.bin when it holds enough of
+    them, else from each epoch's mean generation-2 pause."""
+    full = events[events["generation"] == 2] if len(events) else events
+    if len(full) >= MIN_EVENTS:
+        source = "gc_events"
+        x, y = np.asarray(full["start_s"], float), np.asarray(full["duration_s"], float)
+    else:
+        source = "epochs"
+        rows = [(r, r["gc"]["pause_s"][2] / r["gc"]["collections"][2]) for r in records if r["gc"]["collections"][2]]
+        if len(rows) < MIN_EVENTS:
+            return None
+        if all(r.get("start_s") is not None for r, _ in rows):
+            x = np.array([r["start_s"] + r["wall_s"] for r, _ in rows])
+        else:
+            x = np.cumsum([r["wall_s"] for r in records])[[records.index(r) for r, _ in rows]]
+        y = np.array([p for _, p in rows])
+    change = stats.change(x, y)
+    if not change.sustained or change.relative < PAUSE_GROWTH:
+        return None
+    trend = stats.theil_sen(*stats.binned(x, y))
+    if source == "gc_events":
+        excess = float(np.clip(y - trend.start, 0, None).sum())
+    else:
+        counts = np.array([r["gc"]["collections"][2] for r in records if r["gc"]["collections"][2]], float)
+        excess = float((np.clip(y - trend.start, 0, None) * counts).sum())
+    hours = None
+    if trend.slope > 0:
+        hours = max(float(x[-1]), float(x[0]) + (1.0 - trend.start) / trend.slope) / 3600
+    return Finding("gc", "gc-growing-pauses", excess / wall_s if wall_s > 0 else 0.0,
+                   PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
+                               growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
+                               hours_to_one_second=hours, excess_s=excess, objects=objs, site=site))
+
+
+def gc_steady(records, spikes, growth_excess_s, objs, site):
+    wall_s = spikes.wall_s
+    spike_part = min(spikes.spike_gc_s, spikes.excess_s) if spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS else 0.0
+    steady = max(spikes.gc_s - spike_part - growth_excess_s, 0.0)
+    if wall_s <= 0 or steady / wall_s < MEANINGFUL:
+        return None
+    by_gen = spikes.gc_by_generation_s
+    collections = np.median(np.array([r["gc"]["collections"] for r in records], float).reshape(-1, 3), axis=0)
+    return Finding("gc", "gc-steady", steady / wall_s,
+                   GcSteady(share_total=spikes.gc_s / wall_s, steady_s=steady, wall_s=wall_s,
+                            generation=int(np.argmax(by_gen)), pause_by_generation_s=list(by_gen),
+                            collections_per_epoch=collections.tolist(), objects=objs, site=site))
+
+
+def memory_growth(records, sites):
+    """Growing RSS, malloc or traced memory (the first that grows past its threshold)."""
+    idx = np.array([r["epoch"] for r in records], float)
+    if len(idx) < 4:
+        return None
+    series = {"rss": [r["rss_bytes"] for r in records],
+              "malloc": [r.get("malloc_bytes") for r in records],
+              "traced": [(r.get("heap") or {}).get("traced_bytes") for r in records]}
+    rates = {k: growth_rate(idx, v) for k, v in series.items()}
+    span = idx[-1] - idx[0]
+    rss0 = float(records[0]["rss_bytes"])
+    limits = {"traced": TRACED_LEAK_BYTES, "malloc": RSS_LEAK_BYTES,
+              "rss": max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rss0)}
+    for measure in ("traced", "malloc", "rss"):
+        rate = rates[measure]
+        if rate is None or rate * span < limits[measure]:
+            continue
+        points = [(x, y) for x, y in zip(idx, series[measure]) if y is not None]
+        third = points[-max(3, len(points) // 3):]
+        late_rate = growth_rate(*zip(*third)) if len(third) >= 2 else rate
+        return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
+            measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,
+            start_bytes=float(points[0][1]), end_bytes=float(points[-1][1]),
+            levels_off=bool(late_rate is not None and late_rate < LEVELS_OFF * rate),
+            rss_growth_bytes_per_epoch=rates["rss"], malloc_growth_bytes_per_epoch=rates["malloc"],
+            traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites))
+    return None
+
+
+def op_growth(records, op_series):
+    """Per op: early and late median seconds per epoch and its change, most growth first."""
+    idx = np.array([r["epoch"] for r in records], float)
+    rows = []
+    for op, (seconds, calls) in op_series.items():
+        early, late = stats.early_late(seconds)
+        rows.append(OpGrowth(op.name, op.tag_dict(), early, late, late - early, float(np.median(calls)),
+                             stats.change(idx, seconds)))
+    return sorted(rows, key=lambda r: -r.growth_s)
+
+
+def compute_growth(records, epoch_change, ops):
+    if not (epoch_change.sustained and epoch_change.relative > 0):
+        return None
+    wall = np.array([r["wall_s"] for r in records])
+    pause = np.array([sum(r["gc"]["pause_s"]) for r in records])
+    gc_early, gc_late = stats.early_late(pause)
+    delta = epoch_change.late - epoch_change.early
+    explained = float(np.clip((gc_late - gc_early) / delta, 0.0, 1.0)) if delta > 0 else 0.0
+    if explained >= GC_EXPLAINS:
+        return None
+    excess = float(np.clip(wall - epoch_change.early, 0, None).sum())
+    grown = [o for o in ops if o.growth_s > 0 and o.change.sustained and o.change.relative > 0]
+    return Finding("compute", "compute-growth", excess * (1 - explained) / wall.sum(),
+                   ComputeGrowth(epoch_change, excess, explained, grown[:3], bool(ops)))
+
+
+def worker_memory(records):
+    rows = [(r["epoch"], r["workers"], r["rss_bytes"]) for r in records if r.get("workers")]
+    if not rows or not rows[-1][1]["count"]:
+        return None
+    epoch, last, parent = rows[-1]
+    rate = growth_rate([e for e, _, _ in rows], [w["uss_bytes"] for _, w, _ in rows]) or 0.0
+    span = rows[-1][0] - rows[0][0]
+    growing = len(rows) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rows[0][1]["uss_bytes"])
+    near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
+    evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
+                            float(rate), bool(growing), bool(near))
+    if not (growing or near):
+        return None
+    return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

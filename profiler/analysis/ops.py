@@ -1,0 +1,49 @@
+"""Op identity (name plus tags) and per-op series over epoch records.
+
+An op is recorded as {"name": str, "tags": {k: v}, "calls", "total_s"} under a display key. Runs
+written before ops carried their identity have only the key "name[v1,v2]"; those tags are read as
+positional ("0": "v1", "1": "v2"). The identity is never rebuilt from a display string when the
+record holds it, so an op named "conv[fast]" and "conv" tagged layout=fast stay apart.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, order=True)
+class OpId:
+    name: str
+    tags: tuple = ()      # ((key, value), ...) sorted by key; values as strings
+
+    def tag_dict(self):
+        return dict(self.tags)
+
+    def without(self, keys):
+        return OpId(self.name, tuple((k, v) for k, v in self.tags if k not in keys))
+
+
+def op_id(key, value):
+    """The identity of one op entry of an epoch record."""
+    if isinstance(value, dict) and "name" in value:
+        return OpId(value["name"], tuple(sorted((str(k), str(v)) for k, v in (value.get("tags") or {}).items())))
+    name, bracket, rest = key.partition("[")
+    if not bracket or not rest.endswith("]"):
+        return OpId(key)
+    return OpId(name, tuple((str(i), v) for i, v in enumerate(rest[:-1].split(","))))
+
+
+def op_series(records):
+    """{OpId: (seconds per epoch, calls per epoch)} as arrays aligned with `records` (0 where absent)."""
+    index = {}
+    for position, record in enumerate(records):
+        for key, value in record.get("ops", {}).items():
+            index.setdefault(op_id(key, value), []).append((position, value["total_s"], value["calls"]))
+    out = {}
+    for op, entries in index.items():
+        seconds, calls = np.zeros(len(records)), np.zeros(len(records))
+        for position, s, c in entries:
+            seconds[position] += s
+            calls[position] += c
+        out[op] = (seconds, calls)
+    return out

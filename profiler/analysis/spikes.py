@@ -1,0 +1,103 @@
+"""Spikes: steps (or epochs) far above the median, the run time in their excess, and how much of
+that excess the GC pauses inside them explain.
+
+Steps are read from the memory-mapped steps.bin in chunks, twice (quantiles, then spikes), so any
+number of steps is analysed in constant memory.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import RunDirError
+from . import stats
+
+CHUNK = 1 << 18
+SPIKE_OVER_MEDIAN = 0.5   # a spike lasts at least 1.5x the median...
+SPIKE_SIGMAS = 6.0        # ...and at least median + 6 robust standard deviations
+
+
+@dataclass
+class Spikes:
+    unit: str                       # "step" or "epoch"
+    count: int                      # items above the threshold
+    total: int                      # items looked at
+    median_s: float
+    p99_s: float
+    threshold_s: float
+    max_s: float
+    wall_s: float                   # total time of all items
+    gc_s: float                     # total GC pause of all items
+    gc_by_generation_s: list        # [g0, g1, g2] of all items
+    excess_s: float                 # time in spikes above the median
+    time_fraction: float            # excess_s / wall_s
+    spike_gc_s: float               # GC pause inside the spikes
+    spike_gc_by_generation_s: list  # [g0, g1, g2] inside the spikes
+    gc_explained_fraction: float    # share of the excess that GC pauses inside the spikes explain
+    generation: int                 # the generation with the most pause inside the spikes
+
+
+def _check(chunk, offset, source):
+    bad = ~(np.isfinite(chunk[0]) & (chunk[0] >= 0))
+    for g in chunk[1:]:
+        bad |= ~(np.isfinite(g) & (g >= 0))
+    if bad.any():
+        raise RunDirError(f"{source} record {offset + int(np.argmax(bad))} holds a negative or non-finite time: "
+                          f"not written by this profiler")
+
+
+def find(chunks, unit, source, totals=None):
+    """Spikes over `chunks()`, a function returning an iterator of (offset, wall, gc0, gc1, gc2) arrays.
+    `totals` (wall seconds, [g0, g1, g2] pause seconds) is the run's time when the items do not
+    cover all of it (steps leave out the time between them); fractions are of that time."""
+    quantiles = stats.Quantiles()
+    wall_s, gc = 0.0, np.zeros(3)
+    for offset, *chunk in chunks():
+        _check(chunk, offset, source)
+        quantiles.add(chunk[0])
+        wall_s += float(chunk[0].sum())
+        gc += [float(g.sum()) for g in chunk[1:]]
+    if totals is not None:
+        wall_s, gc = totals[0], np.asarray(totals[1], float)
+    median, p99 = quantiles.quantile(0.5), quantiles.quantile(0.99)
+    sigma = (quantiles.quantile(0.75) - quantiles.quantile(0.25)) / 1.349
+    threshold = median + max(SPIKE_OVER_MEDIAN * median, SPIKE_SIGMAS * sigma)
+    count, excess, max_s, spike_gc = 0, 0.0, 0.0, np.zeros(3)
+    for _, wall, *gens in chunks():
+        spike = wall > threshold
+        if len(wall):
+            max_s = max(max_s, float(wall.max()))
+        if spike.any():
+            count += int(spike.sum())
+            excess += float((wall[spike] - median).sum())
+            spike_gc += [float(g[spike].sum()) for g in gens]
+    explained = min(float(spike_gc.sum()), excess) / excess if excess > 0 else 0.0
+    return Spikes(unit=unit, count=count, total=quantiles.n, median_s=median, p99_s=p99, threshold_s=threshold,
+                  max_s=max_s, wall_s=wall_s, gc_s=float(gc.sum()), gc_by_generation_s=gc.tolist(), excess_s=excess,
+                  time_fraction=excess / wall_s if wall_s > 0 else 0.0, spike_gc_s=float(spike_gc.sum()),
+                  spike_gc_by_generation_s=spike_gc.tolist(), gc_explained_fraction=explained,
+                  generation=int(np.argmax(spike_gc)) if spike_gc.any() else 2)
+
+
+def of_steps(steps, source, first_epoch, totals):
+    """Spikes among the steps of a run (a structured array, usually memory-mapped) from
+    `first_epoch` on (the warm-up left out)."""
+    def chunks():
+        for a in range(0, len(steps), CHUNK):
+            block = steps[a:a + CHUNK]
+            block = block[block["epoch"] >= first_epoch]
+            yield (a, np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
+                   np.asarray(block["gc1_s"], float), np.asarray(block["gc2_s"], float))
+    return find(chunks, "step", source, totals)
+
+
+def of_epochs(records, source):
+    """Spikes among epoch records."""
+    wall, gens = epoch_arrays(records)
+    return find(lambda: iter([(0, wall, gens[:, 0], gens[:, 1], gens[:, 2])]), "epoch", source)
+
+
+def epoch_arrays(records):
+    """Wall seconds and GC pause seconds by generation (n x 3) of epoch records."""
+    return (np.array([r["wall_s"] for r in records], float),
+            np.array([r["gc"]["pause_s"] for r in records], float).reshape(-1, 3))
