@@ -9,5 +9,6 @@ from .flamegraph import FlamegraphCommand
 from .report import ReportCommand
 from .run import RunCommand
 from .scaling import ScalingCommand
+from .timeline import TimelineCommand
 
-COMMANDS = [RunCommand, ReportCommand, CompareCommand, ScalingCommand, FlamegraphCommand, DemoCommand]
+COMMANDS = [RunCommand, ReportCommand, CompareCommand, ScalingCommand, TimelineCommand, FlamegraphCommand, DemoCommand]

@@ -7,6 +7,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from . import text  # noqa: E402
 
 MIB = 1 << 20
 GC_COLORS = ("#fdd49e", "#fc8d59", "#d7301f")
@@ -20,13 +23,34 @@ def _short(site, width=60):
 
 
 def epoch_time(s, title="Epoch time, with GC pauses by generation"):
+    """s: analysis.EpochSeries."""
     fig, ax = plt.subplots(figsize=(9, 4))
-    ms = lambda k: s[k] * 1e3  # noqa: E731
-    other = ms("wall_s") - ms("gc0_s") - ms("gc1_s") - ms("gc2_s")
-    ax.stackplot(s["epoch"], other.clip(min=0), ms("gc0_s"), ms("gc1_s"), ms("gc2_s"),
+    gc_ms = s.gc_s * 1e3
+    other = s.wall_s * 1e3 - gc_ms.sum(axis=1)
+    ax.stackplot(s.epoch, other.clip(min=0), gc_ms[:, 0], gc_ms[:, 1], gc_ms[:, 2],
                  labels=["outside GC", "GC gen 0", "GC gen 1", "GC gen 2 (full)"],
                  colors=["#9ecae1"] + list(GC_COLORS))
-    ax.set(title=title + (" (bin means)" if s["downsampled"] else ""), xlabel="epoch", ylabel="ms per epoch")
+    ax.set(title=title + (" (bin means)" if s.downsampled else ""), xlabel="epoch", ylabel="ms per epoch")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def step_time(s, threshold_s=None):
+    """s: analysis.StepSeries. Each bin's median and slowest step; slowest steps whose GC pause is
+    at least half their time above the median are marked as GC-pause steps."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    ax.plot(s.step, s.max_s * 1e3, lw=0.8, color="#9ecae1", label="slowest step" + (" in bin" if s.downsampled else ""))
+    ax.plot(s.step, s.median_s * 1e3, lw=1.2, color="#3182bd", label="median step" + (" in bin" if s.downsampled else ""))
+    gc_steps = s.max_gc_s >= 0.5 * np.clip(s.max_s - s.median_s, 1e-9, None)
+    gc_steps &= s.max_gc_s > 0
+    ax.plot(s.step[gc_steps], s.max_s[gc_steps] * 1e3, "o", ms=4, color=GC_COLORS[2],
+            label="GC pause in step (>= half its excess)")
+    if threshold_s:
+        ax.axhline(threshold_s * 1e3, ls="--", lw=0.8, color="#636363", label="spike threshold")
+    ax.set(title=f"Step time ({s.steps:,} steps)", xlabel="step", ylabel="ms per step")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
@@ -35,12 +59,13 @@ def epoch_time(s, title="Epoch time, with GC pauses by generation"):
 
 
 def memory(s):
+    """s: analysis.EpochSeries."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.plot(s["epoch"], s["rss_bytes"] / MIB, label="process RSS")
-    if "malloc_bytes" in s:
-        ax.plot(s["epoch"], s["malloc_bytes"] / MIB, label="malloc in use")
-    if len(s["traced"][0]):
-        ax.plot(s["traced"][0], s["traced"][1] / MIB, "o-", ms=3, label="tracemalloc traced")
+    ax.plot(s.epoch, s.rss_bytes / MIB, label="process RSS")
+    if s.malloc_bytes is not None:
+        ax.plot(s.epoch, s.malloc_bytes / MIB, label="malloc in use")
+    if len(s.traced_epoch):
+        ax.plot(s.traced_epoch, s.traced_bytes / MIB, "o-", ms=3, label="tracemalloc traced")
     ax.set(title="Memory over epochs", xlabel="epoch", ylabel="MiB")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
@@ -52,8 +77,8 @@ def top_sites(sites, n=10):
     sites = sites[:n]
     fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(sites), 1) + 1.2))
     if sites:
-        labels = [_short(x["site"]) + f"  [{x['kind']}]" for x in sites][::-1]
-        ax.barh(labels, [x["size_diff"] / MIB for x in sites][::-1], color="#d7301f")
+        labels = [_short(x.site) + f"  [{x.kind}]" for x in sites][::-1]
+        ax.barh(labels, [x.size_diff / MIB for x in sites][::-1], color="#d7301f")
     else:
         ax.text(0.5, 0.5, "no traced growth (run with --tracemalloc on or auto)", ha="center", va="center",
                 transform=ax.transAxes)
@@ -67,9 +92,10 @@ def ops_by_run(comparison, n=12):
     rows = comparison.rows[:n][::-1]
     fig, ax = plt.subplots(figsize=(9, 0.5 * max(len(rows), 1) + 1.5))
     y = range(len(rows))
-    ax.barh([i + 0.2 for i in y], [r["a_s"] * 1e3 for r in rows], height=0.4, label=comparison.a["label"])
-    ax.barh([i - 0.2 for i in y], [r["b_s"] * 1e3 for r in rows], height=0.4, label=comparison.b["label"])
-    ax.set_yticks(list(y), [r["op"] for r in rows], fontsize=8)
+    ax.barh([i + 0.2 for i in y], [(r.a_s or 0.0) * 1e3 for r in rows], height=0.4, label=comparison.a.label)
+    ax.barh([i - 0.2 for i in y], [(r.b_s or 0.0) * 1e3 for r in rows], height=0.4, label=comparison.b.label)
+    ax.set_yticks(list(y), [text.op_label(r.op, r.tags) + ("" if r.only_in is None else " (one run only)")
+                            for r in rows], fontsize=8)
     ax.set(title="Time per epoch by op", xlabel="ms per epoch (median)")
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)
@@ -78,15 +104,15 @@ def ops_by_run(comparison, n=12):
 
 
 def scaling(result):
-    xs = [r["max_epochs"] for r in result.rows]
+    xs = [r.max_epochs for r in result.rows]
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.plot(xs, [r["median_epoch_s"] * 1e3 for r in result.rows], "o-", label="median epoch time")
+    ax.plot(xs, [r.median_epoch_s * 1e3 for r in result.rows], "o-", label="median epoch time")
     title = "Epoch time against max_epochs (same epochs run)" + (f"\n{result.label}" if result.label else "")
     ax.set(xscale="log", title=title, xlabel="max_epochs",
            ylabel="ms per epoch")
     ax.set_ylim(bottom=0)
     share = ax.twinx()
-    share.plot(xs, [100 * r["gc_share"] for r in result.rows], "s--", color="#d7301f", label="GC share")
+    share.plot(xs, [100 * r.gc_share for r in result.rows], "s--", color="#d7301f", label="GC share")
     share.set_ylabel("GC share of epoch time (%)")
     share.set_ylim(0, 100)
     lines = ax.get_legend_handles_labels()[0] + share.get_legend_handles_labels()[0]

@@ -1,11 +1,13 @@
-"""One self-contained HTML page: the verdicts first, then figures (embedded PNG), tables, metadata."""
+"""One self-contained HTML page: the verdicts first, then a section per result (figures as embedded
+PNG, tables), then metadata. Each section is a function of one result, so a new kind of result
+(ranks, say) adds a section function and passes its HTML to render(sections=...)."""
 
 import base64
 import html
 import io
 import json
 
-from . import figures
+from . import figures, text
 
 
 def _img(fig):
@@ -28,56 +30,77 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px so
 td:first-child,th:first-child{text-align:left}img{max-width:100%}pre{background:#f6f6f6;padding:.6em;font-size:.8em}"""
 
 
-def _diagnosis_section(d, s):
+def findings_table(d):
+    if not d.findings:
+        return "<p>No finding.</p>"
+    return _table(["finding", "cause", "share of run time", "evidence", "fix"],
+                  [[f.pattern, f.cause, text.pct(f.time_fraction), text.evidence(f), text.remedy(f)]
+                   for f in d.findings])
+
+
+def diagnosis_section(d, s, steps=None):
+    """d: Diagnosis, s: EpochSeries, steps: StepSeries or None."""
     parts = [f"<h2>Run {html.escape(d.run_dir)}</h2>",
              f"<p><span class=cause>{d.primary_cause}</span> {d.epochs} epochs, status {html.escape(d.status)}"
              f"{'' if d.complete else ' (incomplete)'}</p>",
-             f"<p class=verdict>{html.escape(d.verdict)}</p>",
-             _img(figures.epoch_time(s)), _img(figures.memory(s))]
-    if d.allocation["top_sites"]:
-        parts.append(_img(figures.top_sites(d.allocation["top_sites"])))
+             f"<p class=verdict>{html.escape(text.verdict(d))}</p>", "<h3>Findings</h3>", findings_table(d)]
+    if steps is not None:
+        parts.append(_img(figures.step_time(steps, d.spikes.threshold_s if d.spikes.unit == "step" else None)))
+    parts += [_img(figures.epoch_time(s)), _img(figures.memory(s))]
+    sites = d.allocation.top_sites
+    if sites:
+        parts.append(_img(figures.top_sites(sites)))
         parts.append(_table(["site", "KiB grown", "blocks", "kind"],
-                            [[x["site"], f"{x['size_diff'] / 1024:.1f}", x["count_diff"], x["kind"]]
-                             for x in d.allocation["top_sites"]]))
+                            [[x.site, f"{x.size_diff / 1024:.1f}", x.count_diff, x.kind] for x in sites]))
     if d.ops:
         parts.append("<h3>Ops (ms per epoch)</h3>")
         parts.append(_table(["op", "early", "late", "calls/epoch"],
-                            [[o["op"], f"{o['early_s'] * 1e3:.2f}", f"{o['late_s'] * 1e3:.2f}",
-                              f"{o['calls_per_epoch']:.0f}"] for o in sorted(d.ops, key=lambda o: -o["late_s"])]))
+                            [[text.op_label(o.name, o.tags), f"{o.early_s * 1e3:.2f}", f"{o.late_s * 1e3:.2f}",
+                              f"{o.calls_per_epoch:.0f}"] for o in sorted(d.ops, key=lambda o: -o.late_s)]))
     return "\n".join(parts)
 
 
-def _comparison_section(c):
-    rows = [[r["op"], f"{r['a_s'] * 1e3:.2f}", f"{r['b_s'] * 1e3:.2f}", f"{r['ratio']:.2f}",
-             f"{100 * r['a_share']:.1f}%", f"{100 * r['b_share']:.1f}%",
-             f"{r['a_if_b_speed_s'] * 1e3:.1f} ({100 * (r['a_if_b_speed_s'] / c.a['epoch_s'] - 1):+.1f}%)"]
+def _ms_or_dash(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def comparison_section(c):
+    rows = [[text.op_label(r.op, r.tags), _ms_or_dash(r.a_s), _ms_or_dash(r.b_s),
+             "-" if r.ratio is None else f"{r.ratio:.2f}",
+             "-" if r.a_share is None else text.pct(r.a_share), "-" if r.b_share is None else text.pct(r.b_share),
+             (f"{r.a_if_b_speed_s * 1e3:.1f} ({100 * (r.a_if_b_speed_s / c.a.epoch_s - 1):+.1f}%)"
+              if r.a_if_b_speed_s is not None else f"only in {c.a.label if r.only_in == 'a' else c.b.label}")]
             for r in c.rows]
     return "\n".join([
-        f"<h2>{html.escape(c.a['label'])} vs {html.escape(c.b['label'])}</h2>",
-        f"<p class=verdict>{html.escape(c.verdict)}</p>", _img(figures.ops_by_run(c)),
-        _table(["op", f"{c.a['label']} ms", f"{c.b['label']} ms", "ratio", "share A", "share B",
-                f"{c.a['label']} epoch at {c.b['label']} speed, ms"], rows)])
+        f"<h2>{html.escape(c.a.label)} vs {html.escape(c.b.label)}</h2>",
+        f"<p class=verdict>{html.escape(text.comparison_verdict(c))}</p>", _img(figures.ops_by_run(c)),
+        _table(["op", f"{c.a.label} ms", f"{c.b.label} ms", "ratio", "share A", "share B",
+                f"{c.a.label} epoch at {c.b.label} speed, ms"], rows)])
 
 
-def _scaling_section(sc):
+def scaling_section(sc):
     return "\n".join([
         f"<h2>Epoch time against max_epochs{': ' + html.escape(sc.label) if sc.label else ''}</h2>",
-        f"<p class=verdict>{html.escape(sc.verdict)}</p>",
+        f"<p class=verdict>{html.escape(text.scaling_verdict(sc))}</p>",
         _img(figures.scaling(sc)),
         _table(["max_epochs", "epochs run", "median ms", "GC share"],
-               [[f"{r['max_epochs']:,}", r["epochs"], f"{r['median_epoch_s'] * 1e3:.2f}",
-                 f"{100 * r['gc_share']:.1f}%"] for r in sc.rows])])
+               [[f"{r.max_epochs:,}", r.epochs, f"{r.median_epoch_s * 1e3:.2f}", text.pct(r.gc_share)]
+                for r in sc.rows])])
 
 
-def render(*, title="profiler report", diagnoses=(), comparisons=(), scalings=(), meta=None):
-    """diagnoses: [(Diagnosis, series)], comparisons: [Comparison], scalings: [Scaling]."""
-    summary = [f"<li><b>{html.escape(d.run_dir)}</b>: {html.escape(d.verdict)}</li>" for d, _ in diagnoses]
-    summary += [f"<li>{html.escape(c.verdict)}</li>" for c in comparisons]
-    summary += [f"<li>{html.escape(s.verdict)}</li>" for s in scalings]
+def render(*, title="profiler report", diagnoses=(), comparisons=(), scalings=(), sections=(), meta=None):
+    """One page. diagnoses: [(Diagnosis, EpochSeries)] or [(Diagnosis, EpochSeries, StepSeries|None)],
+    comparisons: [Comparison], scalings: [Scaling]; sections: [(verdict or None, HTML)] for other
+    results (e.g. ranks), placed before the runs."""
+    summary = [f"<li><b>{html.escape(d[0].run_dir)}</b>: {html.escape(text.verdict(d[0]))}</li>" for d in diagnoses]
+    summary += [f"<li>{html.escape(text.comparison_verdict(c))}</li>" for c in comparisons]
+    summary += [f"<li>{html.escape(text.scaling_verdict(s))}</li>" for s in scalings]
+    summary += [f"<li>{html.escape(v)}</li>" for v, _ in sections if v]
     body = [f"<h1>{html.escape(title)}</h1>", "<h2>Verdicts</h2>", "<ul>" + "".join(summary) + "</ul>"]
-    body += [_scaling_section(s) for s in scalings]
-    body += [_comparison_section(c) for c in comparisons]
-    body += [_diagnosis_section(d, s) for d, s in diagnoses]
+    body += [scaling_section(s) for s in scalings]
+    body += [comparison_section(c) for c in comparisons]
+    body += [part for _, part in sections]
+    body += [diagnosis_section(*d) for d in diagnoses]
     if meta:
         body.append("<h2>Run metadata</h2><pre>" + html.escape(json.dumps(meta, indent=2, default=str)) + "</pre>")
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"

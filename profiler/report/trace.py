@@ -1,0 +1,120 @@
+"""Chrome trace event JSON of a run (Perfetto UI and chrome://tracing open it).
+
+One time axis: microseconds since the session's clock origin (plus `offset_s`, so runs whose
+origins differ, like the ranks of one job, line up). One process (pid) per run; its threads are
+the tracks:
+
+    epochs   one slice per epoch (from its start_s; runs without start_s: epochs back to back)
+    steps    one slice per step, from steps.bin
+    ops      each epoch's op totals, laid back to back from the epoch's start (the run records how
+             long each op took per epoch, not when it ran: the slices show how the epoch divides)
+    GC gen 0, GC gen 1, GC gen 2
+             one slice per collection in gc_events.bin (every full collection and every long one)
+    GC pause in steps (counter)
+             the GC pause inside each step by generation, from steps.bin (or per epoch without steps)
+
+`events(run, pid)` yields the events of one run; `write(path, streams)` writes any number of
+them as one file, streaming, so a million steps never sit in memory as Python objects.
+"""
+
+import json
+
+import numpy as np
+
+from .. import rundir
+from ..errors import RunWriteError
+
+EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
+CHUNK = 1 << 16
+
+
+def _us(seconds, offset_s):
+    return round((seconds + offset_s) * 1e6, 3)
+
+
+def _meta(pid, name):
+    yield {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+    for tid, label in ((EPOCHS_TID, "epochs"), (STEPS_TID, "steps"), (OPS_TID, "ops (per-epoch totals, back to back)"),
+                       (GC_TID, "GC gen 0"), (GC_TID + 1, "GC gen 1"), (GC_TID + 2, "GC gen 2 (full)")):
+        yield {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": label}}
+        yield {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+
+
+def _epochs(run, pid, offset_s):
+    clock, has_steps = 0.0, len(run.steps()) > 0
+    for r in run.epochs:
+        start = r["start_s"] if r.get("start_s") is not None else clock
+        clock = start + r["wall_s"]
+        yield {"name": f"epoch {r['epoch']}", "cat": "epoch", "ph": "X", "pid": pid, "tid": EPOCHS_TID,
+               "ts": _us(start, offset_s), "dur": _us(r["wall_s"], 0.0),
+               "args": {"gc_pause_s": r["gc"]["pause_s"], "collections": r["gc"]["collections"],
+                        "rss_bytes": r["rss_bytes"], "estimated_start": r.get("start_s") is None}}
+        at = start
+        for key, op in sorted(r.get("ops", {}).items(), key=lambda kv: -kv[1]["total_s"]):
+            dur = min(op["total_s"], max(clock - at, 0.0))
+            yield {"name": op.get("name", key), "cat": "op", "ph": "X", "pid": pid, "tid": OPS_TID,
+                   "ts": _us(at, offset_s), "dur": _us(dur, 0.0),
+                   "args": {"key": key, "tags": op.get("tags", {}), "calls": op["calls"], "total_s": op["total_s"],
+                            "placement": "per-epoch total, not when the op ran"}}
+            at += dur
+        if not has_steps and sum(r["gc"]["pause_s"]):
+            yield _gc_counter(pid, start, offset_s, [p * 1e3 for p in r["gc"]["pause_s"]])
+            yield _gc_counter(pid, clock, offset_s, [0.0, 0.0, 0.0])
+
+
+def _gc_counter(pid, at, offset_s, values_ms):
+    return {"name": "GC pause in steps (ms)", "cat": "gc", "ph": "C", "pid": pid, "tid": 0, "ts": _us(at, offset_s),
+            "args": {f"gen{g}": round(float(v), 6) for g, v in enumerate(values_ms)}}
+
+
+def _steps(run, pid, offset_s):
+    steps = run.steps()
+    for a in range(0, len(steps), CHUNK):
+        block = np.array(steps[a:a + CHUNK])
+        for i, s in enumerate(block.tolist(), start=a):
+            epoch, start, wall, g0, g1, g2 = s
+            yield {"name": "step", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID, "ts": _us(start, offset_s),
+                   "dur": _us(wall, 0.0), "args": {"step": i, "epoch": epoch, "gc_s": [g0, g1, g2]}}
+            if g0 or g1 or g2:
+                yield _gc_counter(pid, start, offset_s, [g0 * 1e3, g1 * 1e3, g2 * 1e3])
+                yield _gc_counter(pid, start + wall, offset_s, [0.0, 0.0, 0.0])
+
+
+def _gc_events(run, pid, offset_s):
+    events = run.gc_events()
+    for a in range(0, len(events), CHUNK):
+        for start, duration, generation, collected in np.array(events[a:a + CHUNK]).tolist():
+            yield {"name": f"gc gen {generation}", "cat": "gc", "ph": "X", "pid": pid, "tid": GC_TID + generation,
+                   "ts": _us(start, offset_s), "dur": _us(duration, 0.0), "args": {"collected": collected}}
+
+
+def events(run, pid=0, offset_s=0.0, name=None):
+    """Every trace event of one Run, as dicts, in track order (viewers sort by time themselves)."""
+    yield from _meta(pid, name or str(run.path))
+    yield from _epochs(run, pid, offset_s)
+    yield from _steps(run, pid, offset_s)
+    yield from _gc_events(run, pid, offset_s)
+
+
+def write(path, streams):
+    """Write the events of every stream in `streams` to `path` as one trace; returns the event count."""
+    n = 0
+    try:
+        out = open(path, "w", encoding="utf-8")
+    except OSError as e:
+        raise RunWriteError(f"cannot write the trace to {path}: {e}") from e
+    with out:
+        out.write('{"displayTimeUnit": "ms", "otherData": {"time_axis": "microseconds since the clock origin"},\n'
+                  ' "traceEvents": [\n')
+        for stream in streams:
+            for event in stream:
+                out.write((",\n" if n else "") + json.dumps(event, allow_nan=False, separators=(",", ":")))
+                n += 1
+        out.write("\n]}\n")
+    return n
+
+
+def write_run(run_dir, path):
+    """The trace of one run directory; returns the event count."""
+    run = rundir.read_run(run_dir)
+    return write(path, [events(run, name=run.path.name)])
