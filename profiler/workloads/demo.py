@@ -50,7 +50,7 @@ def demo(out, quick=False):
 
     for name, result in zip(("preallocated history", "append history"), scalings):
         print(f"\n== Axon report, {name} ==\n{text.scaling(result)}")
-    print(f"\n== Axon report, diagnosis of {worst} ==\ncause: {diagnoses[0][0].primary_cause}\n{diagnoses[0][0].verdict}")
+    print(f"\n== Axon report, diagnosis of {worst} ==\ncause: {diagnoses[0][0].primary_cause}\n{text.verdict(diagnoses[0][0])}")
     print(f"\n== Keras-MXNet report, NCHW vs NHWC ==\n{text.comparison(comparison)}")
     print(f"\nreport: {report.resolve()}")
     return report
