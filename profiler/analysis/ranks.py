@@ -57,6 +57,25 @@ class RankSummary:
 
 
 @dataclass
+class Straggler:
+    """The rank that caused most of the job's lost time (ARCHITECTURE.md: rank, time_fraction,
+    gc_explained_fraction), with how often, how long, and what else it shows."""
+    rank: int
+    time_fraction: float             # its stalls, as a share of the job's time
+    gc_explained_fraction: float     # share of its stalls its own GC pauses (above the median rank's) cover
+    gc_explained_by_generation: list
+    steps: int                       # aligned steps it stalled
+    step_fraction: float
+    stall_s: float                   # the job's time lost to it
+    median_stall_s: float
+    stall_growth: float              # mean stall, second half of its stalls / first half
+    mean_interval: float             # aligned steps between its stalls, on average
+    share_of_lost: float             # of all the job's lost time
+    rss_growth_bytes_per_epoch: float
+    others_rss_growth_bytes_per_epoch: float   # the median of the other ranks'
+
+
+@dataclass
 class RankAnalysis:
     run_dir: str
     ranks: int
@@ -67,7 +86,7 @@ class RankAnalysis:
     lost_s: float                # time the job lost waiting for stalled ranks
     lost_fraction: float
     straggled_steps: int         # aligned steps with a stall above the floor
-    stragglers: dict | None      # {"rank", "time_fraction", "gc_explained_fraction", ...} or None
+    stragglers: Straggler | None
     per_rank: list = field(default_factory=list)   # RankSummary per rank, by rank
     unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs"}
 
@@ -82,24 +101,45 @@ class RankHeatmap:
 
 
 class _Source:
-    """One rank's aligned series, read block by block: steps.bin when every rank has steps, else epochs."""
+    """One rank's aligned series, read block by block: steps.bin when every rank has steps, else
+    epochs. A GC event between two steps (gc_events.bin) counts as the next step's own GC: the rank
+    was collecting while the others went ahead to the collective and waited there."""
 
-    def __init__(self, path, unit):
+    def __init__(self, path, unit, gap_events=None):
         self.path, self.unit = path, unit
+        self.gap_events = gap_events   # (step index, generation, duration) arrays, or None
 
     def read(self, start, stop):
         """(wall, gc[3]) for indices [start, stop) as float64 arrays."""
-        if self.unit == "step":
-            rec = np.fromfile(self.path / STEPS, dtype=STEP_DTYPE, count=stop - start,
-                              offset=start * STEP_DTYPE.itemsize)
-            return (rec["wall_s"].astype(float),
-                    np.stack([rec["gc0_s"], rec["gc1_s"], rec["gc2_s"]]).astype(float))
-        epochs = rundir.read_run(self.path).epochs[start:stop]
-        return (np.array([e["wall_s"] for e in epochs], float),
-                np.array([e["gc"]["pause_s"] for e in epochs], float).reshape(-1, 3).T)
+        if self.unit == "epoch":
+            epochs = rundir.read_run(self.path).epochs[start:stop]
+            return (np.array([e["wall_s"] for e in epochs], float),
+                    np.array([e["gc"]["pause_s"] for e in epochs], float).reshape(-1, 3).T)
+        rec = np.fromfile(self.path / STEPS, dtype=STEP_DTYPE, count=stop - start, offset=start * STEP_DTYPE.itemsize)
+        gc = np.stack([rec["gc0_s"], rec["gc1_s"], rec["gc2_s"]]).astype(float)
+        if self.gap_events is not None:
+            index, generation, duration = self.gap_events
+            mine = (index >= start) & (index < stop)
+            np.add.at(gc, (generation[mine], index[mine] - start), duration[mine])
+        return rec["wall_s"].astype(float), gc
 
 
-def _summary(rank_dir, unit):
+def _gap_events(run, steps):
+    """The GC events that fell between two steps, as (index of the next step, generation, duration)."""
+    events = run.gc_events()
+    if not len(events) or not len(steps):
+        return None
+    starts = np.asarray(steps["start_s"], float)
+    ends = starts + steps["wall_s"]
+    t = np.asarray(events["start_s"], float)
+    before = np.searchsorted(starts, t, side="right") - 1      # the last step that started before the event
+    inside = (before >= 0) & (t < ends[np.maximum(before, 0)])  # already in that step's own GC fields
+    gap = ~inside & (before + 1 < len(steps))
+    return (before[gap] + 1, events["generation"][gap].astype(int), events["duration_s"][gap].astype(float))
+
+
+def _rank(rank_dir, unit):
+    """The rank's summary over its whole run, and its aligned series."""
     run = rundir.read_run(rank_dir.path)
     steps = run.steps()
     epochs = run.epochs
@@ -112,11 +152,12 @@ def _summary(rank_dir, unit):
     total = float(wall.sum())
     used = epochs[stats.warmup(len(epochs)):]
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if used else 0.0
-    return RankSummary(
+    summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate)
+    return summary, _Source(rank_dir.path, unit, _gap_events(run, steps) if unit == "step" else None)
 
 
 def _blocks(sources, aligned):
@@ -137,12 +178,23 @@ def _median_rank(values, axis):
     return np.take(np.partition(values, middle, axis=axis), [middle], axis=axis)
 
 
+def _excess(wall, gc):
+    """Each rank's wall time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's."""
+    return wall - _median_rank(wall, 0), np.clip(gc - _median_rank(gc, 1), 0.0, None)
+
+
 def _stalls(wall, gc):
-    """stall (ranks, k) and GC pause by generation above the median rank's (3, ranks, k)."""
-    gc_total = gc.sum(axis=0)
-    stall = np.maximum(wall - _median_rank(wall, 0), gc_total - _median_rank(gc_total, 0))
-    gc_excess = np.clip(gc - _median_rank(gc, 1), 0.0, None)
-    return stall, gc_excess
+    """Per aligned index: the rank that held the others back, its stall, and its GC above the median
+    rank's by generation. A GC pause is the rank's own work while a longer wall time may be waiting
+    for someone else, so a GC pause at least half the largest wall excess names the rank."""
+    wall_x, gc_x = _excess(wall, gc)
+    gc_total, cols = gc_x.sum(axis=0), np.arange(wall.shape[1])
+    by_gc, by_wall = gc_total.argmax(axis=0), wall_x.argmax(axis=0)
+    gc_top, wall_top = gc_total[by_gc, cols], wall_x[by_wall, cols]
+    use_gc = (gc_top > 0) & (gc_top >= 0.5 * wall_top)
+    top = np.where(use_gc, by_gc, by_wall)
+    stall = np.where(use_gc, np.maximum(gc_top, wall_top), np.maximum(wall_top, 0.0))
+    return top, stall, gc_x[:, top, cols]
 
 
 def _count(rank_dir, unit):
@@ -153,7 +205,7 @@ def _count(rank_dir, unit):
 
 
 def _open(run_dir):
-    """The checked rank directories, the unit to align (steps when every rank has them) and how many."""
+    """The checked rank directories, and the unit to align (steps when every rank has them)."""
     dirs = rank_dirs(run_dir)
     unit = "step" if all(_count(d, "step") for d in dirs) else "epoch"
     return dirs, unit
@@ -162,25 +214,20 @@ def _open(run_dir):
 def analyze_ranks(run_dir):
     """Merge the ranks of a multi-rank run directory (RunDirError if they do not form one job)."""
     dirs, unit = _open(run_dir)
-    per_rank = [_summary(d, unit) for d in dirs]
+    per_rank, sources = zip(*(_rank(d, unit) for d in dirs))
     counts = [s.steps if unit == "step" else s.epochs for s in per_rank]
     aligned = min(counts)
     if aligned == 0:
         empty = [s.rank for s in per_rank if (s.steps if unit == "step" else s.epochs) == 0]
         raise rundir.RunDirError(f"rank(s) {', '.join(map(str, empty))} in {run_dir} finished no {unit}s: "
                                  f"nothing to align across ranks")
-    sources = [_Source(d.path, unit) for d in dirs]
     job = np.empty(aligned)         # the slowest rank's time per index
     top = np.empty(aligned, int)    # the rank with the largest stall per index
     top_stall = np.empty(aligned)
     top_gc = np.empty((3, aligned))  # that rank's GC pause above the median rank, by generation
     for start, stop, wall, gc in _blocks(sources, aligned):
-        stall, gc_excess = _stalls(wall, gc)
-        cols = np.arange(stop - start)
         job[start:stop] = wall.max(axis=0)
-        top[start:stop] = stall.argmax(axis=0)
-        top_stall[start:stop] = stall[top[start:stop], cols]
-        top_gc[:, start:stop] = gc_excess[:, top[start:stop], cols]
+        top[start:stop], top_stall[start:stop], top_gc[:, start:stop] = _stalls(wall, gc)
 
     median = float(np.median(job))
     straggled = top_stall > STALL_FLOOR * median
@@ -204,39 +251,38 @@ def analyze_ranks(run_dir):
         others = [s.rss_growth_bytes_per_epoch for s in per_rank if s.rank != worst]
         half = len(np.flatnonzero(mine)) // 2
         stalls = top_stall[mine]
-        stragglers = {
-            "rank": worst, "time_fraction": float(stall_by_rank[worst] / job_time),
-            "gc_explained_fraction": float(by_gen.sum()),
-            "gc_explained_by_generation": [float(x) for x in by_gen],
-            "steps": int(counts_by_rank[worst]), "step_fraction": float(counts_by_rank[worst] / aligned),
-            "stall_s": float(stall_by_rank[worst]), "median_stall_s": float(np.median(stalls)),
-            "stall_growth": float(np.mean(stalls[-half:]) / np.mean(stalls[:half])) if half else 1.0,
-            "mean_interval": float(aligned / counts_by_rank[worst]),
-            "rss_growth_bytes_per_epoch": per_rank[worst].rss_growth_bytes_per_epoch,
-            "others_rss_growth_bytes_per_epoch": float(np.median(others)) if others else 0.0,
-            "share_of_lost": float(stall_by_rank[worst] / lost_total),
-        }
+        stragglers = Straggler(
+            rank=worst, time_fraction=float(stall_by_rank[worst] / job_time),
+            gc_explained_fraction=float(by_gen.sum()), gc_explained_by_generation=[float(x) for x in by_gen],
+            steps=int(counts_by_rank[worst]), step_fraction=float(counts_by_rank[worst] / aligned),
+            stall_s=float(stall_by_rank[worst]), median_stall_s=float(np.median(stalls)),
+            stall_growth=float(np.mean(stalls[-half:]) / np.mean(stalls[:half])) if half else 1.0,
+            mean_interval=float(aligned / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
+            rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
+            others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs} for s in per_rank if s.status not in FINISHED]
     return RankAnalysis(
         run_dir=str(run_dir), ranks=n, unit=unit, aligned=aligned, job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
-        straggled_steps=int(straggled.sum()), stragglers=stragglers, per_rank=per_rank, unfinished=unfinished)
+        straggled_steps=int(straggled.sum()), stragglers=stragglers, per_rank=list(per_rank), unfinished=unfinished)
 
 
 def rank_heatmap(run_dir, bins=400):
-    """Each rank's largest stall per bin of aligned steps, and where its generation-2 pauses fell."""
+    """Each rank's largest excess over the median rank (wall time, or its own GC pause) per bin of
+    aligned steps, and the bins where it paused in a generation-2 collection."""
     dirs, unit = _open(run_dir)
-    sources = [_Source(d.path, unit) for d in dirs]
+    sources = [_rank(d, unit)[1] for d in dirs]
     aligned = min(_count(d, unit) for d in dirs)
     edges = np.unique(np.linspace(0, aligned, min(bins, max(aligned, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)
     for start, stop, wall, gc in _blocks(sources, aligned):
-        stall, _ = _stalls(wall, gc)
+        wall_x, gc_x = _excess(wall, gc)
+        excess = np.maximum(wall_x, gc_x.sum(axis=0))
         which = np.searchsorted(edges, np.arange(start, stop), side="right") - 1
         for b in np.unique(which):
             cols = which == b
-            stall_map[:, b] = np.maximum(stall_map[:, b], stall[:, cols].max(axis=1))
+            stall_map[:, b] = np.maximum(stall_map[:, b], excess[:, cols].max(axis=1))
             gc2_map[:, b] |= (gc[2][:, cols] > 0).any(axis=1)
-    return RankHeatmap(unit=unit, edges=edges, stall_s=np.clip(stall_map, 0.0, None), gc2=gc2_map)
+    return RankHeatmap(unit=unit, edges=edges, stall_s=stall_map, gc2=gc2_map)
