@@ -14,7 +14,7 @@ if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], env)
 
-from . import drift, engine, kernels, overhead, startup  # noqa: E402
+from . import detection, drift, engine, kernels, overhead, startup  # noqa: E402
 from .timing import machine  # noqa: E402
 
 SECTIONS = {
@@ -23,6 +23,7 @@ SECTIONS = {
     "drift": ("Seed 1 on our engine: drift and max_epochs", drift),
     "overhead": ("Profiler overhead", overhead),
     "startup": ("Compile and start-up", startup),
+    "detection": ("Analysis: false alarms, detection and speed on simulated runs", detection),
 }
 
 
@@ -60,7 +61,8 @@ def main():
                       "engine": lambda: module.run(threads=(2,), rounds=3),
                       "drift": lambda: module.run(long_epochs=600, halt=40, big=20_000),
                       "overhead": lambda: module.run(rounds=1),
-                      "startup": module.run}[name]()
+                      "startup": module.run,
+                      "detection": lambda: module.run(runs=200, steps=200_000)}[name]()
         else:
             result = module.run()
         table = module.markdown(result)

@@ -2,10 +2,12 @@
 confidence interval, and the test that calls a trend a sustained change.
 
 A shared machine switches between speeds for seconds at a time, has one-off slow epochs and
-heavy-tailed jitter. So a series is first reduced to the medians of at most BINS bins (one slow
-epoch or a short level switch moves a median little), the trend is fitted to those medians, and a
-change is called sustained only when the fitted change over the run is large enough and the run's
-last tenth still shows it (a level switch that reverted does not). Sen's confidence interval is
+heavy-tailed jitter, and all of them make epochs slower, never faster. So a series is first
+reduced to the lower quartile of each of at most TREND_BINS bins (a slowdown slows every epoch,
+the fastest included; outliers and a level switch over part of a bin do not move its lower
+quartile), the trend is fitted to those, and a change is called sustained only when the fitted
+change over the run is large enough and the run's last tenth still shows it (a level switch that
+reverted does not). Sen's confidence interval is
 reported, not required: it assumes independent points, which a machine that switches speeds is not. benchmarks/detection.py measures the false-alarm and detection
 rates of `sustained` on seeded simulated runs (docs/findings.md).
 """
@@ -14,9 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BINS = 30             # bins whose medians the trend is fitted to
-CHANGE = 0.075        # fitted relative change over the run that counts
-END_CHANGE = 0.04     # relative change the run's last tenth must still show (a switch that reverted does not)
+MAX_POINTS = 200      # slope(): Theil-Sen is O(n^2), so long series are reduced to bin medians first
+TREND_BINS = 15       # change(): bins whose lower quartiles the trend is fitted to
+QUANTILE = 0.25
+SLOWER = 0.07         # fitted relative change over the run that counts as slower...
+FASTER = -0.10        # ...or faster (stricter: noise on a shared machine only ever slows epochs)
+END_CHANGE = 0.05     # relative change the run's last tenth must still show (a switch that reverted does not)
 Z95 = 1.959964
 
 
@@ -63,14 +68,14 @@ def early_late(values):
     return float(np.median(values[:w])), float(np.median(values[-w:]))
 
 
-def binned(x, y, bins=BINS):
-    """(x, y) reduced to at most `bins` bins, each the median of its bin."""
+def binned(x, y, bins=MAX_POINTS, q=0.5):
+    """(x, y) reduced to at most `bins` bins: each bin's median x and its y quantile `q`."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) <= bins:
         return x, y
     edges = np.linspace(0, len(x), bins + 1).astype(int)
     return (np.array([np.median(x[a:b]) for a, b in zip(edges[:-1], edges[1:])]),
-            np.array([np.median(y[a:b]) for a, b in zip(edges[:-1], edges[1:])]))
+            np.array([np.quantile(y[a:b], q) for a, b in zip(edges[:-1], edges[1:])]))
 
 
 def theil_sen(x, y):
@@ -108,17 +113,17 @@ def change(x, y):
     early, late = early_late(y)
     if len(y) < 8:
         return Change(0.0, 0.0, 0.0, early, late, False)
-    trend = theil_sen(*binned(x, y))
+    trend = theil_sen(*binned(x, y, TREND_BINS, QUANTILE))
     base = trend.start if trend.start > 0 else early
     if base <= 0:
         return Change(0.0, 0.0, 0.0, early, late, False)
     relative = trend.slope * trend.span / base
     low, high = trend.slope_low * trend.span / base, trend.slope_high * trend.span / base
-    tail = float(np.median(y[-max(3, len(y) // 10):])) / base - 1
+    tail = float(np.quantile(y[-max(3, len(y) // 10):], QUANTILE)) / base - 1
     if relative > 0:
-        sustained = relative >= CHANGE and tail >= END_CHANGE
+        sustained = relative >= SLOWER and tail >= END_CHANGE
     else:
-        sustained = relative <= -CHANGE and tail <= -END_CHANGE
+        sustained = relative <= FASTER and tail <= -END_CHANGE
     return Change(float(relative), float(low), float(high), early, late, bool(sustained))
 
 

@@ -1,0 +1,73 @@
+"""Synthetic run directories for analysis tests: epochs.jsonl, steps.bin and gc_events.bin written
+with the format's own layouts (profiler.rundir.format), no Session and no training."""
+
+import json
+from pathlib import Path
+
+from profiler.rundir.format import EPOCHS, FORMAT, GC_EVENT, GC_EVENTS, META, STEP, STEPS
+
+MIB = 1 << 20
+
+
+def epoch(index, wall_s, *, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0), rss=200 * MIB, start_s=None,
+          ops=None, heap=None, malloc=None, workers=None, tracked=None, steps=None):
+    """One epoch record as the Session writes it. ops: {(name, (("k", "v"), ...)): seconds}."""
+    record = {"epoch": index, "wall_s": wall_s,
+              "gc": {"pause_s": list(pause), "collections": list(collections), "collected": [0, 0, 0],
+                     "max_pause_s": max(pause), "tracked": tracked},
+              "rss_bytes": int(rss), "malloc_bytes": malloc, "heap": heap, "ops": {}}
+    for (name, tags), seconds in (ops or {}).items():
+        key = f"{name}[{','.join(v for _, v in tags)}]" if tags else name
+        record["ops"][key] = {"name": name, "tags": dict(tags), "calls": 10, "total_s": seconds}
+    if start_s is not None:
+        record["start_s"] = start_s
+    if steps is not None:
+        record["steps"] = steps
+    if workers is not None:
+        record["workers"] = workers
+    return record
+
+
+def write_run(path, epochs, *, steps=(), gc_events=(), meta=None, status="completed"):
+    """A run directory at `path`: epochs (records), steps ((epoch, start_s, wall_s, g0, g1, g2), ...),
+    gc_events ((start_s, duration_s, generation, collected), ...)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / META).write_text(json.dumps({"format": FORMAT, "status": status, "error": None, "meta": meta or {},
+                                         "clock_origin_unix": 1.7e9}), encoding="utf-8")
+    (path / EPOCHS).write_text("".join(json.dumps(r) + "\n" for r in epochs), encoding="utf-8")
+    if len(steps):
+        (path / STEPS).write_bytes(b"".join(STEP.pack(*s) for s in steps))
+    if len(gc_events):
+        (path / GC_EVENTS).write_bytes(b"".join(GC_EVENT.pack(*e) for e in gc_events))
+    return path
+
+
+def from_walls(path, walls, **kwargs):
+    """A run whose epochs take `walls` seconds (back to back), nothing else happening."""
+    return write_run(path, [epoch(i, float(w)) for i, w in enumerate(walls)], **kwargs)
+
+
+def stepped_run(path, epochs, steps_per_epoch, step_s, pause_at):
+    """A run of `epochs` x `steps_per_epoch` steps of `step_s` seconds; pause_at(step_index) ->
+    (generation, pause seconds) or None puts a GC pause inside that step (and a GC event)."""
+    records, steps, events, clock, n = [], [], [], 0.0, 0
+    for e in range(epochs):
+        start, pause = clock, [0.0, 0.0, 0.0]
+        collections = [0, 0, 0]
+        for _ in range(steps_per_epoch):
+            gens = [0.0, 0.0, 0.0]
+            hit = pause_at(n)
+            if hit:
+                generation, seconds = hit
+                gens[generation] = seconds
+                pause[generation] += seconds
+                collections[generation] += 1
+                events.append((clock + step_s / 2, seconds, generation, 0))
+            wall = step_s + sum(gens)
+            steps.append((e, clock, wall, *gens))
+            clock += wall
+            n += 1
+        records.append(epoch(e, clock - start, pause=pause, collections=collections, start_s=start,
+                             steps=steps_per_epoch))
+    return write_run(path, records, steps=steps, gc_events=events)
