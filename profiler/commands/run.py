@@ -1,37 +1,168 @@
-"""`profiler run SCENARIO`: train a built-in scenario with every epoch profiled."""
+"""`profiler run`: a script, a module or a built-in scenario, with every epoch profiled.
+
+    profiler run [options] SCRIPT.py [script args...]
+    profiler run [options] -m MODULE [module args...]
+    profiler run SCENARIO [scenario options]
+
+Options are read only before SCRIPT (or -m MODULE): everything after it is the script's. A name
+that is a built-in scenario and not an existing file is the scenario; its options follow it. The script's exit code is ours; its own exception prints as Python prints it (its
+traceback, not ours) and exits 1; Ctrl-C exits 130. Under torchrun each rank writes
+OUT/rank-<RANK>/; --nproc-per-node N starts torchrun itself.
+"""
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
 
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .options import TRACEMALLOC, add_scenario_options, timestamp
+from .options import TRACEMALLOC, add_scenario_options, positive, scenario_argv, timestamp
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+class _ScenarioParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
 
 
 class RunCommand:
     name = "run"
-    help = "train a built-in scenario under the profiler"
+    help = "run a script (or -m module, or a built-in scenario) under the profiler"
+    takes_command = True   # a script's own `--` (the CLI cuts argv there) goes back to the script
 
     @staticmethod
     def add_arguments(p):
-        p.description = "Train a built-in scenario (mlp, mnist-cnn, cifar10-cnn) with every epoch profiled."
-        add_scenario_options(p)
-        p.add_argument("scenario", choices=SCENARIO_NAMES)
-        p.add_argument("--out", help="run directory (default runs/SCENARIO-LAYOUT-TIMESTAMP)")
+        p.description = ("Run SCRIPT.py (or -m MODULE) as `python` would, with its epochs and steps found without "
+                         "edits (PyTorch DataLoader passes and optimizer steps, Keras fit, Lightning Trainer, "
+                         "--epoch-fn, or fixed time windows); or train a built-in scenario ("
+                         + ", ".join(SCENARIO_NAMES) + ") with its options after its name "
+                         "(profiler run mlp --help lists them). Options go before SCRIPT; what follows it is the script's.")
+        p.usage = "profiler run [options] (SCRIPT.py | -m MODULE) [args...]  |  profiler run SCENARIO [scenario options]"
+        p.add_argument("--out", help="run directory (default runs/NAME-TIMESTAMP)")
         p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+        p.add_argument("--tracemalloc", choices=tuple(TRACEMALLOC), default="off", help="deep memory capture")
+        p.add_argument("-m", dest="as_module", action="store_true", help="run a module as `python -m MODULE` does")
+        p.add_argument("--epoch-fn", metavar="NAME", help="each call of this function is an epoch: NAME or "
+                       "Class.NAME in the script, or module:qualname")
+        p.add_argument("--step-fn", metavar="NAME", help="each call of this function is a step (same forms)")
+        p.add_argument("--gc-policy", default="default", metavar="POLICY",
+                       help="default | freeze (gc.freeze() when training starts) | manual:N (automatic GC off from "
+                            "then on, gc.collect() every N steps) | off (automatic GC off from then on)")
+        p.add_argument("--window", type=_seconds, metavar="SECONDS",
+                       help="epochs as fixed time windows of this length when nothing marks them (default 1)")
+        p.add_argument("--nproc-per-node", type=positive, metavar="N", help="start N ranks with torchrun on this host")
+        p.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT|SCENARIO ...")
 
     @staticmethod
     def run(args):
-        from ..workloads.run import run_scenario
-        out = args.out or f"runs/{args.scenario}-{args.layout}-{timestamp()}"
-        if args.labels and args.scenario != "mlp":
-            raise UsageError("--labels applies to the mlp scenario only")
-        if args.halt_after is not None and args.halt_after > args.epochs:
-            raise UsageError(f"--halt-after {args.halt_after} is more than --epochs {args.epochs}")
-        state = run_scenario(args.scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
-                             history=args.history, gc_collect=args.gc_collect, tracemalloc=TRACEMALLOC[args.tracemalloc],
-                             samples=args.samples, seed=args.seed, labels=args.labels, progress=not args.quiet)
-        if not args.quiet:
-            summary = f"wrote {out}: {len(state.times)} epochs{' (halted)' if state.halted else ''}"
-            if state.times:
-                median = sorted(state.times)[len(state.times) // 2]
-                summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
-            print(summary)
-            print(f"next: profiler report {out}")
+        if args.command:
+            args.target = [*args.target, "--", *args.command] if args.target else args.command
+        if not args.target:
+            raise UsageError("give a script (profiler run train.py), -m MODULE, or a scenario "
+                             f"({', '.join(SCENARIO_NAMES)})")
+        name, rest = args.target[0], args.target[1:]
+        if not args.as_module and name in SCENARIO_NAMES and not os.path.exists(name):
+            return _run_scenario(args, name, rest)
+        return _run_script(args, name, rest)
+
+
+def _default_out(stem):
+    return f"runs/{stem}-{timestamp()}"
+
+
+def _launch(args, argv, stem):
+    from ..integrations.launch import launch
+    out = args.out or _default_out(stem)
+    launch(args.nproc_per_node, argv, out)
+    if not args.quiet:
+        print(f"wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}")
+
+
+def _run_scenario(args, scenario, rest):
+    from ..integrations.launch import rank_out_dir
+    given = [flag for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn),
+                                      ("--gc-policy", args.gc_policy != "default"), ("--window", args.window)) if value]
+    if given:
+        raise UsageError(f"{', '.join(given)} apply to scripts, not to the built-in scenario {scenario}")
+    parser = _ScenarioParser(prog=f"profiler run {scenario}")
+    parser.add_argument("--out", help="run directory (default runs/SCENARIO-LAYOUT-TIMESTAMP)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    add_scenario_options(parser)
+    parser.parse_args(rest, namespace=args)   # options given before the name stay unless repeated
+    if args.labels and scenario != "mlp":
+        raise UsageError("--labels applies to the mlp scenario only")
+    if args.halt_after is not None and args.halt_after > args.epochs:
+        raise UsageError(f"--halt-after {args.halt_after} is more than --epochs {args.epochs}")
+    if args.nproc_per_node:
+        argv = scenario_argv(args, scenario, "", args.epochs)
+        del argv[2:4]   # --out: the launcher gives each rank its own
+        return _launch(args, argv, f"{scenario}-{args.layout}")
+    from ..workloads.run import run_scenario
+    out = str(rank_out_dir(args.out or _default_out(f"{scenario}-{args.layout}")))
+    state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
+                         history=args.history, gc_collect=args.gc_collect, tracemalloc=TRACEMALLOC[args.tracemalloc],
+                         samples=args.samples, seed=args.seed, labels=args.labels, progress=not args.quiet)
+    if not args.quiet:
+        summary = f"wrote {out}: {len(state.times)} epochs{' (halted)' if state.halted else ''}"
+        if state.times:
+            median = sorted(state.times)[len(state.times) // 2]
+            summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
+        print(summary)
+        print(f"next: profiler report {out}")
+
+
+def _script_argv(args, target, rest):
+    """`profiler run` arguments that repeat this run for each rank (without --out)."""
+    argv = ["run", "--tracemalloc", args.tracemalloc, "--gc-policy", args.gc_policy]
+    for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn), ("--window", args.window)):
+        if value:
+            argv += [flag, str(value)]
+    if args.quiet:
+        argv.append("--quiet")
+    return argv + (["-m"] if args.as_module else []) + [target, *rest]
+
+
+def _run_script(args, target, rest):
+    from ..integrations.launch import rank_out_dir
+    from ..integrations.script import run_script
+    if not args.as_module and not os.path.isfile(target):
+        raise UsageError(f"{target!r} is neither a script file nor a scenario (invalid choice: give SCRIPT.py, "
+                         f"-m MODULE or one of {', '.join(SCENARIO_NAMES)})")
+    stem = target.rsplit(".", 1)[-1] if args.as_module else Path(target).stem
+    if args.nproc_per_node:
+        return _launch(args, _script_argv(args, target, rest), stem)
+    out = str(rank_out_dir(args.out or _default_out(stem)))
+    result = run_script(target, rest, out=out, module=args.as_module, tracemalloc=TRACEMALLOC[args.tracemalloc],
+                        epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy, window_s=args.window or 1.0)
+    raised = result.raised
+    if isinstance(raised, KeyboardInterrupt):
+        raise raised
+    if raised is not None and not isinstance(raised, SystemExit):
+        _print_script_traceback(raised, result.code)
+    if not args.quiet:
+        source = f" from {result.epochs_from}" if result.epochs_from else ""
+        print(f"profiler: wrote {out}: {result.epochs} epochs{source}, {result.steps} steps"
+              f"\nnext: profiler report {out}", file=sys.stderr)
+    if isinstance(raised, SystemExit):
+        raise raised
+    if raised is not None:
+        raise SystemExit(1)
+
+
+def _print_script_traceback(error, code):
+    """The traceback as `python SCRIPT.py` prints it: from the script's first frame on."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb if tb is not None else error.__traceback__)

@@ -1,0 +1,149 @@
+"""--epoch-fn / --step-fn: each call of a named function is an epoch (or a step).
+
+A name is `module:qualname` (wrapped right after that module is imported, before the script can
+take a reference to it) or a qualname in the script itself (`train_epoch`, `Trainer.train_epoch`).
+A script's names are bound while it runs, so the launcher compiles the script with a call to a
+watcher after each statement at module level (inside if/for/while/with/try bodies too, never
+inside functions or classes); the watcher wraps the name as soon as it is bound, before any
+later statement can call it, then does nothing. Line numbers, and so tracebacks, are the
+script's own. A reference taken in the same statement that binds the name (a decorator that
+registers the function) keeps the unwrapped function.
+"""
+
+import ast
+import functools
+import inspect
+
+from ..errors import UsageError
+
+
+def wrap_calls(fn, begin, end, drop):
+    """fn with each call bracketed by begin() and end(); a call that raises calls drop()."""
+
+    @functools.wraps(fn)
+    def profiled(*args, **kwargs):
+        began = begin()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            if began:
+                drop()
+            raise
+        if began:
+            end()
+        return result
+
+    profiled.__profiler_wraps__ = fn
+    return profiled
+
+
+class Target:
+    """One --epoch-fn or --step-fn: where the function is, and how to wrap it."""
+
+    def __init__(self, spec, option, wrapper):
+        self.option, self.wrapper = option, wrapper
+        module, sep, qualname = spec.rpartition(":")
+        self.module = module if sep else None
+        self.qualname = qualname
+        parts = qualname.split(".")
+        if not qualname or not all(part.isidentifier() for part in parts) or (sep and not module):
+            raise UsageError(f"{option} {spec!r}: expected NAME, Class.NAME or module:qualname")
+        self.parts = parts
+        self.done = False
+        self._undo = None
+
+    @property
+    def root(self):
+        return self.parts[0]
+
+    def bind(self, namespace):
+        """Wrap the function if `namespace` (a module's dict) holds it now; True once wrapped."""
+        if self.done or self.root not in namespace:
+            return self.done
+        owner, name = None, self.root
+        value = namespace[name]
+        for part in self.parts[1:]:
+            owner, name = value, part
+            value = getattr(value, part, None)
+            if value is None:
+                raise UsageError(f"{self.option} {self.qualname}: {type(owner).__name__} "
+                                 f"{getattr(owner, '__name__', owner)!r} has no attribute {part!r}")
+        if owner is None:
+            raw = value
+        else:
+            raw = inspect.getattr_static(owner, name)
+        function = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        if not callable(function):
+            raise UsageError(f"{self.option} {self.qualname}: {type(function).__name__} is not a function")
+        wrapped = self.wrapper(function)
+        if isinstance(raw, (staticmethod, classmethod)):
+            wrapped = type(raw)(wrapped)
+        if owner is None:
+            namespace[name] = wrapped
+            self._undo = lambda: namespace.__setitem__(name, raw)
+        else:
+            setattr(owner, name, wrapped)
+            self._undo = lambda: setattr(owner, name, raw)
+        self.done = True
+        return True
+
+    def undo(self):
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+
+class _InsertWatch(ast.NodeTransformer):
+    """After every statement at module level, `__profiler_watch__()`."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def _call(self, node):
+        call = ast.Expr(ast.Call(ast.Name(self.name, ast.Load()), [], []))
+        return ast.copy_location(call, node)
+
+    def _body(self, statements):
+        out = []
+        for statement in statements:
+            out.append(self.visit(statement))
+            out.append(self._call(statement))
+        return out
+
+    def visit_Module(self, node):
+        node.body = self._body(node.body)
+        return node
+
+    def generic_visit(self, node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return node
+        for field in ("body", "orelse", "finalbody"):
+            statements = getattr(node, field, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                setattr(node, field, self._body(statements))
+        for handler in getattr(node, "handlers", ()):
+            handler.body = self._body(handler.body)
+        for case in getattr(node, "cases", ()):
+            case.body = self._body(case.body)
+        return node
+
+
+WATCH_NAME = "__profiler_watch__"
+
+
+def compile_with_watch(tree, filename):
+    """The script's code with a watch call after each module-level statement."""
+    tree = _InsertWatch(WATCH_NAME).visit(tree)
+    ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def watcher(targets, namespace):
+    """The function the compiled script calls after each statement: binds what it can."""
+    pending = [t for t in targets if t.module is None]
+
+    def __profiler_watch__():
+        if pending:
+            pending[:] = [t for t in pending if not t.bind(namespace)]
+
+    return __profiler_watch__

@@ -1,0 +1,65 @@
+"""Keras 3: a callback that marks epochs and train batches as steps.
+
+    with Session("runs/mine") as session:
+        model.fit(x, y, epochs=5, callbacks=[ProfilerCallback(session)])
+
+An epoch runs from on_epoch_begin to on_epoch_end, so it includes the validation pass at its end;
+a step is one train batch (on_train_batch_begin/end). `profiler run` injects the callback into
+every Model.fit without an edit (inject()).
+"""
+
+import functools
+import inspect
+
+import keras
+
+
+class ProfilerCallback(keras.callbacks.Callback):
+    def __init__(self, session):
+        super().__init__()
+        self.session = session
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.session.begin_epoch()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.session.end_epoch()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.session.begin_step()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.session.end_step()
+
+
+def inject(session):
+    """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
+    inside fit is dropped. Returns the function that undoes it."""
+    model = keras.Model
+    own = model.__dict__.get("fit")
+    fit = model.fit
+    signature = inspect.signature(fit)
+
+    @functools.wraps(fit)
+    def profiled_fit(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        callbacks = bound.arguments.get("callbacks")
+        callback = ProfilerCallback(session)
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks.append(callback)
+        else:
+            bound.arguments["callbacks"] = [*(callbacks or ()), callback]
+        try:
+            return fit(*bound.args, **bound.kwargs)
+        finally:
+            session.abandon_epoch()
+
+    model.fit = profiled_fit
+
+    def undo():
+        if own is None:
+            del model.fit
+        else:
+            model.fit = own
+
+    return undo

@@ -1,0 +1,84 @@
+"""Lightning: a callback that marks train epochs and train batches as steps.
+
+    with Session("runs/mine") as session:
+        trainer = Trainer(max_epochs=5, callbacks=[ProfilerCallback(session)])
+        trainer.fit(model, train_loader, val_loader)
+
+An epoch runs from on_train_epoch_start to on_train_epoch_end (the validation that Lightning runs
+at the end of a train epoch is inside it; the sanity check before training is not); a step is one
+train batch, optimizer step included. Works with `pytorch_lightning` and `lightning.pytorch`;
+`profiler run` injects the callback into every Trainer without an edit (inject()).
+"""
+
+import functools
+import importlib
+import sys
+
+PACKAGES = ("pytorch_lightning", "lightning.pytorch")
+_classes = {}
+
+
+def callback_class(package):
+    """The ProfilerCallback class for one Lightning package (its Trainer accepts only its own
+    Callback subclasses)."""
+    if package.__name__ not in _classes:
+        class ProfilerCallback(package.Callback):
+            def __init__(self, session):
+                self.session = session
+
+            def on_train_epoch_start(self, trainer, pl_module):
+                self.session.begin_epoch()
+
+            def on_train_epoch_end(self, trainer, pl_module):
+                self.session.end_epoch()
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                self.session.begin_step()
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                self.session.end_step()
+
+            def on_exception(self, trainer, pl_module, exception):
+                self.session.abandon_epoch()
+
+        _classes[package.__name__] = ProfilerCallback
+    return _classes[package.__name__]
+
+
+def inject(package, session):
+    """Add a ProfilerCallback(session) to every Trainer of `package` (a Lightning module).
+    Returns the function that undoes it."""
+    trainer = package.Trainer
+    own = trainer.__dict__["__init__"]
+    callback = callback_class(package)
+
+    @functools.wraps(own)
+    def __init__(self, *args, callbacks=None, **kwargs):
+        if callbacks is None:
+            callbacks = []
+        elif not isinstance(callbacks, (list, tuple)):
+            callbacks = [callbacks]
+        own(self, *args, callbacks=[*callbacks, callback(session)], **kwargs)
+
+    trainer.__init__ = __init__
+
+    def undo():
+        trainer.__init__ = own
+
+    return undo
+
+
+def __getattr__(name):
+    """ProfilerCallback: the class for whichever Lightning package is installed (pytorch_lightning
+    first)."""
+    if name != "ProfilerCallback":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    for package in PACKAGES:
+        if package in sys.modules:
+            return callback_class(sys.modules[package])
+    for package in PACKAGES:
+        try:
+            return callback_class(importlib.import_module(package))
+        except ImportError:
+            continue
+    raise ImportError("ProfilerCallback needs Lightning: pip install pytorch-lightning (or profiler[lightning])")

@@ -1,0 +1,166 @@
+"""Marks: turns epoch and step events from several sources into one Session's epochs and steps.
+
+Sources, strongest first: "epoch-fn" (the user named the function), "keras" and "lightning"
+(a framework callback), "torch" (DataLoader passes with optimizer steps), "windows" (fixed time
+windows when nothing else marks epochs). A stronger source that begins an epoch takes over for the
+rest of the run: the open epoch of a weaker one is dropped, and the weaker one's events are
+ignored from then on (Lightning drives torch DataLoaders and optimizers; those torch events are
+Lightning's epochs already).
+
+A torch pass is a candidate: it becomes an epoch only if an optimizer step happened in it, so a
+validation pass is dropped at its end, unwritten.
+
+Listeners: `on_training_start` runs once, when the first non-window epoch or the first step
+begins (after set-up: where a GC policy freezes, and where a flamegraph starts recording);
+`on_step_end(total_steps)` runs between steps.
+"""
+
+STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
+STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
+                "keras": {"keras", "step-fn"}, "lightning": {"lightning", "step-fn"}}
+
+
+class Marks:
+    def __init__(self, session):
+        self.session = session
+        self.owner = None          # the source whose epochs are being written
+        self.open = None           # the source of the epoch in progress
+        self.step_open = False
+        self.steps_in_epoch = 0
+        self.epochs = 0            # written
+        self.steps = 0             # written
+        self.training_started = False
+        self.busy = False          # inside begin_step/end_step (a window's timer waits for the end)
+        self.on_training_start = []
+        self.on_step_end = []
+        self.on_epoch_written = []
+
+    def allows(self, source):
+        """Whether `source` may mark epochs now (no stronger source has taken over)."""
+        return self.owner is None or STRENGTH[source] >= STRENGTH[self.owner]
+
+    # -- epochs --------------------------------------------------------------------------------
+    def begin_epoch(self, source):
+        """Begin an epoch of `source`; False if a stronger source owns the run or one of the same
+        source is open."""
+        if not self.allows(source) or self.open == source:
+            return False
+        if self.open is not None:
+            if STRENGTH[self.open] >= STRENGTH[source]:
+                return False
+            self._drop()
+        if source not in ("windows", "torch"):   # a torch pass owns the run once it is written
+            self.owner = source
+        if source != "windows":
+            self._start_training()
+        self.session.begin_epoch()
+        self.open, self.steps_in_epoch = source, 0
+        return True
+
+    def end_epoch(self, source):
+        """End the open epoch of `source`. A torch pass with no optimizer step is dropped."""
+        if self.open != source:
+            return False
+        if self.step_open:
+            self.session.abandon_step()
+            self.step_open = False
+        if source == "torch" and self.steps_in_epoch == 0:
+            self._drop()
+            return False
+        self.session.end_epoch()
+        self.open = None
+        self.epochs += 1
+        if self.owner is None or STRENGTH[source] > STRENGTH[self.owner]:
+            self.owner = source
+        for listener in self.on_epoch_written:
+            listener()
+        return True
+
+    def drop_epoch(self, source):
+        if self.open == source:
+            self._drop()
+
+    def _drop(self):
+        if self.step_open:
+            self.session.abandon_step()
+            self.step_open = False
+        self.session.abandon_epoch()
+        self.open = None
+
+    # -- steps ---------------------------------------------------------------------------------
+    def begin_step(self, source):
+        if self.step_open or self.open is None or source not in STEP_SOURCES[self.open]:
+            return False
+        self.busy = True
+        try:
+            self._start_training()
+            self.session.begin_step()
+            self.step_open = True
+        finally:
+            self.busy = False
+        return True
+
+    def end_step(self, source):
+        if not self.step_open or source not in STEP_SOURCES[self.open]:
+            return False
+        self.busy = True
+        try:
+            self.session.end_step()
+            self.step_open = False
+            self.steps_in_epoch += 1
+            self.steps += 1
+        finally:
+            self.busy = False
+        for listener in self.on_step_end:
+            listener(self.steps)
+        return True
+
+    def drop_step(self, source):
+        """Drop the open step unrecorded (it raised)."""
+        if self.step_open and source in STEP_SOURCES[self.open]:
+            self.session.abandon_step()
+            self.step_open = False
+
+    def step_boundary(self, source):
+        """End the open step (if any) and begin the next: steps that follow each other without a
+        gap, as between two optimizer steps."""
+        self.end_step(source)
+        return self.begin_step(source)
+
+    def _start_training(self):
+        if not self.training_started:
+            self.training_started = True
+            for listener in self.on_training_start:
+                listener()
+
+    def close(self, write=True):
+        """At the end of the run: a framework's or function's epoch still open did not finish and
+        is dropped; a torch pass with steps (a loop that broke out of its DataLoader) is written
+        if `write` (the run finished normally)."""
+        if write and self.open == "torch" and self.steps_in_epoch:
+            self.end_epoch("torch")
+        elif self.open is not None:
+            self._drop()
+
+
+class Source:
+    """One source's view of Marks, with the Session's begin/end method names, so the callbacks
+    written for a Session (keras.ProfilerCallback, lightning.ProfilerCallback) drive Marks too."""
+
+    def __init__(self, marks, name):
+        self.marks, self.name = marks, name
+
+    def begin_epoch(self):
+        return self.marks.begin_epoch(self.name)
+
+    def end_epoch(self):
+        return self.marks.end_epoch(self.name)
+
+    def abandon_epoch(self):
+        return self.marks.drop_epoch(self.name)
+
+    def begin_step(self):
+        return self.marks.begin_step(self.name)
+
+    def end_step(self):
+        return self.marks.end_step(self.name)

@@ -1,0 +1,276 @@
+"""Run an unmodified script (or `-m module`) in this process, as __main__, under a Session.
+
+The script sees what `python SCRIPT.py args` (or `python -m MODULE args`) would give it:
+sys.argv, sys.path[0] (the script's directory, or the working directory for -m), a fresh
+__main__ module. Epochs and steps are found without edits:
+
+    torch      an optimizer step is a step; a DataLoader pass with a step is an epoch (torch.py)
+    keras      a callback injected into every Model.fit (keras.py)
+    lightning  a callback injected into every Trainer (lightning.py)
+    epoch-fn   --epoch-fn/--step-fn: each call of the named function (functions.py)
+    windows    none of these: fixed time windows (windows.py)
+
+Hooks are installed when the script imports the framework (imports.py), never before, and every
+hook, patch, timer and GC setting is undone on every exit path. The run's meta records
+"epochs_from" (the source of its epochs, or null if none was written) and the options.
+"""
+
+import ast
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import tokenize
+import types
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from . import functions
+from .gc_policy import GcPolicy
+from .imports import ImportWatcher
+from .marks import Marks, Source
+from .windows import Windows
+
+EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when training starts
+
+
+@dataclass
+class Main:
+    """What the script runs as: its code, its __main__ module, sys.argv[0] and sys.path[0]."""
+    code: types.CodeType
+    module: types.ModuleType
+    argv0: str
+    path0: str
+
+    @property
+    def namespace(self):
+        return self.module.__dict__
+
+
+def load_main(target, *, module, watch):
+    """Compile the script or module (with the --epoch-fn watch calls if `watch`); UsageError
+    when there is nothing to run."""
+    if module:
+        path0 = os.getcwd()
+        sys.path.insert(0, path0)
+        try:
+            spec = importlib.util.find_spec(target)
+            if spec is not None and spec.submodule_search_locations is not None:
+                target += ".__main__"
+                spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError) as e:
+            raise UsageError(f"-m {target}: {e}") from None
+        finally:
+            sys.path.remove(path0)
+        if spec is None or spec.loader is None or spec.origin is None:
+            raise UsageError(f"-m {target}: no module named {target!r} (is it installed, or in this directory?)")
+        source = spec.loader.get_source(target) if hasattr(spec.loader, "get_source") else None
+        if source is None:
+            raise UsageError(f"-m {target}: no Python source to run (a compiled or built-in module)")
+        filename = argv0 = spec.origin
+        namespace = {"__name__": "__main__", "__file__": spec.origin, "__spec__": spec, "__loader__": spec.loader,
+                     "__package__": spec.parent, "__cached__": spec.cached}
+    else:
+        if not os.path.isfile(target):
+            raise UsageError(f"{target}: no such file (give a Python script, -m MODULE, or a scenario name)")
+        try:
+            with tokenize.open(target) as f:
+                source = f.read()
+        except (OSError, SyntaxError, UnicodeDecodeError) as e:
+            raise UsageError(f"cannot read {target}: {e}") from None
+        filename = argv0 = target
+        path0 = os.path.dirname(os.path.realpath(target))   # python resolves a symlinked script's directory
+        namespace = {"__name__": "__main__", "__file__": target, "__spec__": None, "__package__": None,
+                     "__loader__": importlib.machinery.SourceFileLoader("__main__", target), "__cached__": None}
+    module = types.ModuleType("__main__")
+    module.__dict__.update(namespace, __builtins__=__builtins__)
+    if watch:
+        try:
+            tree = ast.parse(source, filename)
+        except SyntaxError:
+            tree = None   # compiled from source below, where Python raises the script's own error
+        if tree is not None:
+            return Main(functions.compile_with_watch(tree, filename), module, argv0, path0)
+    return Main(compile(source, filename, "exec", dont_inherit=True), module, argv0, path0)
+
+
+def run_main(main, args):
+    """Run the code as __main__ with sys.argv and sys.path[0] as Python would set them; both, and
+    sys.modules["__main__"], restored afterwards."""
+    saved_argv, saved_path, saved_main = sys.argv, sys.path[:], sys.modules.get("__main__")
+    sys.argv = [main.argv0, *args]
+    if not sys.flags.safe_path:    # -P / PYTHONSAFEPATH: Python puts no script directory first
+        if sys.path:
+            sys.path[0] = main.path0   # the launcher's own entry (its bin directory or the cwd)
+        else:
+            sys.path.insert(0, main.path0)
+    sys.modules["__main__"] = main.module
+    try:
+        exec(main.code, main.namespace)
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        if saved_main is not None:
+            sys.modules["__main__"] = saved_main
+
+
+@dataclass
+class Result:
+    """What run_script did: counts written, where epochs came from, and what the script raised."""
+    run_dir: str
+    epochs: int
+    steps: int
+    epochs_from: str | None
+    raised: BaseException | None
+    code: types.CodeType
+
+
+def _succeeded(error):
+    return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
+
+
+def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_fn=None, step_fn=None,
+               gc_policy="default", window_s=1.0):
+    """Run `target` (a script path, or a module name with module=True) with `args` under a Session
+    writing `out`. Returns a Result; the script's exception (SystemExit and KeyboardInterrupt
+    included) is in Result.raised, after the run directory has recorded it."""
+    from ..capture import Session
+    from ..capture.workers import WorkerProbe
+
+    policy = GcPolicy.parse(gc_policy)
+    if not window_s > 0:
+        raise UsageError(f"--window {window_s}: expected a positive number of seconds")
+    session = Session(out, tracemalloc=tracemalloc,
+                      meta={"script" if not module else "module": target, "args": list(args), "epochs_from": None})
+    session.options.update(gc_policy=str(policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
+    marks = Marks(session)
+    targets = []
+    if epoch_fn:
+        epochs = Source(marks, "epoch-fn")
+        targets.append(functions.Target(epoch_fn, "--epoch-fn", lambda fn: functions.wrap_calls(
+            fn, epochs.begin_epoch, epochs.end_epoch, epochs.abandon_epoch)))
+    if step_fn:
+        steps = Source(marks, "step-fn")
+        targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
+            fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn"))))
+    main = load_main(target, module=module, watch=any(t.module is None for t in targets))
+    for t in targets:
+        if t.module is None:
+            main.namespace[functions.WATCH_NAME] = functions.watcher(targets, main.namespace)
+            break
+
+    watcher, windows, probe = ImportWatcher(), Windows(marks, window_s), WorkerProbe()
+    undo = []
+    signal = EpochSignal.from_environment()
+    marks.on_training_start.append(signal.send)
+    policy.attach(marks)
+    raised = None
+    try:
+        with session:
+            session.add_epoch_field("workers", probe.take)
+            try:
+                _install(marks, targets, watcher, windows, undo)
+                watcher.install()
+                probe.start()
+                try:
+                    run_main(main, args)
+                except BaseException as e:
+                    raised = e
+                finally:
+                    watcher.uninstall()
+                    probe.stop()
+                    if _succeeded(raised):
+                        windows.stop()
+                    else:
+                        windows.pause()
+                    for step in reversed(undo):
+                        step()
+                    for t in targets:
+                        t.undo()
+                    marks.close(write=_succeeded(raised))
+                    session.user_meta["epochs_from"] = marks.owner if marks.epochs else None
+            finally:
+                policy.restore()
+                signal.close()
+            if raised is not None:
+                raise raised
+    except BaseException as e:
+        if e is not raised:
+            raise
+    if not marks.epochs:
+        print(NO_EPOCHS, file=sys.stderr)
+    if policy.kind != "default" and not marks.training_started:
+        print(f"profiler: --gc-policy {policy}: no epoch or step was found, so it was never applied", file=sys.stderr)
+    for t in targets:
+        if not t.done:
+            print(f"profiler: {t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was "
+                  f"defined while the script ran; nothing was marked by it", file=sys.stderr)
+    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code)
+
+
+NO_EPOCHS = ("profiler: no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
+             "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
+
+
+def _install(marks, targets, watcher, windows, undo):
+    """Hooks for each source of epochs, installed as the script imports what they need."""
+    from . import lightning
+    for t in targets:
+        if t.module is not None:
+            watcher.on_load(t.module, lambda module, t=t: t.bind(vars(module)))
+    explicit_epochs = any(t.option == "--epoch-fn" for t in targets)
+    if targets:
+        if not explicit_epochs:
+            windows.start()
+        if not any(t.option == "--step-fn" for t in targets):
+            watcher.on_load("torch", lambda module: _torch(marks, undo, epochs=False, on_orphan_step=None))
+        return
+    windows.start()
+    watcher.on_start("torch", windows.pause)
+    watcher.on_load("torch", lambda module: _torch(marks, undo, epochs=True, on_orphan_step=windows.start))
+    watcher.on_load("keras", lambda module: _keras(marks, undo))
+    for package in lightning.PACKAGES:
+        watcher.on_load(package, lambda module: undo.append(lightning.inject(module, Source(marks, "lightning"))))
+
+
+def _keras(marks, undo):
+    from . import keras
+    undo.append(keras.inject(Source(marks, "keras")))
+
+
+def _torch(marks, undo, *, epochs, on_orphan_step):
+    from .torch import TorchHooks
+    hooks = TorchHooks(marks, epochs=epochs, on_orphan_step=on_orphan_step)
+    undo.append(hooks.uninstall)
+    hooks.install()
+
+
+class EpochSignal:
+    """The write end of a pipe named by $PROFILER_EPOCH_FD (`profiler flamegraph
+    --from-first-epoch` starts py-spy when a byte arrives): one byte when training starts, and
+    closed at the end either way. The variable is removed so the script's own children do not
+    see it."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    @classmethod
+    def from_environment(cls):
+        value = os.environ.pop(EPOCH_SIGNAL_FD, None)
+        return cls(int(value) if value is not None and value.isdigit() else None)
+
+    def send(self):
+        if self.fd is not None:
+            try:
+                os.write(self.fd, b"1")
+            except OSError:
+                pass
+            self.close()
+
+    def close(self):
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None

@@ -1,0 +1,116 @@
+"""PyTorch: a step per optimizer step, an epoch per DataLoader pass in which an optimizer stepped.
+
+    with Session("runs/mine") as session, profiler.integrations.torch.track(session):
+        train()        # unmodified: DataLoader passes and optimizer.step() calls are seen
+
+Steps come from torch's global optimizer-step hook: a step runs from the end of one
+optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
+backward and the update are in it. A pass begins when a DataLoader's iteration starts and ends
+when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass started while
+another one is still being iterated (a validation pass in the middle of a training pass) belongs
+to the outer one. Two optimizers stepping on each batch make two steps per batch.
+"""
+
+import contextlib
+import weakref
+
+from .marks import Marks
+
+
+class TorchHooks:
+    def __init__(self, marks, *, epochs=True, on_orphan_step=None):
+        """epochs: DataLoader passes are epochs (False: only steps, for epochs marked otherwise).
+        on_orphan_step: called when an optimizer steps outside any epoch (a loop that batches
+        without a DataLoader), before the step is marked."""
+        self.marks, self.epochs = marks, epochs
+        self.on_orphan_step = on_orphan_step
+        self._pass = None                   # weakref to the iterator of the pass in progress
+        self._handle = None
+        self._patched = []                  # (owner, name, original attribute or None)
+
+    def install(self):
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.utils.data import dataloader
+        hooks = self
+        loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
+
+        def __iter__(loader):
+            iterator = loader_iter(loader)
+            hooks._pass_started(iterator)
+            return iterator
+
+        def __next__(iterator):
+            try:
+                return iter_next(iterator)
+            except StopIteration:
+                hooks._pass_ended(iterator)
+                raise
+
+        self._handle = register_optimizer_step_post_hook(self._optimizer_stepped)
+        if not self.epochs:
+            return
+        self._patch(dataloader.DataLoader, "__iter__", __iter__)
+        self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
+
+    def _patch(self, owner, name, value):
+        self._patched.append((owner, name, owner.__dict__.get(name)))
+        setattr(owner, name, value)
+
+    def uninstall(self):
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        for owner, name, original in reversed(self._patched):
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        self._patched.clear()
+
+    # -- events --------------------------------------------------------------------------------
+    def _current(self):
+        return self._pass() if self._pass is not None else None
+
+    def _pass_started(self, iterator):
+        current = self._current()
+        if current is not None and current is not iterator:
+            return                                          # nested in the pass in progress
+        if self.marks.open == "torch":                      # the last pass was left, not exhausted
+            self.marks.end_epoch("torch")
+        self._pass = None
+        if self.marks.begin_epoch("torch"):
+            self._pass = weakref.ref(iterator, self._pass_abandoned)
+            self.marks.begin_step("torch")
+
+    def _pass_ended(self, iterator):
+        if self._current() is iterator:
+            self._pass = None
+            self.marks.end_epoch("torch")
+
+    def _pass_abandoned(self, ref):
+        """The pass's iterator was freed before it was exhausted (`next(iter(loader))`, or a loop
+        that broke out): with no step it is dropped now; with steps it ends when the next pass
+        begins or the run ends."""
+        if self._pass is ref:
+            self._pass = None
+            if self.marks.open == "torch" and self.marks.steps_in_epoch == 0:
+                self.marks.drop_epoch("torch")
+
+    def _optimizer_stepped(self, optimizer, args, kwargs):
+        if self.marks.open is None and self.on_orphan_step is not None:
+            self.on_orphan_step()
+        self.marks.step_boundary("torch")
+
+
+@contextlib.contextmanager
+def track(session):
+    """Mark the epochs and steps of the PyTorch training inside the block in `session` (an open
+    profiler Session). Yields the Marks (its .epochs and .steps count what was written)."""
+    marks = Marks(session)
+    hooks = TorchHooks(marks)
+    hooks.install()
+    try:
+        yield marks
+    finally:
+        hooks.uninstall()
+        marks.close()
