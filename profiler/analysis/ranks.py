@@ -1,21 +1,28 @@
 """analyze_ranks(multi_rank_dir) -> RankAnalysis: which rank holds the others back, how often, and why.
 
 In a data-parallel job every rank waits at each collective for the slowest one, so one rank's
-stall is everyone's lost time, and the ranks that wait show nothing wrong in their own process.
-Steps (or epochs, when a rank recorded no steps) are aligned by index across ranks. Per step and
-rank, the rank's stall is its excess over the median rank, measured both ways a stall can show:
+stall is everyone's lost time, and the ranks that wait show nothing wrong in their own process:
+only longer steps. Steps (or epochs, when a rank recorded no steps) are aligned by index across
+ranks, and what a rank did on its own is told apart from what it waited for by where the
+collective lies, which the clocks show (meta.json's clock_origin_unix aligns ranks and hosts):
 
-    stall[r, i] = max(wall[r, i] - wall[m, i],  gc[r, i] - gc[m, i])      m: the median rank
+    in-step         steps END together (the all-reduce is inside the step: PyTorch DDP's backward,
+                    the engine's optimizer step). A rank that waited has a longer step; the rank it
+                    waited for began its step late (the time before it, data loading, was longer)
+                    or paused in its own GC inside it.
+    between-steps   steps BEGIN together (the step ends before the collective). The straggler's
+                    own step is longer; the others wait between steps.
 
-The median rank is a real rank (the lower median: with two ranks, the faster one), so with two
-ranks a stall is the whole difference between them, not half of it.
+Per aligned step and rank, the rank's stall is its own time above the median rank's:
 
-The wall-time term sees a rank whose step boundary lies before the collective (it is slower, the
-others are not); the GC term sees one whose stall happens before the collective inside the step
-(every rank's step is equally long then, and only the straggler's own GC pause tells it apart).
-A step is straggled when its largest stall exceeds STALL_FLOOR of the job's typical step; the job
-lost that stall (every other rank waited for it). The straggler is the rank that caused most of
-the lost time, and its own GC pauses (by generation) explain the part of its stalls they cover.
+    in-step:        stall = max(gap - gap[m],   gc - gc[m])     gap: time since its previous step ended
+    between-steps:  stall = max(wall - wall[m], gc - gc[m])     gc: its GC pause in the step, plus
+                                                                any GC event just before it
+The median rank m is a real rank (the lower median: with two ranks, the faster one), so with two
+ranks a stall is the whole difference between them. A step is straggled when its largest stall
+exceeds STALL_FLOOR of the job's median step; the job lost that stall (every other rank waited
+for it). The straggler is the rank that caused most of the lost time; its own GC pauses (by
+generation) explain the part of its stalls they cover. The warm-up epochs' steps are left out.
 
 Streaming: steps are read in blocks of at most BLOCK_VALUES values across all ranks, straight from
 each rank's steps.bin, so memory is bounded by the block and by per-step results, never by
@@ -37,6 +44,7 @@ STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job'
 STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost time...
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time
 FINISHED = ("completed", "halted")
+PROBE_STEPS = 2000       # steps read to find where the collective lies
 
 
 @dataclass
@@ -80,7 +88,9 @@ class RankAnalysis:
     run_dir: str
     ranks: int
     unit: str                    # "step" or "epoch": what was aligned across ranks
+    collective: str              # "in-step", "between-steps", or "unknown" (epochs, or no clocks)
     aligned: int                 # indices every rank finished
+    warmup: int                  # of those, left out at the start
     job_time_s: float            # sum over aligned indices of the slowest rank's time
     median_s: float              # the job's median step (slowest rank per step)
     lost_s: float                # time the job lost waiting for stalled ranks
@@ -100,28 +110,45 @@ class RankHeatmap:
     gc2: np.ndarray              # (ranks, bins) True where a generation-2 pause fell in the bin
 
 
+@dataclass
+class _Block:
+    """Aligned indices [start, stop) of every rank: arrays (ranks, k), gc (3, ranks, k)."""
+    start: int
+    stop: int
+    begin_s: np.ndarray          # step start, seconds since the Unix epoch (nan without a clock)
+    gap_s: np.ndarray            # time between the previous step's end and this step's start
+    wall_s: np.ndarray
+    gc_s: np.ndarray
+
+
 class _Source:
     """One rank's aligned series, read block by block: steps.bin when every rank has steps, else
-    epochs. A GC event between two steps (gc_events.bin) counts as the next step's own GC: the rank
-    was collecting while the others went ahead to the collective and waited there."""
+    epochs. A GC event between two steps (gc_events.bin) counts as the next step's own GC."""
 
-    def __init__(self, path, unit, gap_events=None):
+    def __init__(self, path, unit, origin=None, gap_events=None):
         self.path, self.unit = path, unit
+        self.origin = np.nan if origin is None else origin
         self.gap_events = gap_events   # (step index, generation, duration) arrays, or None
 
     def read(self, start, stop):
-        """(wall, gc[3]) for indices [start, stop) as float64 arrays."""
+        """(begin, gap, wall, gc[3]) for indices [start, stop) as float64 arrays."""
         if self.unit == "epoch":
             epochs = rundir.read_run(self.path).epochs[start:stop]
-            return (np.array([e["wall_s"] for e in epochs], float),
-                    np.array([e["gc"]["pause_s"] for e in epochs], float).reshape(-1, 3).T)
-        rec = np.fromfile(self.path / STEPS, dtype=STEP_DTYPE, count=stop - start, offset=start * STEP_DTYPE.itemsize)
+            wall = np.array([e["wall_s"] for e in epochs], float)
+            gc = np.array([e["gc"]["pause_s"] for e in epochs], float).reshape(-1, 3).T
+            return np.full(len(wall), np.nan), np.zeros(len(wall)), wall, gc
+        first = max(start - 1, 0)      # the previous step's end gives the first gap
+        rec = np.fromfile(self.path / STEPS, dtype=STEP_DTYPE, count=stop - first, offset=first * STEP_DTYPE.itemsize)
+        begin = rec["start_s"].astype(float)
+        end = begin + rec["wall_s"]
+        gap = np.concatenate([[0.0], begin[1:] - end[:-1]])
         gc = np.stack([rec["gc0_s"], rec["gc1_s"], rec["gc2_s"]]).astype(float)
         if self.gap_events is not None:
             index, generation, duration = self.gap_events
-            mine = (index >= start) & (index < stop)
-            np.add.at(gc, (generation[mine], index[mine] - start), duration[mine])
-        return rec["wall_s"].astype(float), gc
+            mine = (index >= first) & (index < stop)
+            np.add.at(gc, (generation[mine], index[mine] - first), duration[mine])
+        cut = start - first
+        return begin[cut:] + self.origin, gap[cut:], rec["wall_s"][cut:].astype(float), gc[:, cut:]
 
 
 def _gap_events(run, steps):
@@ -139,37 +166,55 @@ def _gap_events(run, steps):
 
 
 def _rank(rank_dir, unit):
-    """The rank's summary over its whole run, and its aligned series."""
+    """The rank's summary over its whole run, its aligned series, and the steps of its warm-up epochs."""
     run = rundir.read_run(rank_dir.path)
     steps = run.steps()
     epochs = run.epochs
+    warm_epochs = stats.warmup(len(epochs))
     if unit == "step":
         wall = np.asarray(steps["wall_s"], float)
         pause = [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)]
+        first_epoch = epochs[warm_epochs]["epoch"] if warm_epochs < len(epochs) else np.inf
+        warm = int(np.searchsorted(steps["epoch"], first_epoch)) if warm_epochs else 0
     else:
         wall = np.array([e["wall_s"] for e in epochs], float)
         pause = [float(sum(e["gc"]["pause_s"][g] for e in epochs)) for g in range(3)]
+        warm = warm_epochs
     total = float(wall.sum())
-    used = epochs[stats.warmup(len(epochs)):]
+    used = epochs[warm_epochs:]
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if used else 0.0
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate)
-    return summary, _Source(rank_dir.path, unit, _gap_events(run, steps) if unit == "step" else None)
+    source = _Source(rank_dir.path, unit, rank_dir.clock_origin_unix,
+                     _gap_events(run, steps) if unit == "step" else None)
+    return summary, source, warm
 
 
-def _blocks(sources, aligned):
-    """(start, stop, wall (ranks, k), gc (3, ranks, k)) over the aligned indices."""
+def _blocks(sources, first, stop_at):
+    """_Block after _Block over the aligned indices [first, stop_at)."""
     k = max(1, BLOCK_VALUES // len(sources))
-    for start in range(0, aligned, k):
-        stop = min(start + k, aligned)
-        wall = np.empty((len(sources), stop - start))
+    for start in range(first, stop_at, k):
+        stop = min(start + k, stop_at)
+        arrays = [np.empty((len(sources), stop - start)) for _ in range(3)]
         gc = np.empty((3, len(sources), stop - start))
         for r, source in enumerate(sources):
-            wall[r], gc[:, r] = source.read(start, stop)
-        yield start, stop, wall, gc
+            arrays[0][r], arrays[1][r], arrays[2][r], gc[:, r] = source.read(start, stop)
+        yield _Block(start, stop, *arrays, gc)
+
+
+def _collective(sources, first, stop_at):
+    """Where the collective lies, from the first steps: do the ranks' steps end or begin together?"""
+    if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources) or len(sources) < 2:
+        return "unknown"
+    stop = min(stop_at, first + min(PROBE_STEPS, max(1, BLOCK_VALUES // len(sources))))
+    block = next(_blocks(sources, first, stop))
+    end = block.begin_s + block.wall_s
+    begin_spread = np.median(block.begin_s.max(axis=0) - block.begin_s.min(axis=0))
+    end_spread = np.median(end.max(axis=0) - end.min(axis=0))
+    return "in-step" if end_spread <= begin_spread else "between-steps"
 
 
 def _median_rank(values, axis):
@@ -178,23 +223,19 @@ def _median_rank(values, axis):
     return np.take(np.partition(values, middle, axis=axis), [middle], axis=axis)
 
 
-def _excess(wall, gc):
-    """Each rank's wall time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's."""
-    return wall - _median_rank(wall, 0), np.clip(gc - _median_rank(gc, 1), 0.0, None)
+def _own(block, collective):
+    """Each rank's own time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's."""
+    own = block.gap_s if collective == "in-step" else block.wall_s
+    gc_x = np.clip(block.gc_s - _median_rank(block.gc_s, 1), 0.0, None)
+    return np.maximum(own - _median_rank(own, 0), gc_x.sum(axis=0)), gc_x
 
 
-def _stalls(wall, gc):
-    """Per aligned index: the rank that held the others back, its stall, and its GC above the median
-    rank's by generation. A GC pause is the rank's own work while a longer wall time may be waiting
-    for someone else, so a GC pause at least half the largest wall excess names the rank."""
-    wall_x, gc_x = _excess(wall, gc)
-    gc_total, cols = gc_x.sum(axis=0), np.arange(wall.shape[1])
-    by_gc, by_wall = gc_total.argmax(axis=0), wall_x.argmax(axis=0)
-    gc_top, wall_top = gc_total[by_gc, cols], wall_x[by_wall, cols]
-    use_gc = (gc_top > 0) & (gc_top >= 0.5 * wall_top)
-    top = np.where(use_gc, by_gc, by_wall)
-    stall = np.where(use_gc, np.maximum(gc_top, wall_top), np.maximum(wall_top, 0.0))
-    return top, stall, gc_x[:, top, cols]
+def _stalls(block, collective):
+    """Per aligned index: the rank with the largest stall, the stall, and its GC above the median rank's."""
+    stall, gc_x = _own(block, collective)
+    cols = np.arange(stall.shape[1])
+    top = stall.argmax(axis=0)
+    return top, np.maximum(stall[top, cols], 0.0), gc_x[:, top, cols]
 
 
 def _count(rank_dir, unit):
@@ -214,20 +255,24 @@ def _open(run_dir):
 def analyze_ranks(run_dir):
     """Merge the ranks of a multi-rank run directory (RunDirError if they do not form one job)."""
     dirs, unit = _open(run_dir)
-    per_rank, sources = zip(*(_rank(d, unit) for d in dirs))
+    per_rank, sources, warm = zip(*(_rank(d, unit) for d in dirs))
     counts = [s.steps if unit == "step" else s.epochs for s in per_rank]
     aligned = min(counts)
     if aligned == 0:
         empty = [s.rank for s in per_rank if (s.steps if unit == "step" else s.epochs) == 0]
         raise rundir.RunDirError(f"rank(s) {', '.join(map(str, empty))} in {run_dir} finished no {unit}s: "
                                  f"nothing to align across ranks")
-    job = np.empty(aligned)         # the slowest rank's time per index
-    top = np.empty(aligned, int)    # the rank with the largest stall per index
-    top_stall = np.empty(aligned)
-    top_gc = np.empty((3, aligned))  # that rank's GC pause above the median rank, by generation
-    for start, stop, wall, gc in _blocks(sources, aligned):
-        job[start:stop] = wall.max(axis=0)
-        top[start:stop], top_stall[start:stop], top_gc[:, start:stop] = _stalls(wall, gc)
+    first = min(max(warm), aligned - 1)
+    collective = _collective(sources, first, aligned)
+    n_used = aligned - first
+    job = np.empty(n_used)           # the slowest rank's time per index
+    top = np.empty(n_used, int)      # the rank with the largest stall per index
+    top_stall = np.empty(n_used)
+    top_gc = np.empty((3, n_used))   # that rank's GC pause above the median rank, by generation
+    for block in _blocks(sources, first, aligned):
+        at = slice(block.start - first, block.stop - first)
+        job[at] = block.wall_s.max(axis=0)
+        top[at], top_stall[at], top_gc[:, at] = _stalls(block, collective)
 
     median = float(np.median(job))
     straggled = top_stall > STALL_FLOOR * median
@@ -254,35 +299,36 @@ def analyze_ranks(run_dir):
         stragglers = Straggler(
             rank=worst, time_fraction=float(stall_by_rank[worst] / job_time),
             gc_explained_fraction=float(by_gen.sum()), gc_explained_by_generation=[float(x) for x in by_gen],
-            steps=int(counts_by_rank[worst]), step_fraction=float(counts_by_rank[worst] / aligned),
+            steps=int(counts_by_rank[worst]), step_fraction=float(counts_by_rank[worst] / n_used),
             stall_s=float(stall_by_rank[worst]), median_stall_s=float(np.median(stalls)),
             stall_growth=float(np.mean(stalls[-half:]) / np.mean(stalls[:half])) if half else 1.0,
-            mean_interval=float(aligned / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
+            mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
             rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs} for s in per_rank if s.status not in FINISHED]
     return RankAnalysis(
-        run_dir=str(run_dir), ranks=n, unit=unit, aligned=aligned, job_time_s=job_time, median_s=median,
+        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, aligned=aligned, warmup=first, job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers, per_rank=list(per_rank), unfinished=unfinished)
 
 
 def rank_heatmap(run_dir, bins=400):
-    """Each rank's largest excess over the median rank (wall time, or its own GC pause) per bin of
-    aligned steps, and the bins where it paused in a generation-2 collection."""
+    """Each rank's largest stall (own time or GC above the median rank's) per bin of aligned steps,
+    and the bins where it paused in a generation-2 collection."""
     dirs, unit = _open(run_dir)
-    sources = [_rank(d, unit)[1] for d in dirs]
+    _, sources, warm = zip(*(_rank(d, unit) for d in dirs))
     aligned = min(_count(d, unit) for d in dirs)
-    edges = np.unique(np.linspace(0, aligned, min(bins, max(aligned, 1)) + 1).astype(int))
+    first = min(max(warm), aligned - 1)
+    collective = _collective(sources, first, aligned)
+    edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)
-    for start, stop, wall, gc in _blocks(sources, aligned):
-        wall_x, gc_x = _excess(wall, gc)
-        excess = np.maximum(wall_x, gc_x.sum(axis=0))
-        which = np.searchsorted(edges, np.arange(start, stop), side="right") - 1
+    for block in _blocks(sources, first, aligned):
+        stall = np.clip(_own(block, collective)[0], 0.0, None)
+        which = np.searchsorted(edges, np.arange(block.start, block.stop), side="right") - 1
         for b in np.unique(which):
             cols = which == b
-            stall_map[:, b] = np.maximum(stall_map[:, b], excess[:, cols].max(axis=1))
-            gc2_map[:, b] |= (gc[2][:, cols] > 0).any(axis=1)
+            stall_map[:, b] = np.maximum(stall_map[:, b], stall[:, cols].max(axis=1))
+            gc2_map[:, b] |= (block.gc_s[2][:, cols] > 0).any(axis=1)
     return RankHeatmap(unit=unit, edges=edges, stall_s=stall_map, gc2=gc2_map)

@@ -25,6 +25,7 @@ class RankDir:
     local_rank: int | None
     world_size: int
     host: str | None
+    clock_origin_unix: float | None   # time.time() at the rank's clock origin: aligns ranks and hosts
     path: Path
 
 
@@ -65,8 +66,9 @@ def _read_rank(path):
     if named != rank:
         raise RunDirError(f"{path} is named for rank {named} but its {META} records rank {rank}; "
                           f"rename the directory to {RANK_PREFIX}{rank}")
-    local = meta.get("local_rank")
-    return RankDir(rank, local if isinstance(local, int) else None, world, meta.get("host"), path)
+    local, origin = meta.get("local_rank"), meta.get("clock_origin_unix")
+    return RankDir(rank, local if isinstance(local, int) else None, world, meta.get("host"),
+                   float(origin) if isinstance(origin, (int, float)) and not isinstance(origin, bool) else None, path)
 
 
 def rank_dirs(path):
