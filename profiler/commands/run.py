@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .options import TRACEMALLOC, add_scenario_options, positive, scenario_argv, timestamp
+from .options import TRACEMALLOC, add_scenario_options, non_negative, positive, scenario_argv, timestamp
 
 
 def _seconds(text):
@@ -92,13 +92,18 @@ def _launch(args, argv, stem):
 def _run_scenario(args, scenario, rest):
     from ..integrations.launch import rank_out_dir
     given = [flag for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn),
-                                      ("--gc-policy", args.gc_policy != "default"), ("--window", args.window)) if value]
+                                      ("--window", args.window)) if value]
     if given:
         raise UsageError(f"{', '.join(given)} apply to scripts, not to the built-in scenario {scenario}")
     parser = _ScenarioParser(prog=f"profiler run {scenario}")
     parser.add_argument("--out", help="run directory (default runs/SCENARIO-LAYOUT-TIMESTAMP)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+    parser.add_argument("--gc-policy", metavar="POLICY", help="as for scripts: default | freeze | manual:N | off")
+    parser.add_argument("--nproc-per-node", type=positive, metavar="N", help="train data-parallel on N ranks")
+    parser.add_argument("--straggler-rank", type=non_negative, metavar="R",
+                        help="data-parallel runs: rank R plants GC stalls (docs/multi-rank.md)")
     add_scenario_options(parser)
+    args.straggler_rank = None
     parser.parse_args(rest, namespace=args)   # options given before the name stay unless repeated
     if args.labels and scenario != "mlp":
         raise UsageError("--labels applies to the mlp scenario only")
@@ -107,12 +112,15 @@ def _run_scenario(args, scenario, rest):
     if args.nproc_per_node:
         argv = scenario_argv(args, scenario, "", args.epochs)
         del argv[2:4]   # --out: the launcher gives each rank its own
+        argv += ["--gc-policy", args.gc_policy] + (["--straggler-rank", str(args.straggler_rank)]
+                                                   if args.straggler_rank is not None else [])
         return _launch(args, argv, f"{scenario}-{args.layout}")
     from ..workloads.run import run_scenario
     out = str(rank_out_dir(args.out or _default_out(f"{scenario}-{args.layout}")))
     state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
                          history=args.history, gc_collect=args.gc_collect, tracemalloc=TRACEMALLOC[args.tracemalloc],
-                         samples=args.samples, seed=args.seed, labels=args.labels, progress=not args.quiet)
+                         samples=args.samples, seed=args.seed, labels=args.labels, progress=not args.quiet,
+                         gc_policy=args.gc_policy, straggler_rank=args.straggler_rank)
     if not args.quiet:
         summary = f"wrote {out}: {len(state.times)} epochs{' (halted)' if state.halted else ''}"
         if state.times:
