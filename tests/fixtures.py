@@ -11,13 +11,15 @@ MIB = 1 << 20
 
 def epoch(index, wall_s, *, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0), rss=200 * MIB, start_s=None,
           ops=None, heap=None, malloc=None, workers=None, tracked=None, steps=None):
-    """One epoch record as the Session writes it. ops: {(name, (("k", "v"), ...)): seconds}."""
+    """One epoch record as the Session writes it. ops: {(name, (("k", "v"), ...)): seconds}; keys are
+    labels made unique as capture makes them ("conv[fast]", then "conv[fast]#2")."""
     record = {"epoch": index, "wall_s": wall_s,
               "gc": {"pause_s": list(pause), "collections": list(collections), "collected": [0, 0, 0],
                      "max_pause_s": max(pause), "tracked": tracked},
               "rss_bytes": int(rss), "malloc_bytes": malloc, "heap": heap, "ops": {}}
     for (name, tags), seconds in (ops or {}).items():
-        key = f"{name}[{','.join(v for _, v in tags)}]" if tags else name
+        label = f"{name}[{','.join(v for _, v in tags)}]" if tags else name
+        key = next(k for k in (label, *(f"{label}#{n}" for n in range(2, 99))) if k not in record["ops"])
         record["ops"][key] = {"name": name, "tags": dict(tags), "calls": 10, "total_s": seconds}
     if start_s is not None:
         record["start_s"] = start_s

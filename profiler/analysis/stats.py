@@ -113,12 +113,14 @@ def change(x, y):
     early, late = early_late(y)
     if len(y) < 8:
         return Change(0.0, 0.0, 0.0, early, late, False)
-    trend = theil_sen(*binned(x, y, TREND_BINS, QUANTILE))
-    base = trend.start if trend.start > 0 else early
+    bx, by = binned(x, y, TREND_BINS, QUANTILE)
+    trend = theil_sen(bx, by)
+    span = float(x[-1] - x[0])      # the trend over the whole run, not between the bins' centres
+    base = trend.start - trend.slope * (bx[0] - x[0])
     if base <= 0:
         return Change(0.0, 0.0, 0.0, early, late, False)
-    relative = trend.slope * trend.span / base
-    low, high = trend.slope_low * trend.span / base, trend.slope_high * trend.span / base
+    relative = trend.slope * span / base
+    low, high = trend.slope_low * span / base, trend.slope_high * span / base
     tail = float(np.quantile(y[-max(3, len(y) // 10):], QUANTILE)) / base - 1
     if relative > 0:
         sustained = relative >= SLOWER and tail >= END_CHANGE

@@ -260,7 +260,7 @@ def comparison_verdict(c):
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({100 * (what_if(r) / slow.epoch_s - 1):+.1f}%).")
     if not best:
-        text += " No op is faster in the faster run; the difference is outside the timed ops."
+        text += " No op that both runs time is faster in the faster run."
     one_side = [r for r in c.rows if r.only_in is not None]
     for side, run in (("a", a), ("b", b)):
         names = [op_label(r.op, r.tags) for r in one_side if r.only_in == side]

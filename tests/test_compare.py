@@ -1,0 +1,99 @@
+"""compare() and scaling() on synthetic runs: the what-if arithmetic, ops one run lacks, op
+identity kept structured, labels, and the max_epochs verdicts."""
+
+import json
+
+import pytest
+
+from profiler.analysis import compare, scaling
+from profiler.errors import UsageError
+from profiler.report import json_out, text
+
+from .fixtures import epoch, write_run
+
+NCHW, NHWC = (("layout", "NCHW"),), (("layout", "NHWC"),)
+
+
+def run_with_ops(path, ops, wall, meta=None, epochs=8):
+    return write_run(path, [epoch(i, wall, ops=ops) for i in range(epochs)], meta=meta)
+
+
+def test_what_if_arithmetic_and_labels(tmp_path):
+    a = run_with_ops(tmp_path / "a", {("conv2d_forward", NCHW): 0.004, ("bias_backward", NCHW): 0.006}, 0.012,
+                     meta={"layout": "NCHW"})
+    b = run_with_ops(tmp_path / "b", {("conv2d_forward", NHWC): 0.004, ("bias_backward", NHWC): 0.002}, 0.008,
+                     meta={"layout": "NHWC"})
+    c = compare(a, b)
+    assert c.a.label == "NCHW" and c.b.label == "NHWC" and c.ratio == pytest.approx(1.5)
+    assert c.a.tags == {"layout": "NCHW"} and c.b.tags == {"layout": "NHWC"}
+    top = c.rows[0]
+    assert top.op == "bias_backward" and top.tags == {} and top.ratio == pytest.approx(3.0)
+    assert top.a_if_b_speed_s == pytest.approx(0.012 - 0.006 + 0.002)
+    words = text.comparison_verdict(c)
+    assert "If bias_backward in NCHW ran at its NHWC speed" in words and "(-33.3%)" in words
+
+
+def test_op_in_one_run_only_gets_no_what_if(tmp_path):
+    a = run_with_ops(tmp_path / "a", {("conv", ()): 0.004, ("pad", ()): 0.003}, 0.010)
+    b = run_with_ops(tmp_path / "b", {("conv", ()): 0.004}, 0.007)
+    c = compare(a, b)
+    pad = next(r for r in c.rows if r.op == "pad")
+    assert pad.only_in == "a" and pad.b_s is None and pad.ratio is None and pad.a_if_b_speed_s is None
+    assert c.rows[-1] is pad
+    out = json.loads(json_out.render(c))     # strict: no Infinity, no NaN
+    assert out["rows"][-1]["only_in"] == "a" and out["rows"][-1]["a_if_b_speed_s"] is None
+    assert "-99" not in text.comparison(c) and "Only a runs pad (no what-if" in text.comparison_verdict(c)
+
+
+def test_op_identity_stays_structured(tmp_path):
+    ops = {("conv[fast]", ()): 0.001, ("conv", (("layout", "fast"),)): 0.002}
+    a = run_with_ops(tmp_path / "a", ops, 0.004)
+    b = run_with_ops(tmp_path / "b", ops, 0.004)
+    rows = {(r.op, tuple(r.tags.items())): r for r in compare(a, b).rows}
+    assert set(rows) == {("conv[fast]", ()), ("conv", (("layout", "fast"),))}
+    assert rows[("conv", (("layout", "fast"),))].a_s == pytest.approx(0.002)
+
+
+def test_old_keys_without_identity_are_parsed(tmp_path):
+    def old(path, layout, seconds):
+        records = [epoch(i, 0.01) for i in range(6)]
+        for r in records:
+            r["ops"] = {f"conv2d_forward[{layout}]": {"calls": 3, "total_s": seconds}}
+        return write_run(path, records)
+    c = compare(old(tmp_path / "a", "NCHW", 0.004), old(tmp_path / "b", "NHWC", 0.002))
+    assert [(r.op, r.tags, r.ratio) for r in c.rows] == [("conv2d_forward", {}, pytest.approx(2.0))]
+
+
+def test_same_labels_are_told_apart(tmp_path):
+    a = run_with_ops(tmp_path / "x" / "run", {("f", ()): 0.001}, 0.002)
+    b = run_with_ops(tmp_path / "y" / "run", {("f", ()): 0.001}, 0.002)
+    c = compare(a, b)
+    assert c.a.label == "A (run)" and c.b.label == "B (run)"
+
+
+def scaled(path, wall, pause, meta=None):
+    return write_run(path, [epoch(i, wall, pause=(0.0, 0.0, pause), collections=(0, 0, 1)) for i in range(6)],
+                     meta=meta)
+
+
+def test_scaling_verdicts(tmp_path):
+    flat = scaling({100: scaled(tmp_path / "a", 0.010, 0.001), 1000: scaled(tmp_path / "b", 0.010, 0.001)})
+    assert not flat.depends and "does not depend" in text.scaling_verdict(flat)
+    grows = scaling({100: scaled(tmp_path / "c", 0.010, 0.001), 10**5: scaled(tmp_path / "d", 0.030, 0.021)})
+    assert grows.depends and grows.ratio == pytest.approx(3.0) and grows.gc_explained == pytest.approx(1.0)
+    assert "depends on max_epochs" in text.scaling_verdict(grows)
+    other = scaling({100: scaled(tmp_path / "e", 0.010, 0.001), 10**4: scaled(tmp_path / "f", 0.030, 0.001)})
+    assert not other.depends and "explain only 0%" in text.scaling_verdict(other)
+    assert json.loads(json_out.render(grows))["verdict"] == text.scaling_verdict(grows)
+
+
+def test_scaling_is_labelled_from_the_runs_meta(tmp_path):
+    meta = {"scenario": "mlp", "history": "preallocated", "gc_collect": "epoch"}
+    s = scaling({n: scaled(tmp_path / str(n), 0.01, 0.001, meta) for n in (10, 100)})
+    assert s.label == "scenario=mlp history=preallocated gc_collect=epoch"
+
+
+@pytest.mark.parametrize("runs", [{}, {100: "x"}], ids=["none", "one"])
+def test_scaling_needs_two_runs(runs):
+    with pytest.raises(UsageError, match="at least two"):
+        scaling(runs)

@@ -1,0 +1,120 @@
+"""read_run on damaged run directories: a torn last line is tolerated and reported; every other
+damage is one RunDirError naming the file and the line."""
+
+import json
+
+import pytest
+
+from profiler.analysis import analyze
+from profiler.rundir import RunDirError, read_run
+from profiler.rundir.format import STEP
+
+from .fixtures import epoch, from_walls, write_run
+
+
+def lines(run):
+    return (run / "epochs.jsonl").read_bytes().splitlines()
+
+
+def rewrite(run, new_lines):
+    (run / "epochs.jsonl").write_bytes(b"\n".join(new_lines) + b"\n")
+
+
+def record(**changes):
+    r = epoch(1, 0.01)
+    r.update(changes)
+    return json.dumps(r).encode()
+
+
+@pytest.mark.parametrize("middle,words", [
+    (b'{"epoch": 1, "wall_s": \xff\xfe}', ["line 2", "not UTF-8"]),
+    (b"not json", ["line 2", "not valid JSON"]),
+    (b"[1, 2]", ["line 2", "not a JSON object"]),
+    (json.dumps({"epoch": 1, "wall_s": 0.01, "rss_bytes": 1}).encode(), ["line 2", "no 'gc' object"]),
+    (record(wall_s="0.01"), ["line 2", "wall_s '0.01'"]),
+    (record(wall_s=float("nan")), ["line 2", "wall_s nan"]),
+    (record(epoch="a"), ["line 2", "epoch 'a'"]),
+    (record(epoch=0.5), ["line 2", "epoch 0.5"]),
+    (record(epoch=None), ["line 2", "epoch None"]),
+    (record(epoch=0), ["line 2", "epoch 0 after epoch 0", "strictly increase"]),
+    (record(epoch=5), ["line 3", "epoch 2 after epoch 5"]),
+    (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
+    (record(workers={"count": 2}), ["line 2", "workers"]),
+    (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
+], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "start-negative"])
+def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
+    run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
+    first, _, last = lines(run)
+    rewrite(run, [first, middle, last])
+    with pytest.raises(RunDirError) as info:
+        read_run(run)
+    message = str(info.value)
+    assert "epochs.jsonl" in message
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda d: (d / "meta.json").unlink(), ["not a run directory", "no meta.json"]),
+    (lambda d: (d / "meta.json").write_text("{oops"), ["meta.json", "not valid JSON"]),
+    (lambda d: (d / "meta.json").write_bytes(b'{"format": 1, "x": "\xff"}'), ["meta.json", "not valid JSON"]),
+    (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})), ["format 99"]),
+    (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
+], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format"])
+def test_damaged_meta_is_one_clear_error(tmp_path, damage, words):
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    damage(run)
+    with pytest.raises(RunDirError) as info:
+        read_run(run)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_not_a_directory_and_missing(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunDirError, match="not a directory"):
+        read_run(tmp_path / "file")
+    with pytest.raises(RunDirError, match="does not exist"):
+        read_run(tmp_path / "nope")
+
+
+def test_truncated_last_line_is_tolerated_and_reported(tmp_path):
+    run = from_walls(tmp_path / "run", [0.01] * 4)
+    with open(run / "epochs.jsonl", "a") as f:
+        f.write('{"epoch": 4, "wall_s": 0.0')
+    r = read_run(run)
+    assert len(r.epochs) == 4 and not r.complete and "truncated" in r.problems[0]
+    assert analyze(run).epochs == 4
+
+
+def test_empty_run_cannot_be_analyzed(tmp_path):
+    run = write_run(tmp_path / "run", [])
+    with pytest.raises(RunDirError, match="no finished epochs to analyze"):
+        analyze(run)
+
+
+def test_meta_meta_that_is_not_an_object_is_ignored(tmp_path):
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["meta"] = "a string"
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert read_run(run).user_meta == {} and analyze(run).meta == {}
+
+
+def test_steps_and_gc_events_are_memory_mapped_and_torn_records_dropped(tmp_path):
+    steps = [(0, 0.1 * i, 0.1, 0.0, 0.0, 0.01) for i in range(5)]
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)], steps=steps, gc_events=[(0.05, 0.01, 2, 7)])
+    with open(run / "steps.bin", "ab") as f:
+        f.write(STEP.pack(*steps[0])[:10])          # a crash mid-record
+    r = read_run(run)
+    assert len(r.steps()) == 5 and r.steps()["gc2_s"][4] == pytest.approx(0.01)
+    events = r.gc_events()
+    assert len(events) == 1 and events["generation"][0] == 2 and events["collected"][0] == 7
+
+
+def test_step_with_a_non_finite_time_is_one_clear_error(tmp_path):
+    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, float("nan"), 0.0, 0.0, 0.0)]
+    run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
+    with pytest.raises(RunDirError, match="steps.bin record 1"):
+        analyze(run)

@@ -1,0 +1,77 @@
+"""Renderers: report --json keeps the contract fields and is strict, the verdict and each finding's
+words come from the text renderer, and the HTML page holds the findings table and the step figure."""
+
+import json
+
+import pytest
+
+from profiler.analysis import analyze, series, step_series
+from profiler.report import html, json_out, text
+from profiler.rundir import read_run
+
+from .fixtures import epoch, stepped_run, write_run
+
+
+@pytest.fixture
+def spiky(tmp_path):
+    return stepped_run(tmp_path / "run", 20, 10, 0.005, lambda n: (2, 0.08) if n % 25 == 24 else None)
+
+
+def test_report_json_has_the_contract_fields(spiky):
+    d = analyze(spiky)
+    out = json.loads(json_out.render(d))
+    assert out["epochs"] == 20 and out["status"] == "completed" and out["primary_cause"] == "gc"
+    assert set(out["epoch_time"]) >= {"early_median_s", "late_median_s", "ratio"}
+    assert set(out["gc"]) >= {"share_early", "share_late", "explained_fraction", "share_total"}
+    assert set(out["allocation"]) >= {"rss_growth_bytes_per_epoch", "traced_growth_bytes_per_epoch", "top_sites"}
+    assert set(out["steps"]) >= {"count", "median_s", "p99_s", "spike_time_fraction", "gc_explained_fraction"}
+    assert out["workers"] is None and out["ranks"] is None and out["stragglers"] is None
+    first = out["findings"][0]
+    assert set(first) >= {"cause", "pattern", "time_fraction", "evidence", "remedy"}
+    assert first["pattern"] == "gc-spikes" and first["evidence"] == text.evidence(d.findings[0])
+    assert first["remedy"] == text.remedy(d.findings[0]) and out["verdict"] == text.verdict(d)
+    fractions = [f["time_fraction"] for f in out["findings"]]
+    assert fractions == sorted(fractions, reverse=True)
+
+
+def test_json_is_strict_even_for_degenerate_runs(tmp_path):
+    d = analyze(write_run(tmp_path / "run", [epoch(i, 0.0) for i in range(5)]))
+    json.loads(json_out.render(d), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_verdict_leads_with_the_costliest_finding_and_its_fix(spiky):
+    d = analyze(spiky)
+    words = text.verdict(d)
+    assert words.startswith("Epoch time holds steady") and "Garbage collection:" in words
+    assert words.index("Garbage collection") < words.index("Fix:")
+    assert "finding 1: gc-spikes" in text.diagnosis(d)
+
+
+def test_html_has_findings_table_and_step_figure(spiky):
+    d = analyze(spiky)
+    page = html.render(title="t", diagnoses=[(d, series(spiky), step_series(read_run(spiky)))],
+                       sections=[("Ranks: none", "<h2>extra section</h2>")])
+    assert "<th>finding</th>" in page and "gc-spikes" in page and "<h2>extra section</h2>" in page
+    assert page.count("data:image/png;base64") == 3     # step time, epoch time, memory
+    assert "Ranks: none" in page
+
+
+def test_step_series_bins_keep_the_slowest_step(spiky):
+    s = step_series(read_run(spiky), max_points=20)
+    assert s.steps == 200 and s.downsampled and len(s.step) == 20
+    assert s.max_s.max() == pytest.approx(0.085, rel=1e-5) and s.max_gc_s.max() == pytest.approx(0.08, rel=1e-5)
+    assert s.median_s.max() == pytest.approx(0.005, rel=1e-5)
+
+
+def test_epoch_series_downsamples_without_truncating(tmp_path):
+    run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(50)])
+    s = series(run, max_points=10)
+    assert s.downsampled and len(s.epoch) == 10 and s.epochs == 50
+    assert s.epoch[-1] == pytest.approx(47)      # the last bin's mean epoch: the tail is kept
+
+
+def test_op_labels():
+    assert text.op_label("conv", {}) == "conv"
+    assert text.op_label("conv", {"layout": "NCHW"}) == "conv (layout=NCHW)"
+    assert text.op_label("conv", {"0": "NCHW", "1": "x"}) == "conv[NCHW,x]"
+    assert text.op_label("conv[fast]", {}) != text.op_label("conv", {"layout": "fast"})

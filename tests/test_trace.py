@@ -1,0 +1,68 @@
+"""The Chrome trace: loads as JSON, holds the documented events on one microsecond time axis."""
+
+import json
+
+import pytest
+
+from profiler.report import trace
+from profiler.rundir import read_run
+
+from .fixtures import epoch, stepped_run, write_run
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def test_trace_of_a_stepped_run(tmp_path):
+    run = stepped_run(tmp_path / "run", 3, 4, 0.010, lambda n: (2, 0.05) if n == 5 else None)
+    out = tmp_path / "trace.json"
+    n = trace.write_run(run, out)
+    doc = load(out)
+    events = doc["traceEvents"]
+    assert n == len(events) and doc["displayTimeUnit"] == "ms"
+    for e in events:
+        assert {"name", "ph", "pid", "tid"} <= set(e)
+        if e["ph"] in ("X", "C"):
+            assert isinstance(e["ts"], float) or isinstance(e["ts"], int)
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"epochs", "steps", "GC gen 0", "GC gen 1", "GC gen 2 (full)"} <= names
+    slices = [e for e in events if e["ph"] == "X"]
+    epochs = [e for e in slices if e["cat"] == "epoch"]
+    steps = [e for e in slices if e["cat"] == "step"]
+    gcs = [e for e in slices if e["cat"] == "gc"]
+    assert len(epochs) == 3 and len(steps) == 12 and len(gcs) == 1
+    # step 5 starts at 5 x 10 ms and holds the 50 ms pause; the GC event sits inside it
+    assert steps[5]["ts"] == pytest.approx(50_000) and steps[5]["dur"] == pytest.approx(60_000)
+    assert gcs[0]["tid"] == trace.GC_TID + 2 and gcs[0]["dur"] == pytest.approx(50_000)
+    assert steps[5]["ts"] <= gcs[0]["ts"] <= steps[5]["ts"] + steps[5]["dur"]
+    counters = [e for e in events if e["ph"] == "C"]
+    assert [c["args"]["gen2"] for c in counters] == [pytest.approx(50.0), 0.0]
+
+
+def test_ops_are_placed_inside_their_epoch(tmp_path):
+    records = [epoch(i, 0.010, start_s=0.010 * i, ops={("a", ()): 0.006, ("b", ()): 0.008}) for i in range(2)]
+    run = write_run(tmp_path / "run", records)
+    out = tmp_path / "t.json"
+    trace.write_run(run, out)
+    ops = [e for e in load(out)["traceEvents"] if e.get("cat") == "op"]
+    assert [o["name"] for o in ops] == ["b", "a", "b", "a"]
+    first_b, first_a = ops[0], ops[1]
+    assert first_b["ts"] == 0 and first_b["dur"] == pytest.approx(8000)
+    assert first_a["dur"] == pytest.approx(2000)           # clipped at the epoch's end
+    assert "not when the op ran" in first_a["args"]["placement"]
+
+
+def test_runs_side_by_side_as_processes(tmp_path):
+    runs = [read_run(write_run(tmp_path / str(r), [epoch(0, 0.01, start_s=0.0)])) for r in range(2)]
+    out = tmp_path / "t.json"
+    trace.write(out, [trace.events(run, pid=rank, offset_s=0.5 * rank) for rank, run in enumerate(runs)])
+    epochs = [e for e in load(out)["traceEvents"] if e.get("cat") == "epoch"]
+    assert [(e["pid"], e["ts"]) for e in epochs] == [(0, 0), (1, 500_000)]
+
+
+def test_unwritable_trace_is_one_clear_error(tmp_path):
+    from profiler.errors import RunWriteError
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)])
+    with pytest.raises(RunWriteError, match="cannot write the trace"):
+        trace.write_run(run, tmp_path / "no" / "such" / "dir" / "t.json")
