@@ -158,6 +158,8 @@ def _run_script(args, target, rest):
         raise raised
     if raised is not None and not isinstance(raised, SystemExit):
         _print_script_traceback(raised, result.code)
+    for note in result.notes:
+        print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {result.epochs} epochs{source}, {result.steps} steps"

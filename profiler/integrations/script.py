@@ -123,6 +123,7 @@ class Result:
     epochs_from: str | None
     raised: BaseException | None
     code: types.CodeType
+    notes: list          # lines for the user: what was not found or not applied
 
 
 def _succeeded(error):
@@ -197,18 +198,17 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     except BaseException as e:
         if e is not raised:
             raise
+    notes = [f"{t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was defined while "
+             f"the script ran; nothing was marked by it" for t in targets if not t.done]
     if not marks.epochs:
-        print(NO_EPOCHS, file=sys.stderr)
+        notes.append(NO_EPOCHS)
     if policy.kind != "default" and not marks.training_started:
-        print(f"profiler: --gc-policy {policy}: no epoch or step was found, so it was never applied", file=sys.stderr)
-    for t in targets:
-        if not t.done:
-            print(f"profiler: {t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was "
-                  f"defined while the script ran; nothing was marked by it", file=sys.stderr)
-    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code)
+        notes.append(f"--gc-policy {policy}: no epoch or step was found, so it was never applied")
+    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
+                  notes)
 
 
-NO_EPOCHS = ("profiler: no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
+NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
              "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
 
 
