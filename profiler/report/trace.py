@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import rundir
 from ..errors import RunWriteError
+from ..rundir import ranks
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
 CHUNK = 1 << 16
@@ -114,7 +115,18 @@ def write(path, streams):
     return n
 
 
+def _rank_events(rank_dir, offset_s):
+    run = rundir.read_run(rank_dir.path)   # one rank at a time, as the trace is written
+    yield from events(run, pid=rank_dir.rank, offset_s=offset_s,
+                      name=f"rank {rank_dir.rank}" + (f" ({rank_dir.host})" if rank_dir.host else ""))
+
+
 def write_run(run_dir, path):
-    """The trace of one run directory; returns the event count."""
-    run = rundir.read_run(run_dir)
-    return write(path, [events(run, name=run.path.name)])
+    """The trace of a run directory, or of a multi-rank run (one pid per rank, side by side on the
+    ranks' aligned clocks: clock_origin_unix); returns the event count."""
+    if not ranks.is_multi_rank(run_dir):
+        run = rundir.read_run(run_dir)
+        return write(path, [events(run, name=run.path.name)])
+    dirs = ranks.rank_dirs(run_dir)
+    origins = [d.clock_origin_unix or 0.0 for d in dirs]
+    return write(path, [_rank_events(d, origin - min(origins)) for d, origin in zip(dirs, origins)])

@@ -12,8 +12,8 @@ pays them (docs/multi-rank.md).
 
 from .engine import Events
 
-HISTORY = 50_000        # preallocated records, 4 tracked objects each
-KEPT_PER_STEP = 300     # small records the loader keeps per batch
+HISTORY = 100_000       # preallocated records, 4 tracked objects each
+KEPT_PER_STEP = 1000    # small records the loader keeps per batch
 
 
 class _Record:
