@@ -10,9 +10,9 @@ __main__ module. Epochs and steps are found without edits:
     epoch-fn   --epoch-fn/--step-fn: each call of the named function (functions.py)
     windows    none of these: fixed time windows (windows.py)
 
-Hooks are installed when the script imports the framework (imports.py), never before, and every
-hook, patch, timer and GC setting is undone on every exit path. The run's meta records
-"epochs_from" (the source of its epochs, or null if none was written) and the options.
+Hooks are installed when the script imports the framework (detect.py, imports.py), never
+before, and every hook, patch, timer and GC setting is undone on every exit path. The run's meta
+records "epochs_from" (the source of its epochs, or null if none was written) and the options.
 """
 
 import ast
@@ -26,12 +26,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from . import functions
-from .gc_policy import GcPolicy
-from .imports import ImportWatcher
-from .marks import Marks, Source
-from .windows import Windows
-
-EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when training starts
+from .detect import Detection
 
 
 @dataclass
@@ -126,151 +121,27 @@ class Result:
     notes: list          # lines for the user: what was not found or not applied
 
 
-def _succeeded(error):
-    return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
-
-
 def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_fn=None, step_fn=None,
                gc_policy="default", window_s=1.0):
     """Run `target` (a script path, or a module name with module=True) with `args` under a Session
     writing `out`. Returns a Result; the script's exception (SystemExit and KeyboardInterrupt
     included) is in Result.raised, after the run directory has recorded it."""
     from ..capture import Session
-    from ..capture.workers import WorkerProbe
-
-    policy = GcPolicy.parse(gc_policy)
     if not window_s > 0:
         raise UsageError(f"--window {window_s}: expected a positive number of seconds")
     session = Session(out, tracemalloc=tracemalloc,
-                      meta={"script" if not module else "module": target, "args": list(args), "epochs_from": None})
-    session.options.update(gc_policy=str(policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
-    marks = Marks(session)
-    targets = []
-    if epoch_fn:
-        epochs = Source(marks, "epoch-fn")
-        targets.append(functions.Target(epoch_fn, "--epoch-fn", lambda fn: functions.wrap_calls(
-            fn, epochs.begin_epoch, epochs.end_epoch, epochs.abandon_epoch)))
-    if step_fn:
-        steps = Source(marks, "step-fn")
-        targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
-            fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn"))))
-    main = load_main(target, module=module, watch=any(t.module is None for t in targets))
-    for t in targets:
-        if t.module is None:
-            main.namespace[functions.WATCH_NAME] = functions.watcher(targets, main.namespace)
-            break
-
-    watcher, windows, probe = ImportWatcher(), Windows(marks, window_s), WorkerProbe()
-    undo = []
-    signal = EpochSignal.from_environment()
-    marks.on_training_start.append(signal.send)
-    policy.attach(marks)
+                      meta={"module" if module else "script": target, "args": list(args), "epochs_from": None})
+    detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
+    session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
+    main = load_main(target, module=module, watch=detection.watches_main)
+    if detection.watches_main:
+        detection.bind_main(main.namespace)
     raised = None
     try:
-        with session:
-            session.add_epoch_field("workers", probe.take)
-            try:
-                _install(marks, targets, watcher, windows, undo)
-                watcher.install()
-                probe.start()
-                try:
-                    run_main(main, args)
-                except BaseException as e:
-                    raised = e
-                finally:
-                    watcher.uninstall()
-                    probe.stop()
-                    if _succeeded(raised):
-                        windows.stop()
-                    else:
-                        windows.pause()
-                    for step in reversed(undo):
-                        step()
-                    for t in targets:
-                        t.undo()
-                    marks.close(write=_succeeded(raised))
-                    session.user_meta["epochs_from"] = marks.owner if marks.epochs else None
-            finally:
-                policy.restore()
-                signal.close()
-            if raised is not None:
-                raise raised
+        with session, detection:
+            run_main(main, args)
     except BaseException as e:
-        if e is not raised:
-            raise
-    notes = [f"{t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was defined while "
-             f"the script ran; nothing was marked by it" for t in targets if not t.done]
-    if not marks.epochs:
-        notes.append(NO_EPOCHS)
-    if policy.kind != "default" and not marks.training_started:
-        notes.append(f"--gc-policy {policy}: no epoch or step was found, so it was never applied")
+        raised = e
+    marks = detection.marks
     return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
-                  notes)
-
-
-NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
-             "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
-
-
-def _install(marks, targets, watcher, windows, undo):
-    """Hooks for each source of epochs, installed as the script imports what they need."""
-    from . import lightning
-    for t in targets:
-        if t.module is not None:
-            watcher.on_load(t.module, lambda module, t=t: t.bind(vars(module)))
-    explicit_epochs = any(t.option == "--epoch-fn" for t in targets)
-    if targets:
-        if not explicit_epochs:
-            windows.start()
-        if not any(t.option == "--step-fn" for t in targets):
-            watcher.on_load("torch", lambda module: _torch(marks, undo, epochs=False, on_orphan_step=None))
-        return
-    windows.start()
-    watcher.on_start("torch", windows.pause)
-    watcher.on_load("torch", lambda module: _torch(marks, undo, epochs=True, on_orphan_step=windows.start))
-    watcher.on_load("keras", lambda module: _keras(marks, undo))
-    for package in lightning.PACKAGES:
-        watcher.on_load(package, lambda module: undo.append(lightning.inject(module, Source(marks, "lightning"))))
-
-
-def _keras(marks, undo):
-    from . import keras
-    undo.append(keras.inject(Source(marks, "keras")))
-
-
-def _torch(marks, undo, *, epochs, on_orphan_step):
-    from .torch import TorchHooks
-    hooks = TorchHooks(marks, epochs=epochs, on_orphan_step=on_orphan_step)
-    undo.append(hooks.uninstall)
-    hooks.install()
-
-
-class EpochSignal:
-    """The write end of a pipe named by $PROFILER_EPOCH_FD (`profiler flamegraph
-    --from-first-epoch` starts py-spy when a byte arrives): one byte when training starts, and
-    closed at the end either way. The variable is removed so the script's own children do not
-    see it."""
-
-    def __init__(self, fd):
-        self.fd = fd
-
-    @classmethod
-    def from_environment(cls):
-        value = os.environ.pop(EPOCH_SIGNAL_FD, None)
-        return cls(int(value) if value is not None and value.isdigit() else None)
-
-    def send(self):
-        if self.fd is not None:
-            try:
-                os.write(self.fd, b"1")
-            except OSError:
-                pass
-            self.close()
-
-    def close(self):
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+                  detection.notes())

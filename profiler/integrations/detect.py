@@ -1,0 +1,168 @@
+"""Detection: everything that finds epochs and steps in code we do not edit, for one with-block.
+
+    with Session(out) as session, Detection(session, window_s=1.0) as marks:
+        run_the_code()
+
+Sources (marks.py ranks them): torch, Keras and Lightning hooks installed when the code imports
+them (imports.py), --epoch-fn/--step-fn functions (functions.py), and time windows (windows.py)
+when nothing else marks epochs. Also: the worker-process probe (the epoch record's "workers"),
+a GC policy, and the first-epoch signal. Every hook, patch, timer and GC setting is undone when the
+block ends, however it ends; the Session's meta gets "epochs_from".
+"""
+
+import os
+
+from . import functions
+from .gc_policy import GcPolicy
+from .imports import ImportWatcher
+from .marks import Marks, Source
+from .windows import Windows
+
+EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when training starts
+
+NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
+             "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
+
+
+def succeeded(error):
+    return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
+
+
+class Detection:
+    def __init__(self, session, *, epoch_fn=None, step_fn=None, gc_policy="default", window_s=1.0):
+        """UsageError for a bad function name or policy, before anything is installed."""
+        self.session = session
+        self.policy = GcPolicy.parse(gc_policy)
+        self.window_s = window_s
+        self.marks = marks = Marks(session)
+        self.targets = []
+        if epoch_fn:
+            epochs = Source(marks, "epoch-fn")
+            self.targets.append(functions.Target(epoch_fn, "--epoch-fn", lambda fn: functions.wrap_calls(
+                fn, epochs.begin_epoch, epochs.end_epoch, epochs.abandon_epoch)))
+        if step_fn:
+            steps = Source(marks, "step-fn")
+            self.targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
+                fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn"))))
+        self._watcher, self._windows = ImportWatcher(), Windows(marks, window_s)
+        self._probe = self._signal = None
+        self._undo = []
+
+    @property
+    def watches_main(self):
+        """Whether a target is a name in the script itself (the script is compiled with a watch)."""
+        return any(t.module is None for t in self.targets)
+
+    def bind_main(self, namespace):
+        """Give the compiled script (see functions.compile_with_watch) its watcher."""
+        namespace[functions.WATCH_NAME] = functions.watcher(self.targets, namespace)
+
+    def __enter__(self):
+        from ..capture.workers import WorkerProbe
+        self._probe = WorkerProbe()
+        self.session.add_epoch_field("workers", self._probe.take)
+        self._signal = EpochSignal.from_environment()
+        self.marks.on_training_start.append(self._signal.send)
+        self.policy.attach(self.marks)
+        try:
+            self._install()
+            self._watcher.install()
+            self._probe.start()
+        except BaseException:
+            self._restore(write=False)
+            raise
+        return self.marks
+
+    def __exit__(self, exc_type, exc, tb):
+        self._restore(write=succeeded(exc))
+        return False
+
+    def _restore(self, write):
+        try:
+            self._watcher.uninstall()
+            self._probe.stop()
+            if write:
+                self._windows.stop()
+            else:
+                self._windows.pause()
+            for undo in reversed(self._undo):
+                undo()
+            for t in self.targets:
+                t.undo()
+            self.marks.close(write=write)
+            self.session.user_meta["epochs_from"] = self.marks.owner if self.marks.epochs else None
+        finally:
+            self.policy.restore()
+            self._signal.close()
+
+    def notes(self):
+        """Lines for the user: what was not found, or not applied."""
+        notes = [f"{t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was defined "
+                 f"while the code ran; nothing was marked by it" for t in self.targets if not t.done]
+        if not self.marks.epochs:
+            notes.append(NO_EPOCHS)
+        if self.policy.kind != "default" and not self.marks.training_started:
+            notes.append(f"--gc-policy {self.policy}: no epoch or step was found, so it was never applied")
+        return notes
+
+    def _install(self):
+        """Hooks for each source of epochs, installed as the code imports what they need."""
+        from . import lightning
+        marks, watcher, windows = self.marks, self._watcher, self._windows
+        for t in self.targets:
+            if t.module is not None:
+                watcher.on_load(t.module, lambda module, t=t: t.bind(vars(module)))
+        if self.targets:
+            if not any(t.option == "--epoch-fn" for t in self.targets):
+                windows.start()
+            if not any(t.option == "--step-fn" for t in self.targets):
+                watcher.on_load("torch", lambda module: self._torch(epochs=False, on_orphan_step=None))
+            return
+        windows.start()
+        watcher.on_start("torch", windows.pause)
+        watcher.on_load("torch", lambda module: self._torch(epochs=True, on_orphan_step=windows.start))
+        watcher.on_load("keras", lambda module: self._keras())
+        for package in lightning.PACKAGES:
+            watcher.on_load(package, lambda module: self._undo.append(
+                lightning.inject(module, Source(marks, "lightning"))))
+
+    def _keras(self):
+        from . import keras
+        self._undo.append(keras.inject(Source(self.marks, "keras")))
+
+    def _torch(self, *, epochs, on_orphan_step):
+        from .torch import TorchHooks
+        hooks = TorchHooks(self.marks, epochs=epochs, on_orphan_step=on_orphan_step)
+        self._undo.append(hooks.uninstall)
+        hooks.install()
+
+
+class EpochSignal:
+    """The write end of a pipe named by $PROFILER_EPOCH_FD (`profiler flamegraph
+    --from-first-epoch` starts py-spy when a byte arrives): one byte when training starts, and
+    closed at the end either way. The variable is removed so the code's own children do not
+    see it."""
+
+    def __init__(self, fd):
+        self.fd = fd
+
+    @classmethod
+    def from_environment(cls):
+        value = os.environ.pop(EPOCH_SIGNAL_FD, None)
+        return cls(int(value) if value is not None and value.isdigit() else None)
+
+    def send(self):
+        if self.fd is not None:
+            try:
+                os.write(self.fd, b"1")
+            except OSError:
+                pass
+            self.close()
+
+    def close(self):
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
