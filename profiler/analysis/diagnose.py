@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import rundir
+from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
@@ -82,12 +83,17 @@ class Diagnosis:
     workers: Workers | None
     spikes: spk.Spikes          # over steps when recorded, else epochs
     ranks: int | None = None    # multi-rank runs
-    stragglers: object = None   # multi-rank runs
+    stragglers: object = None   # multi-rank runs: ranks.Straggler or None
+    rank_analysis: object = None  # multi-rank runs: ranks.RankAnalysis (per-rank summary, lost time)
     meta: dict = field(default_factory=dict)
 
 
 def analyze(run_dir):
-    """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs)."""
+    """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs).
+    A directory of rank-N/ run directories is diagnosed as one job (analysis/ranks.py)."""
+    if is_multi_rank(run_dir):
+        from .ranks import diagnose_ranks   # it diagnoses one rank with this function
+        return diagnose_ranks(run_dir)
     loaded = load(run_dir, "analyze")
     run, records = loaded.run, loaded.records
     idx = np.array([r["epoch"] for r in records], float)

@@ -37,7 +37,7 @@ from .. import rundir
 from ..rundir.format import STEPS
 from ..rundir.ranks import rank_dirs
 from ..rundir.reader import STEP_DTYPE
-from . import stats
+from . import diagnose, findings, stats
 
 BLOCK_VALUES = 1 << 18   # ranks x steps per block
 STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job's median step
@@ -69,6 +69,7 @@ class Straggler:
     """The rank that caused most of the job's lost time (ARCHITECTURE.md: rank, time_fraction,
     gc_explained_fraction), with how often, how long, and what else it shows."""
     rank: int
+    unit: str                        # "step" or "epoch"
     time_fraction: float             # its stalls, as a share of the job's time
     gc_explained_fraction: float     # share of its stalls its own GC pauses (above the median rank's) cover
     gc_explained_by_generation: list
@@ -99,6 +100,7 @@ class RankAnalysis:
     stragglers: Straggler | None
     per_rank: list = field(default_factory=list)   # RankSummary per rank, by rank
     unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs"}
+    diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
 
 
 @dataclass
@@ -297,7 +299,7 @@ def analyze_ranks(run_dir):
         half = len(np.flatnonzero(mine)) // 2
         stalls = top_stall[mine]
         stragglers = Straggler(
-            rank=worst, time_fraction=float(stall_by_rank[worst] / job_time),
+            rank=worst, unit=unit, time_fraction=float(stall_by_rank[worst] / job_time),
             gc_explained_fraction=float(by_gen.sum()), gc_explained_by_generation=[float(x) for x in by_gen],
             steps=int(counts_by_rank[worst]), step_fraction=float(counts_by_rank[worst] / n_used),
             stall_s=float(stall_by_rank[worst]), median_stall_s=float(np.median(stalls)),
@@ -332,3 +334,22 @@ def rank_heatmap(run_dir, bins=400):
             stall_map[:, b] = np.maximum(stall_map[:, b], stall[:, cols].max(axis=1))
             gc2_map[:, b] |= (block.gc_s[2][:, cols] > 0).any(axis=1)
     return RankHeatmap(unit=unit, edges=edges, stall_s=stall_map, gc2=gc2_map)
+
+
+def diagnose_ranks(run_dir):
+    """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
+    diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
+    straggler as a finding ranked with that rank's own by the share of the job's time it costs."""
+    merged = analyze_ranks(run_dir)
+    finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
+    base = merged.stragglers.rank if merged.stragglers else (finished or [0])[0]
+    d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
+    merged.diagnosed = base
+    d.run_dir, d.ranks, d.stragglers, d.rank_analysis = str(run_dir), merged.ranks, merged.stragglers, merged
+    if merged.stragglers:
+        s = merged.stragglers
+        cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
+        d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
+        d.primary_cause = d.findings[0].cause
+    d.complete = d.complete and not merged.unfinished
+    return d

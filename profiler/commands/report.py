@@ -23,6 +23,14 @@ class ReportCommand:
         print(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
         if args.html:
             from ..rundir import read_run
-            write_html(args.html, title=f"profiler report: {args.run_dir}",
-                       diagnoses=[(diagnosis, series(args.run_dir), step_series(read_run(args.run_dir)))],
+            from ..rundir.ranks import rank_dirs
+            run_dir, sections = args.run_dir, []
+            if diagnosis.rank_analysis is not None:   # a multi-rank run: the ranks, then the diagnosed rank's run
+                from ..analysis.ranks import rank_heatmap
+                from ..report.html import ranks_section
+                ra = diagnosis.rank_analysis
+                run_dir = str(next(r.path for r in rank_dirs(args.run_dir) if r.rank == ra.diagnosed))
+                sections = [(None, ranks_section(ra, rank_heatmap(args.run_dir)))]
+            write_html(args.html, title=f"profiler report: {args.run_dir}", sections=sections,
+                       diagnoses=[(diagnosis, series(run_dir), step_series(read_run(run_dir)))],
                        meta=diagnosis.meta)

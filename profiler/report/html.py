@@ -38,6 +38,18 @@ def findings_table(d):
                    for f in d.findings])
 
 
+def ranks_section(ra, heatmap):
+    """A multi-rank run: the time lost waiting, the rank x step heatmap, a row per rank."""
+    from . import rank_figures, rank_text
+    lines = rank_text.summary(ra)
+    return "\n".join([
+        "<h2>Ranks</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines[:2 + len(ra.unfinished)]) + "</p>",
+        _img(rank_figures.heatmap(heatmap, ra.stragglers.rank if ra.stragglers else None)),
+        _table(["rank", "host", "status", ra.unit + "s", "median", "GC share", "stalled", "cost"],
+               [[r.rank, r.host or "-", r.status, r.steps if ra.unit == "step" else r.epochs, text.ms(r.median_s),
+                 text.pct(r.gc_share), r.straggled, text.ms(r.stall_s)] for r in ra.per_rank])])
+
+
 def diagnosis_section(d, s, steps=None):
     """d: Diagnosis, s: EpochSeries, steps: StepSeries or None."""
     parts = [f"<h2>Run {html.escape(d.run_dir)}</h2>",

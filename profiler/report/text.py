@@ -5,6 +5,7 @@ import textwrap
 
 from ..analysis import findings as fnd
 from ..analysis.scaling import DEPENDS
+from . import rank_text
 
 
 def _wrap(text):
@@ -93,6 +94,8 @@ def _memory(e):
 def evidence(f):
     """The numbers behind one finding, as a sentence."""
     e = f.evidence
+    if f.pattern == "rank-straggler":
+        return rank_text.straggler_evidence(e)
     if f.pattern == "gc-steady":
         spread = ("" if f.time_fraction >= e.share_total - 0.001 else
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
@@ -138,6 +141,8 @@ def evidence(f):
 def remedy(f):
     """What to do about one finding."""
     e = f.evidence
+    if f.pattern == "rank-straggler":
+        return rank_text.straggler_remedy(e)
     if f.pattern == "gc-steady":
         text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
@@ -214,6 +219,8 @@ def diagnosis(d):
     et, g, a = d.epoch_time, d.gc, d.allocation
     lines = [f"run      {d.run_dir}  ({d.epochs} epochs, {d.status}{'' if d.complete else ', INCOMPLETE'})",
              f"cause    {d.primary_cause}", "", _wrap(verdict(d)), ""]
+    if d.rank_analysis is not None:
+        lines += rank_text.summary(d.rank_analysis) + [""]
     for i, f in enumerate(d.findings, 1):
         lines += [f"finding {i}: {f.pattern} ({f.cause}, {pct(f.time_fraction)} of the run)",
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]

@@ -1,0 +1,83 @@
+"""The sentences about a multi-rank run: the straggler finding's evidence and remedy, the per-rank
+table, ranks that did not finish, and the comparison of two multi-rank runs (text.py calls these)."""
+
+from . import text
+
+COLLECTIVE = {"in-step": "steps end together: the collective is inside the step",
+              "between-steps": "steps begin together: the collective is between steps",
+              "unknown": "where the collective lies is unknown (no step clocks): epochs compared by wall time"}
+
+
+def _generations(by_gen):
+    parts = [f"generation {g}: {text.pct(x)}" for g, x in enumerate(by_gen) if x >= 0.005]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def straggler_evidence(s):
+    text_ = (f"Rank {s.rank} holds the other ranks back: in {s.steps:,} {s.unit}s ({text.pct(s.step_fraction)}, about "
+             f"one in {s.mean_interval:.0f}) it was {text.ms(s.stall_s / s.steps)} behind the median rank on average "
+             f"(median {text.ms(s.median_stall_s)}), and every other rank waited for it: {text.ms(s.stall_s)}, "
+             f"{text.pct(s.time_fraction)} of the job's time. Its own GC pauses explain "
+             f"{text.pct(s.gc_explained_fraction)} of it{_generations(s.gc_explained_by_generation)}")
+    if s.stall_growth >= 1.25:
+        text_ += f"; its stalls grow as the run goes on (second half {s.stall_growth:.1f}x the first)"
+    if s.rss_growth_bytes_per_epoch > 2 * max(s.others_rss_growth_bytes_per_epoch, 0) + (1 << 20):
+        text_ += (f"; its memory grows {text.size(s.rss_growth_bytes_per_epoch)} per epoch against "
+                  f"{text.size(s.others_rss_growth_bytes_per_epoch)} on the other ranks")
+    return text_
+
+
+def straggler_remedy(s):
+    every = max(10, int(round(s.mean_interval, -1)) or 50)
+    if s.gc_explained_fraction < 0.5:
+        return (f"Most of rank {s.rank}'s stall is its own work, not GC: look at what only it does (its data shard, "
+                f"its loader, logging or checkpointing on that rank); `profiler report` on its own directory "
+                f"shows its ops.")
+    holds = s.stall_growth >= 1.25 or s.rss_growth_bytes_per_epoch > 2 * max(s.others_rss_growth_bytes_per_epoch, 0) \
+        + (1 << 20)
+    if holds:
+        return (f"Rank {s.rank} keeps objects the others do not, and each full collection walks them all: drop the "
+                f"references it accumulates (a cache, a history, a list of records). `--gc-policy freeze` takes what "
+                f"set-up created out of every collection (it helps when that is most of what is walked). "
+                f"`--gc-policy manual:N` on every rank moves the pauses to the same step; that helps when every rank "
+                f"pays similar pauses at different steps, not when one rank holds the objects: the job still waits "
+                f"for its longer collection, now every N steps. Compare the runs with `profiler compare`.")
+    return (f"Collect at the same step on every rank: `--gc-policy manual:{every}` (automatic GC off, gc.collect() "
+            f"every {every} steps, so a pause never makes one rank a straggler), and freeze after set-up "
+            f"(`--gc-policy freeze`) so those collections walk only what training creates. Compare the runs with "
+            f"`profiler compare`.")
+
+
+def unfinished(ra):
+    """A line per rank that did not finish: its status and the last step it finished."""
+    lines = []
+    for u in ra.unfinished:
+        why = ("killed, crashed, or still running" if u["status"] == "running" else u["status"])
+        last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
+                else f"it finished no {ra.unit}")
+        lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}); {last} "
+                     f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s")
+    return lines
+
+
+def summary(ra):
+    """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
+    lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
+             f"{COLLECTIVE[ra.collective]}",
+             f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
+             f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s (median {ra.unit} {text.ms(ra.median_s)})"]
+    lines += [f"!            {line}" for line in unfinished(ra)]
+    lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
+                  f"{'stalled':>8s} {'cost':>10s}"]
+    for r in ra.per_rank[:64]:
+        count = r.steps if ra.unit == "step" else r.epochs
+        lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
+                     f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s}")
+    if len(ra.per_rank) > 64:
+        worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
+        lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
+                     + ", ".join(f"rank {r.rank} ({text.ms(r.stall_s)})" for r in worst))
+    if ra.diagnosed is not None:
+        lines += ["", f"What follows is rank {ra.diagnosed}'s own run"
+                      + (" (the straggler):" if ra.stragglers else ":")]
+    return lines
