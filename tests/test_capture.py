@@ -7,9 +7,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-import torch
 
-from profiler import Session
+from profiler import Session, UsageError
 from profiler.workloads import scenarios
 from profiler.workloads.engine import Events, Loop
 from profiler.rundir import read_run
@@ -54,7 +53,9 @@ def test_gc_counts_agree_with_gc_get_stats(tmp_path):
     assert counted == [a - b for a, b in zip(after, before)]
 
 
+@pytest.mark.slow
 def test_pytorch_training_loop(tmp_path):
+    torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.Sigmoid(), torch.nn.Linear(16, 2))
     opt = torch.optim.Adam(model.parameters())
@@ -74,6 +75,7 @@ def test_pytorch_training_loop(tmp_path):
     assert len(recs) == 3 and all(r["ops"]["forward"]["calls"] == 4 for r in recs)
 
 
+@pytest.mark.slow
 def test_engine_records_kernel_ops_with_layout(tmp_path):
     sc = scenarios.build("mnist-cnn", layout="NCHW", samples=128, batch_size=64)
     with Session(tmp_path / "run") as session:
@@ -87,6 +89,7 @@ def test_engine_records_kernel_ops_with_layout(tmp_path):
     assert all(layer.op.__name__ == "untimed" and not layer._timers for layer in sc.model.layers)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [False, True, "auto"])
 def test_profiling_does_not_change_the_weights(tmp_path, mode):
     def train(session):
@@ -99,6 +102,7 @@ def test_profiling_does_not_change_the_weights(tmp_path, mode):
     assert np.array_equal(plain, profiled)
 
 
+@pytest.mark.slow
 def test_halted_loop_marks_the_run_halted(tmp_path):
     sc = scenarios.build("mlp", samples=100)
     with Session(tmp_path / "run") as session:
@@ -138,7 +142,7 @@ def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):
 
 def test_a_second_concurrent_session_is_refused(tmp_path):
     with Session(tmp_path / "a"):
-        with pytest.raises(RuntimeError, match="another profiler Session is active"):
+        with pytest.raises(UsageError, match="another profiler Session is active"):
             with Session(tmp_path / "b"):
                 pass
     with Session(tmp_path / "c"):   # and the first one released its claim
@@ -194,6 +198,7 @@ def test_epochs_stream_to_disk_as_they_finish(tmp_path):
         assert json.loads((tmp_path / "run" / "meta.json").read_text())["status"] == "running"
 
 
+@pytest.mark.slow
 def test_auto_capture_keeps_its_cost_within_the_budget(tmp_path):
     """A leak that never stops: auto re-checks it, resting between windows long enough that each
     window's extra time (tracing and snapshots) is within the budget of the epochs that follow."""

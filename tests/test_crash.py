@@ -1,5 +1,5 @@
-"""Nothing lost: kill -9 at random points, Ctrl-C, a run directory removed under a live run, and
-a 100,000-epoch run whose profiler memory stays flat."""
+"""Nothing lost: kill -9 at random points, Ctrl-C, SIGTERM, a run directory removed under a live
+run, and a 100,000-epoch run whose profiler memory stays flat."""
 
 import gc
 import os
@@ -37,6 +37,7 @@ def start(run_dir):
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(4))
 def test_sigkill_at_random_points_keeps_every_finished_epoch(tmp_path, seed):
     run_dir = tmp_path / "run"
@@ -51,6 +52,7 @@ def test_sigkill_at_random_points_keeps_every_finished_epoch(tmp_path, seed):
     assert report.returncode == 0 and "INCOMPLETE" in report.stdout and "never finished" in report.stdout
 
 
+@pytest.mark.slow
 def test_sigint_records_interrupted_and_flushes(tmp_path):
     run_dir = tmp_path / "run"
     proc = start(run_dir)
@@ -61,6 +63,38 @@ def test_sigint_records_interrupted_and_flushes(tmp_path):
     run = read_run(run_dir)
     assert run.status == "interrupted" and run.meta["error"] == "KeyboardInterrupt"
     assert run.meta["epochs"] == len(run.epochs) > 10
+
+
+@pytest.mark.slow
+def test_sigterm_records_terminated_and_ends_the_process_as_the_default_does(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start(run_dir)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    assert proc.returncode == -signal.SIGTERM
+    run = read_run(run_dir)
+    assert run.status == "terminated" and run.meta["error"] == "SIGTERM" and run.meta["finished"]
+    assert run.meta["epochs"] == len(run.epochs) > 10
+
+
+def test_sigterm_handler_only_while_the_session_is_open(tmp_path):
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with Session(tmp_path / "run"):
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path):
+    def mine(signum, frame):
+        pass
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with Session(tmp_path / "run"):
+            assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_run_directory_removed_under_a_live_run(tmp_path):
@@ -76,6 +110,7 @@ def test_run_directory_removed_under_a_live_run(tmp_path):
     assert gc.callbacks == callbacks and not tracemalloc.is_tracing()
 
 
+@pytest.mark.slow
 def test_exception_in_a_handler_marks_the_run_failed(tmp_path):
     from profiler.workloads import scenarios
     from profiler.workloads.engine import Events, Loop
@@ -90,6 +125,7 @@ def test_exception_in_a_handler_marks_the_run_failed(tmp_path):
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.slow
 def test_100k_epochs_flat_profiler_memory_linear_directory_fast_report(tmp_path):
     run_dir = tmp_path / "long"
     sizes, rss = [], []

@@ -1,17 +1,30 @@
-"""Time every garbage collection through gc.callbacks, per generation.
+"""Time every garbage collection through gc.callbacks: per-generation totals for the epoch record,
+the pause inside the open step, and one GC event per generation-2 or long collection.
 
-The callback runs inside the collector, so it only adds to preallocated counters (~0.7 us per
-collection here). `take()` returns and resets the counters at an epoch boundary.
+The callback runs inside the collector, so it only adds to counters and packs an event into a
+preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
+events at each epoch end (`take_events()`); a buffer that fills inside an epoch is handed to
+`on_full` from the callback itself, so no event is dropped however long an epoch runs.
 """
 
 import gc
 import time
 
+from ..rundir.format import GC_EVENT
+
 _now = time.perf_counter_ns
+EVENT_CAPACITY = 4096
 
 
 class GcTimer:
-    def __init__(self):
+    def __init__(self, origin_ns, event_threshold_s, steps=None, on_full=None, capacity=EVENT_CAPACITY):
+        self.origin_ns = origin_ns
+        self.threshold_ns = int(event_threshold_s * 1e9)
+        self.steps = steps           # a StepRecorder: collections inside an open step are added to it
+        self.on_full = on_full       # on_full(bytes): the event buffer filled inside an epoch
+        self.events_dropped = 0      # events on_full could not write (the error is raised at epoch end)
+        self._events = bytearray(GC_EVENT.size * capacity)
+        self._n_events = 0
         self._start = 0
         self._reset()
 
@@ -26,7 +39,8 @@ class GcTimer:
         if phase == "start":
             self._start = _now()
             return
-        pause = _now() - self._start
+        start = self._start
+        pause = _now() - start
         gen = info["generation"]
         self.pause_ns[gen] += pause
         self.collections[gen] += 1
@@ -34,6 +48,22 @@ class GcTimer:
         self.uncollectable[gen] += info["uncollectable"]
         if pause > self.max_pause_ns:
             self.max_pause_ns = pause
+        if gen == 2 or pause >= self.threshold_ns:
+            self._add_event(start, pause, gen, info["collected"])
+        steps = self.steps
+        if steps is not None and steps.open:
+            steps.add_gc(gen, pause)
+
+    def _add_event(self, start, pause, gen, collected):
+        if self._n_events * GC_EVENT.size == len(self._events):
+            data = self.take_events()
+            try:
+                self.on_full(data)
+            except Exception:   # an error inside a gc callback would only be printed: count it instead
+                self.events_dropped += len(data) // GC_EVENT.size
+        GC_EVENT.pack_into(self._events, self._n_events * GC_EVENT.size, (start - self.origin_ns) / 1e9,
+                           pause / 1e9, gen, min(collected, 0xFFFFFFFF))
+        self._n_events += 1
 
     def install(self):
         gc.callbacks.append(self._callback)
@@ -43,13 +73,19 @@ class GcTimer:
             gc.callbacks.remove(self._callback)
 
     def take(self):
-        """The GC record since the last take (contract field 'gc'), and reset."""
+        """The GC record since the last take (the epoch record's 'gc' field), and reset."""
         record = {
             "pause_s": [ns / 1e9 for ns in self.pause_ns],
-            "collections": list(self.collections),
-            "collected": list(self.collected),
-            "uncollectable": list(self.uncollectable),
+            "collections": self.collections,
+            "collected": self.collected,
+            "uncollectable": self.uncollectable,
             "max_pause_s": self.max_pause_ns / 1e9,
         }
         self._reset()
         return record
+
+    def take_events(self):
+        """The packed GC events since the last take (GC_EVENT records), and reset."""
+        data = bytes(self._events[:self._n_events * GC_EVENT.size])
+        self._n_events = 0
+        return data

@@ -9,6 +9,8 @@ tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plu
                until the window's extra cost (tracing plus snapshots, measured against the light
                epochs before it) is at most `budget` (10%) of the time since, so a leak that keeps
                growing is re-checked without costing more than the budget.
+Each snapshot also counts GC-tracked objects by type (objects.TypeGrowth): the types that grew
+most since the previous snapshot and where their newest objects were allocated ("top_types").
 Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
 frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
 Python objects. Each block is attributed to the innermost frame outside the standard library and
@@ -24,6 +26,8 @@ import time
 import tracemalloc
 
 import numpy as np
+
+from .objects import TypeGrowth
 
 NUMPY_DOMAIN = np.lib.tracemalloc_domain
 _OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,6 +63,17 @@ def _growth(now, before, domain_filter, kind, sites):
         entry = sites.setdefault(key, {"site": key[0], "size_diff": 0, "count_diff": 0, "kind": kind})
         entry["size_diff"] += s.size_diff
         entry["count_diff"] += s.count_diff
+
+
+def allocation_site(obj):
+    """"file.py:LINE" of the user's line that allocated obj, or None (not traced, or the profiler's)."""
+    traceback = tracemalloc.get_object_traceback(obj)
+    if traceback is None or not len(traceback):
+        return None
+    frame = user_frame(traceback)
+    if frame.filename.startswith(_OWN + os.sep):   # the profiler's own objects (snapshots) say nothing
+        return None
+    return f"{frame.filename}:{frame.lineno}"
 
 
 def top_growth(now, before, n=TOP):
@@ -98,13 +113,9 @@ class GrowthDetector:
 
 
 class HeapTracker:
-    def __init__(self, mode=False, *, frames=8, every=1, window=4, cooldown=50, budget=0.10):
-        if mode not in (False, True, "auto"):
-            raise ValueError(f"tracemalloc must be False, True or 'auto', got {mode!r}")
-        if not isinstance(frames, int) or frames < 1:
-            raise ValueError(f"frames must be a positive int, got {frames!r}")
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+    """The 'heap' field of each epoch record. Options are checked by the Session (options.py)."""
+
+    def __init__(self, mode, *, frames=8, every=1, window=4, cooldown=50, budget=0.10):
         self.mode, self.frames, self.every = mode, frames, every
         self.window, self.cooldown, self.budget = window, cooldown, budget
         self._light_s = self._window_s = 0.0
@@ -114,6 +125,7 @@ class HeapTracker:
         self._window_left = 0
         self._rest = 0
         self.trigger = None       # why auto capture last switched on
+        self.types = TypeGrowth(allocation_site)
 
     @property
     def tracing(self):
@@ -128,10 +140,12 @@ class HeapTracker:
             tracemalloc.start(self.frames)
             self._owned = True
         self._previous = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+        self.types.sample()
         tracemalloc.reset_peak()
 
     def _stop_tracing(self):
         self._previous = None
+        self.types.reset()
         if self._owned:
             tracemalloc.stop()
             self._owned = False
@@ -157,8 +171,9 @@ class HeapTracker:
     def _sample(self, epoch):
         traced, peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "snapshot": False}
+        record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
         if (epoch + 1) % self.every == 0 or self.mode == "auto":
+            record["top_types"] = self.types.sample()   # before the snapshot adds objects of its own
             now = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now

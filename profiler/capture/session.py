@@ -1,48 +1,79 @@
-"""Session: profile the epochs of any training loop into a run directory.
+"""Session: profile the epochs and steps of any training loop into a run directory.
 
     with Session("runs/my-run", tracemalloc=False, meta={"model": "mine"}) as session:
         for epoch in range(epochs):
             with session.epoch(epoch):
                 for batch in batches:
-                    with session.op("forward"):
-                        ...
+                    with session.step():
+                        with session.op("forward"):
+                            ...
 
-Each finished epoch is one line in epochs.jsonl, flushed as the epoch ends; nothing accumulates
-in memory. The hooks (gc.callbacks, tracemalloc) are removed on every exit path, and the final
-status (completed, halted, failed, interrupted) is written to meta.json.
+Frameworks that call back at boundaries use begin_epoch()/end_epoch()/abandon_epoch() and
+begin_step()/end_step()/abandon_step() instead of the context managers.
+
+Each finished epoch is one line in epochs.jsonl, flushed as the epoch ends, with its steps
+(steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory.
+Options are checked when the Session is built, before anything is written. The hooks
+(gc.callbacks, tracemalloc, a SIGTERM handler) are removed on every exit path, and the final
+status (completed, halted, failed, interrupted, terminated) is written to meta.json.
 """
 
 import datetime
 import gc
-import importlib.metadata
 import os
 import platform
+import signal
 import socket
 import sys
 import threading
 import time
 
-from .. import rundir
+from ..errors import UsageError
+from ..rundir import format as fmt
+from ..rundir.writer import RunWriter, RunWriteError
+from . import options
 from .gc_timer import GcTimer
-from .heap import HeapTracker
 from .memory import MemoryProbe
+from .objects import TrackedCounter
 from .ops import OpTimers
+from .steps import StepRecorder
 
+_now = time.perf_counter_ns
 _active = None
 _lock = threading.Lock()
+_RANK_ENV = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"))
 
 
 def _version(package):
-    """A package's installed version from its metadata (importing numba here would add ~10^5
-    GC-tracked objects to the profiled process), or None."""
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """A package's installed version from its dist-info directory name ({name}-{version}.dist-info,
+    as pip installs it), without importing the package (numba adds ~10^5 GC-tracked objects) or
+    importlib.metadata (~2,000); None when not found."""
+    module = sys.modules.get(package)
+    if isinstance(getattr(module, "__version__", None), str):
+        return module.__version__
+    prefix = package.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.lower().startswith(prefix) and name.endswith(".dist-info"):
+                return name[len(prefix):-len(".dist-info")]
+    return None
 
 
 def _now_iso():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _rank_fields():
+    """rank, local_rank and world_size from torchrun's environment (None where unset)."""
+    fields = {}
+    for key, var in _RANK_ENV:
+        value = os.environ.get(var)
+        fields[key] = int(value) if value is not None and value.strip().isdigit() else None
+    return fields
 
 
 class _Epoch:
@@ -52,123 +83,265 @@ class _Epoch:
         self.session, self.index = session, index
 
     def __enter__(self):
-        self.session._begin_epoch(self.index)
+        self.index = self.session.begin_epoch(self.index)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        end = time.perf_counter()
         if exc_type is None:
-            self.session._end_epoch(self.index, end)
+            self.session.end_epoch()
         else:
-            self.session._abandon_epoch()
+            self.session.abandon_epoch()
         return False
 
 
 class Session:
     def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=8, every=1, window=4, cooldown=50,
-                 budget=0.10):
+                 budget=0.10, gc_event_threshold_s=0.001):
         """tracemalloc: False (light capture), True (deep: snapshot diff every `every` epochs with
         `frames` frames) or "auto" (deep for `window` epochs once light signals show growth, then
-        resting at least `cooldown` epochs and long enough to keep its cost within `budget`)."""
-        self.heap = HeapTracker(tracemalloc, frames=frames, every=every, window=window, cooldown=cooldown,
-                                budget=budget)
-        self.run_dir = os.fspath(run_dir)
-        self.user_meta = dict(meta or {})
-        self.options = {"tracemalloc": tracemalloc, "frames": frames, "every": every,
-                        "window": window, "cooldown": cooldown, "budget": budget}
-        self.gc_timer, self.ops = GcTimer(), OpTimers()
+        resting at least `cooldown` epochs and long enough to keep its cost within `budget`).
+        gc_event_threshold_s: a collection at least this long is a GC event (generation 2 always is).
+        Every option is checked here: a bad one is a UsageError and nothing is written."""
+        self.run_dir = options.run_dir(run_dir)
+        self.options = options.check(tracemalloc=tracemalloc, frames=frames, every=every, window=window,
+                                     cooldown=cooldown, budget=budget, gc_event_threshold_s=gc_event_threshold_s)
+        self.user_meta = options.meta(meta)
+        self.ops = OpTimers()
         self.op = self.ops.op
-        self.memory = MemoryProbe()
-        self._writer = None
+        self._steps = StepRecorder(0, self._write_steps)
+        self._state = "new"          # new -> open -> closed
+        self._thread = None
+        self._writer = self.memory = self.heap = self.gc_timer = None
         self._halted = False
-        self._in_epoch = None
-        self._start = 0.0
+        self._epoch = None           # index of the open epoch
+        self._last = None            # index of the last epoch begun and finished
+        self._start_ns = 0
+        self._fields = {}
+        self._tracked = TrackedCounter()
+        self._previous_sigterm = None
         self.epochs_written = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self):
         global _active
+        if self._state != "new":
+            raise UsageError("a Session is entered once: open a new Session for another run")
         with _lock:
             if _active is not None:
-                raise RuntimeError(f"another profiler Session is active (writing {_active.run_dir}); "
-                                   f"finish it before starting one for {self.run_dir}")
-            self._writer = rundir.RunWriter(self.run_dir)
+                raise UsageError(f"another profiler Session is active (writing {_active.run_dir}); "
+                                 f"finish it before starting one for {self.run_dir}")
+            self._writer = RunWriter(self.run_dir)
             _active = self
+        self._state, self._thread = "open", threading.get_ident()
         try:
+            origin_ns, origin_unix = _now(), time.time()
+            self._origin_ns = self._steps.origin_ns = origin_ns
             self._meta = {
-                "format": rundir.FORMAT, "status": "running", "error": None, "meta": self.user_meta,
+                "format": fmt.FORMAT, "status": "running", "error": None, "meta": self.user_meta,
                 "python": sys.version.split()[0], "python_implementation": platform.python_implementation(),
                 "numpy": _version("numpy"), "numba": _version("numba"), "host": socket.gethostname(),
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
+                **_rank_fields(), "clock_origin_unix": origin_unix,
                 "started": _now_iso(), "finished": None, "options": self.options,
             }
             self._writer.write_meta(self._meta)
-            self.gc_timer.install()
-            self.heap.start()
         except BaseException:
             self._teardown()
+            self._writer.discard()
+            raise
+        try:
+            self.memory = MemoryProbe()
+            self.gc_timer = GcTimer(origin_ns, self.options["gc_event_threshold_s"], self._steps,
+                                    on_full=self._write_gc_events)
+            if self.options["tracemalloc"] is not False:
+                from .heap import HeapTracker   # tracemalloc and its filters only when asked for
+                o = self.options
+                self.heap = HeapTracker(o["tracemalloc"], frames=o["frames"], every=o["every"], window=o["window"],
+                                        cooldown=o["cooldown"], budget=o["budget"])
+            self.gc_timer.install()
+            if self.heap is not None:
+                self.heap.start()
+            self._install_sigterm()
+        except BaseException as e:
+            self._finish("failed", f"the Session could not start: {type(e).__name__}: {e}")
             raise
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
+        if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             status, error = ("halted" if self._halted else "completed"), None
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
+        elif issubclass(exc_type, SystemExit):
+            status, error = "failed", f"SystemExit: {exc.code}"
         else:
             status, error = "failed", f"{exc_type.__name__}: {exc}"
-        self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
         try:
-            self._writer.write_meta(self._meta)
-        except rundir.RunWriteError as e:
+            self._finish(status, error)
+        except RunWriteError as e:
             print(f"profiler: {e}; the final status ({status}) could not be recorded", file=sys.stderr)
             if exc_type is None:
                 raise
+        return False
+
+    def _finish(self, status, error):
+        """Write what is buffered and the final status, then remove every hook."""
+        try:
+            if self._epoch is not None:
+                self._drop_epoch()
+            self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
+            self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
+            if self.gc_timer is not None and self.gc_timer.events_dropped:
+                self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
+            self._writer.write_meta(self._meta)
         finally:
             self._teardown()
-        return False
 
     def _teardown(self):
         global _active
-        self.gc_timer.uninstall()
-        self.heap.stop()
+        self._state = "closed"
+        self._restore_sigterm()
+        if self.gc_timer is not None:
+            self.gc_timer.uninstall()
+        if self.heap is not None:
+            self.heap.stop()
+        if self.memory is not None:
+            self.memory.close()
         if self._writer is not None:
             self._writer.close()
         with _lock:
             if _active is self:
                 _active = None
 
+    # -- SIGTERM -------------------------------------------------------------------------------
+    def _install_sigterm(self):
+        """While the Session is open, SIGTERM records status 'terminated' and then ends the process
+        as the default action would. Only from the main thread, and only over the default
+        handler: a handler of the program's own decides what SIGTERM means (an exception it raises
+        is recorded like any other)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        self._previous_sigterm = signal.SIG_DFL
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _restore_sigterm(self):
+        if self._previous_sigterm is None:
+            return
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._previous_sigterm = None
+
+    def _on_sigterm(self, signum, frame):
+        if self._state == "open":
+            try:
+                self._finish("terminated", "SIGTERM")
+            except Exception:   # the process ends either way; what was flushed before stays
+                pass
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
     def mark_halted(self):
         """Record that the loop stopped early on purpose (a handler halted it)."""
         self._halted = True
 
+    def add_epoch_field(self, name, read):
+        """Record read() (a JSON value) under `name` in every epoch record (e.g. "workers")."""
+        if name in ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops"):
+            raise UsageError(f"add_epoch_field({name!r}): {name!r} is a field the Session writes itself")
+        self._fields[name] = read
+
     # -- epochs --------------------------------------------------------------------------------
-    def epoch(self, index):
+    def _check_usable(self, what):
+        if self._state != "open":
+            when = "before `with Session(...)` began" if self._state == "new" else "after its with-block ended"
+            raise UsageError(f"session.{what} used {when}: record epochs inside `with Session(...) as session:`")
+        if threading.get_ident() != self._thread:
+            raise UsageError(f"session.{what} called from thread {threading.current_thread().name!r}, but the "
+                             f"Session was opened in another thread: one Session records one thread's loop")
+
+    def epoch(self, index=None):
+        """Context manager for one epoch; index None means the next one (0 first)."""
+        self._check_usable("epoch()")
+        options.epoch_index(index, self._last)   # a bad index fails here, before the body runs
         return _Epoch(self, index)
 
-    def _begin_epoch(self, index):
-        if self._writer is None:
-            raise RuntimeError("Session.epoch() used outside 'with Session(...)'")
-        if self._in_epoch is not None:
-            raise RuntimeError(f"epoch {index} started inside epoch {self._in_epoch}; epochs do not nest")
-        self._in_epoch = index
+    def begin_epoch(self, index=None):
+        """Begin an epoch (index None: the next one); returns its index."""
+        self._check_usable("begin_epoch()")
+        if self._epoch is not None:
+            raise UsageError(f"epoch began inside epoch {self._epoch}: end it first (epochs do not nest)")
+        index = options.epoch_index(index, self._last)
+        self._epoch = self._steps.epoch = index
+        self._steps.recorded = 0
         self.gc_timer.take()
         self.ops.take()
-        self._start = time.perf_counter()
+        self._start_ns = _now()
+        return index
 
-    def _abandon_epoch(self):
-        """An epoch that raised: nothing finished, so nothing is written."""
-        self._in_epoch = None
-
-    def _end_epoch(self, index, end):
-        wall = end - self._start
+    def end_epoch(self):
+        """End the open epoch: its steps, GC events and record are written before this returns."""
+        end = _now()
+        self._check_usable("end_epoch()")
+        index = self._epoch
+        if index is None:
+            raise UsageError("end_epoch() without begin_epoch()")
+        if self._steps.open:
+            self._steps.abandon()
+        wall = (end - self._start_ns) / 1e9
         gc_record = self.gc_timer.take()
+        gc_record["tracked"] = self._tracked.sample()
         ops = self.ops.take()
         rss, malloc_bytes = self.memory.read()
-        heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]),
-                                   malloc_bytes if malloc_bytes is not None else rss)
-        record = {"epoch": index, "wall_s": wall, "gc": gc_record, "rss_bytes": rss,
-                  "malloc_bytes": malloc_bytes, "heap": heap, "ops": ops}
-        self._in_epoch = None
+        heap = None
+        if self.heap is not None:
+            heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]),
+                                       malloc_bytes if malloc_bytes is not None else rss)
+        record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
+                  "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
+                  "heap": heap, "ops": ops}
+        for name, read in self._fields.items():
+            record[name] = read()
+        self._steps.flush()
+        self._epoch = self._steps.epoch = None
+        self._last = index
+        self._write_gc_events(self.gc_timer.take_events())
         self._writer.append_epoch(record)
         self.epochs_written += 1
+
+    def abandon_epoch(self):
+        """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
+        steps go with it and its index is free for the next epoch. GC events are kept."""
+        if self._state != "open" or self._epoch is None:
+            return
+        self._drop_epoch()
+
+    def _drop_epoch(self):
+        self._steps.abandon()
+        self._steps.discard()
+        self._epoch = self._steps.epoch = None
+        self._write_gc_events(self.gc_timer.take_events())
+
+    # -- steps ---------------------------------------------------------------------------------
+    def step(self):
+        """Context manager for one training step (inside an epoch): wall time and GC pauses."""
+        return self._steps
+
+    def begin_step(self):
+        self._steps.begin()
+
+    def end_step(self):
+        self._steps.end()
+
+    def abandon_step(self):
+        """Drop the open step unrecorded (a framework's step that did not finish)."""
+        self._steps.abandon()
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write_steps(self, data):
+        self._writer.append_binary(fmt.STEPS, data)
+
+    def _write_gc_events(self, data):
+        if data:
+            self._writer.append_binary(fmt.GC_EVENTS, data)

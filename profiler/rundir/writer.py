@@ -1,8 +1,9 @@
 """RunWriter: creates a run directory and appends to it; keeps nothing in memory between epochs.
 
-meta.json is replaced atomically (write meta.json.tmp, then rename); epochs.jsonl gets one line per
-finished epoch, flushed at once; steps.bin and gc_events.bin get fixed-size binary records in
-blocks, flushed with each epoch. Every failure is a RunWriteError that names the file.
+meta.json is replaced atomically (write meta.json.tmp, then rename; the .tmp is removed when the
+write fails); epochs.jsonl gets one line per finished epoch, flushed at once; steps.bin and
+gc_events.bin get fixed-size binary records in blocks, flushed as they are handed over. Every
+failure is a RunWriteError that names the file.
 """
 
 import json
@@ -12,10 +13,13 @@ from pathlib import Path
 from ..errors import RunWriteError
 from .format import EPOCHS, GC_EVENTS, META, STEPS
 
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
 
 class RunWriter:
     def __init__(self, path):
         self.path = Path(path)
+        self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             if (self.path / EPOCHS).exists():
@@ -45,9 +49,9 @@ class RunWriter:
     def append_epoch(self, record):
         try:
             self._check_alive(self._epochs, EPOCHS)
-            self._epochs.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
+            self._epochs.write(_ENCODE(record) + "\n")
             self._epochs.flush()
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, TypeError) as e:
             raise RunWriteError(f"cannot append epoch {record.get('epoch')} to {self.path / EPOCHS}: {e}") from e
 
     def append_binary(self, name, data):
@@ -71,5 +75,19 @@ class RunWriter:
             except OSError:
                 pass
 
+    def discard(self):
+        """Remove what this writer created (a run whose start failed leaves no unusable directory)."""
+        self.close()
+        for name in (EPOCHS, STEPS, GC_EVENTS, META + ".tmp"):
+            try:
+                (self.path / name).unlink(missing_ok=True)
+            except OSError:
+                pass
+        if self._created:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass
 
-__all__ = ["RunWriter", "STEPS", "GC_EVENTS"]
+
+__all__ = ["RunWriter", "RunWriteError", "STEPS", "GC_EVENTS"]

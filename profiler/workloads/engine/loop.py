@@ -6,6 +6,7 @@ Two switches reproduce the first seed report on demand:
   default) stores each finished epoch as a dict of floats, which the GC does not track.
   gc_collect="iteration"/"epoch" forces a full collection that often (Axon collected per batch;
   many PyTorch loops call gc.collect() per epoch).
+With a Session, each training step (forward, backward, optimizer update) is one session.step().
 By default the loop warms the model on the first batch (no update), then calls gc.freeze() (and
 gc.unfreeze() when it ends): every object that exists by then (imported modules, compiled kernels
 loaded on first use, the model, the data) moves to the permanent generation, so collections during
@@ -148,16 +149,18 @@ class Loop:
         state._halt_epoch = False
         state.epoch_iteration = 0
         loss_sum, correct, seen = 0.0, 0, 0
+        step = self.session.step() if self.session is not None else contextlib.nullcontext()   # reusable
         for x, y in self.data.epoch(state.epoch):
             state.iteration += 1
             state.epoch_iteration += 1
             self._fire(Events.ITERATION_STARTED)
-            loss, right = self.model.train_step(x, y)
-            if not math.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss} at epoch {state.epoch}, iteration "
-                                         f"{state.epoch_iteration} (global step {state.iteration}); "
-                                         f"lower the learning rate or check the inputs")
-            self.optimizer.step([self.model.flat_params], [self.model.flat_grads])
+            with step:
+                loss, right = self.model.train_step(x, y)
+                if not math.isfinite(loss):
+                    raise FloatingPointError(f"loss became {loss} at epoch {state.epoch}, iteration "
+                                             f"{state.epoch_iteration} (global step {state.iteration}); "
+                                             f"lower the learning rate or check the inputs")
+                self.optimizer.step([self.model.flat_params], [self.model.flat_grads])
             state.loss = loss
             loss_sum, correct, seen = loss_sum + loss * len(x), correct + right, seen + len(x)
             self._fire(Events.ITERATION_COMPLETED)

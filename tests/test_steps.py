@@ -1,0 +1,215 @@
+"""Steps, GC events, tracked-object counts, top growing types, and the new meta and epoch fields
+(issue 12, capture side). Tiny loops; counts and structure, not timings."""
+
+import gc
+import os
+import time
+
+import numpy as np
+import pytest
+
+from profiler import Session, UsageError
+from profiler.capture.gc_timer import GcTimer
+from profiler.capture.steps import StepRecorder
+from profiler.rundir import read_run
+from profiler.rundir.format import GC_EVENT, STEP
+
+
+def test_steps_are_recorded_per_epoch_with_the_gc_pause_inside_them(tmp_path):
+    with Session(tmp_path / "run") as session:
+        for epoch in range(3):
+            with session.epoch(epoch):
+                for i in range(4):
+                    with session.step():
+                        if epoch == 1 and i == 2:
+                            gc.collect()
+    run = read_run(tmp_path / "run")
+    steps = run.steps()
+    assert [r["steps"] for r in run.epochs] == [4, 4, 4] and len(steps) == 12
+    assert list(steps["epoch"]) == [0] * 4 + [1] * 4 + [2] * 4
+    assert (steps["wall_s"] >= 0).all() and (np.diff(steps["start_s"]) >= 0).all()
+    collected = np.flatnonzero(steps["gc2_s"] > 0)
+    assert list(collected) == [6] and steps["gc2_s"][6] <= steps["wall_s"][6]
+    for record, first in zip(run.epochs, steps["start_s"][::4]):
+        assert record["start_s"] <= first <= record["start_s"] + record["wall_s"]
+    assert (tmp_path / "run" / "steps.bin").stat().st_size == 12 * STEP.size == 12 * 28
+
+
+def test_each_finished_epochs_steps_are_on_disk_before_the_next_begins(tmp_path):
+    with Session(tmp_path / "run") as session:
+        for epoch in range(3):
+            with session.epoch(epoch):
+                for _ in range(5):
+                    session.begin_step()
+                    session.end_step()
+            assert (tmp_path / "run" / "steps.bin").stat().st_size == 28 * 5 * (epoch + 1)
+
+
+def test_step_misuse_is_a_usage_error(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with pytest.raises(UsageError, match="outside an epoch"):
+            with session.step():
+                pass
+        with session.epoch(0):
+            with pytest.raises(UsageError, match="end_step\\(\\) without begin_step\\(\\)"):
+                session.end_step()
+            session.begin_step()
+            with pytest.raises(UsageError, match="steps do not nest"):
+                session.begin_step()
+            session.abandon_step()        # a framework's step that did not finish: not recorded
+            with session.step():
+                pass
+    assert len(read_run(tmp_path / "run").steps()) == 1
+
+
+def test_the_step_buffer_is_written_when_it_fills_and_keeps_constant_size():
+    written = []
+    recorder = StepRecorder(origin_ns=0, sink=written.append, capacity=4)
+    recorder.epoch = 5
+    buffers = (id(recorder._starts), len(recorder._starts))
+    for _ in range(10):
+        with recorder:
+            pass
+    assert [len(b) for b in written] == [4 * 28, 4 * 28] and recorder.recorded == 10
+    recorder.flush()
+    assert [len(b) for b in written] == [112, 112, 56]
+    records = [STEP.unpack_from(b, offset) for b in written for offset in range(0, len(b), 28)]
+    assert len(records) == 10 and all(r[0] == 5 for r in records)
+    assert (id(recorder._starts), len(recorder._starts)) == buffers
+
+
+@pytest.mark.slow
+def test_a_million_steps_constant_memory_and_28_bytes_each(tmp_path):
+    from profiler.capture.memory import MemoryProbe
+    probe = MemoryProbe()
+    rss = []
+    with Session(tmp_path / "run") as session:
+        step = session.step()
+        for epoch in range(10):
+            with session.epoch(epoch):
+                for _ in range(100_000):
+                    with step:
+                        pass
+            rss.append(probe.rss())
+    size = (tmp_path / "run" / "steps.bin").stat().st_size
+    assert size == 28 * 1_000_000
+    assert max(rss[1:]) - min(rss[1:]) < 2 << 20, [r >> 10 for r in rss]
+    assert [r["steps"] for r in read_run(tmp_path / "run").epochs] == [100_000] * 10
+
+
+def test_gc_events_every_full_collection_and_long_ones(tmp_path):
+    with Session(tmp_path / "run", gc_event_threshold_s=10.0) as session:   # only generation 2 qualifies
+        with session.epoch(0):
+            junk = [[i] for i in range(1000)]
+            del junk
+            gc.collect(0)
+            gc.collect(1)
+            cycle = []
+            cycle.append(cycle)
+            del cycle
+            gc.collect()
+    events = read_run(tmp_path / "run").gc_events()
+    assert list(events["generation"]) == [2] and events["collected"][0] >= 1
+    assert 0 <= events["start_s"][0] and events["duration_s"][0] > 0
+    assert (tmp_path / "run" / "gc_events.bin").stat().st_size == GC_EVENT.size == 17
+
+
+def test_gc_event_threshold_zero_records_every_collection(tmp_path):
+    with Session(tmp_path / "run", gc_event_threshold_s=0) as session:
+        with session.epoch(0):
+            for generation in (0, 1, 2, 0):
+                gc.collect(generation)
+    record = read_run(tmp_path / "run").epochs[0]
+    events = read_run(tmp_path / "run").gc_events()
+    assert len(events) == sum(record["gc"]["collections"]) >= 4
+    assert list(events["generation"][-4:]) == [0, 1, 2, 0]
+
+
+def test_a_full_event_buffer_is_handed_over_from_the_callback():
+    handed = []
+    timer = GcTimer(origin_ns=0, event_threshold_s=0, on_full=handed.append, capacity=2)
+    timer.install()
+    try:
+        for _ in range(5):
+            gc.collect(0)
+    finally:
+        timer.uninstall()
+    rest = timer.take_events()
+    assert [len(b) // 17 for b in handed] == [2, 2] and len(rest) // 17 == 1
+
+
+def test_epoch_records_carry_start_steps_and_tracked_counts(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+    record = read_run(tmp_path / "run").epochs[0]
+    assert record["steps"] == 0 and record["start_s"] >= 0
+    tracked = record["gc"]["tracked"]   # the first epoch is always counted
+    assert len(tracked) == 3 and all(isinstance(n, int) and n >= 0 for n in tracked) and tracked[2] > 100
+
+
+def test_meta_has_clock_origin_and_torchrun_ranks(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    before = time.time()
+    with Session(tmp_path / "run"):
+        pass
+    meta = read_run(tmp_path / "run").meta
+    assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (3, 1, 4)
+    assert before - 1 <= meta["clock_origin_unix"] <= time.time()
+    assert meta["options"]["gc_event_threshold_s"] == 0.001
+
+
+def test_meta_ranks_are_null_outside_torchrun(tmp_path, monkeypatch):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with Session(tmp_path / "run"):
+        pass
+    meta = read_run(tmp_path / "run").meta
+    assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (None, None, None)
+
+
+def grow(keep):
+    keep.extend([i] for i in range(3000))   # tracked lists that live on
+
+
+def test_deep_capture_names_the_growing_type_and_where_it_is_allocated(tmp_path):
+    keep = []
+    with Session(tmp_path / "run", tracemalloc=True) as session:
+        for epoch in range(3):
+            with session.epoch(epoch):
+                grow(keep)
+    heap = read_run(tmp_path / "run").epochs[-1]["heap"]
+    top = heap["top_types"][0]
+    assert top["type"] == "list" and top["count_diff"] >= 2500 and top["count"] >= top["count_diff"]
+    assert top["site"].endswith(f"test_steps.py:{grow.__code__.co_firstlineno + 1}")
+
+
+def test_add_epoch_field(tmp_path):
+    with Session(tmp_path / "run") as session:
+        session.add_epoch_field("workers", lambda: {"count": 0, "uss_bytes": 0, "pss_bytes": 0})
+        with pytest.raises(UsageError, match="writes itself"):
+            session.add_epoch_field("gc", dict)
+        with session.epoch(0):
+            pass
+    assert read_run(tmp_path / "run").epochs[0]["workers"] == {"count": 0, "uss_bytes": 0, "pss_bytes": 0}
+
+
+@pytest.mark.slow
+def test_the_engine_records_its_steps(tmp_path):
+    from profiler.workloads import scenarios
+    from profiler.workloads.engine import Loop
+    sc = scenarios.build("mlp", samples=1000)
+    with Session(tmp_path / "run") as session:
+        Loop(sc.model, sc.optimizer, sc.data, max_epochs=3, session=session).run()
+    run = read_run(tmp_path / "run")
+    assert [r["steps"] for r in run.epochs] == [len(sc.data)] * 3
+    assert len(run.steps()) == 3 * len(sc.data)
+
+
+def test_no_steps_file_without_steps(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+    assert not os.path.exists(tmp_path / "run" / "steps.bin")
