@@ -115,7 +115,7 @@ def test_job_without_a_straggler_has_none(tmp_path):
     a = analyze_ranks(synthetic_job(tmp_path, 8, 500, noise_s=0.0008))
     assert a.stragglers is None
     assert a.straggled_steps == 0 and a.lost_s == 0.0
-    assert 0.0105 < a.median_s < 0.0115            # 10 ms computing, 0.5 ms loading, noise
+    assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
 def test_stalls_spread_over_every_rank_name_no_straggler(tmp_path):

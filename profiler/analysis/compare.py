@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import RunDirError
+from ..rundir.ranks import is_multi_rank
 from .load import load
 from .ops import op_series
 
@@ -68,6 +70,15 @@ def _median_ops(series, drop):
 
 
 def compare(run_a, run_b):
+    """Two runs op by op, or two multi-rank runs job by job (analysis/ranks.py: RankComparison)."""
+    multi = [is_multi_rank(run_a), is_multi_rank(run_b)]
+    if all(multi):
+        from .ranks import compare_ranks
+        return compare_ranks(run_a, run_b)
+    if any(multi):
+        raise RunDirError(f"{run_a if multi[0] else run_b} is a multi-rank run and "
+                          f"{run_b if multi[0] else run_a} a single run: compare two of a kind "
+                          f"(or one rank's directory, rank-<RANK>/, with the single run)")
     la, lb = load(run_a, "compare"), load(run_b, "compare")
     sa, sb = op_series(la.records), op_series(lb.records)
     va, vb = _tag_values(sa), _tag_values(sb)

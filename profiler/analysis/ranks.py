@@ -30,6 +30,7 @@ ranks x steps. Nothing here writes sentences: renderers do (profiler.report).
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class RankSummary:
     steps: int                   # recorded steps (0 when the rank records epochs only)
     last_step: int | None        # index of the last finished step (epoch, when no steps)
     median_s: float              # median step (or epoch) time
-    gc_share: float              # GC pause / wall over the rank's whole run
+    gc_share: float              # GC pause (in steps and between them) / time from first step to last
     gc_pause_s: list             # GC pause by generation over the whole run
     rss_growth_bytes_per_epoch: float
     straggled: int = 0           # aligned steps this rank held the others back
@@ -92,7 +93,7 @@ class RankAnalysis:
     collective: str              # "in-step", "between-steps", or "unknown" (epochs, or no clocks)
     aligned: int                 # indices every rank finished
     warmup: int                  # of those, left out at the start
-    job_time_s: float            # sum over aligned indices of the slowest rank's time
+    job_time_s: float            # the aligned steps' time: per step the longest, with the time before it
     median_s: float              # the job's median step (slowest rank per step)
     lost_s: float                # time the job lost waiting for stalled ranks
     lost_fraction: float
@@ -154,7 +155,8 @@ class _Source:
 
 
 def _gap_events(run, steps):
-    """The GC events that fell between two steps, as (index of the next step, generation, duration)."""
+    """The GC events that fell between two steps, as (index of the next step, generation, duration);
+    None when there are none."""
     events = run.gc_events()
     if not len(events) or not len(steps):
         return None
@@ -163,7 +165,7 @@ def _gap_events(run, steps):
     t = np.asarray(events["start_s"], float)
     before = np.searchsorted(starts, t, side="right") - 1      # the last step that started before the event
     inside = (before >= 0) & (t < ends[np.maximum(before, 0)])  # already in that step's own GC fields
-    gap = ~inside & (before + 1 < len(steps))
+    gap = ~inside & (before >= 0) & (before + 1 < len(steps))   # not set-up, before the first step
     return (before[gap] + 1, events["generation"][gap].astype(int), events["duration_s"][gap].astype(float))
 
 
@@ -182,7 +184,10 @@ def _rank(rank_dir, unit):
         wall = np.array([e["wall_s"] for e in epochs], float)
         pause = [float(sum(e["gc"]["pause_s"][g] for e in epochs)) for g in range(3)]
         warm = warm_epochs
-    total = float(wall.sum())
+    gap_events = _gap_events(run, steps) if unit == "step" else None
+    if gap_events is not None:    # collections between steps are the rank's GC time too
+        pause = [p + float(gap_events[2][gap_events[1] == g].sum()) for g, p in enumerate(pause)]
+    total = float(wall.sum()) if unit == "epoch" else float(steps["start_s"][-1] + wall[-1] - steps["start_s"][0])
     used = epochs[warm_epochs:]
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if used else 0.0
     summary = RankSummary(
@@ -190,8 +195,7 @@ def _rank(rank_dir, unit):
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate)
-    source = _Source(rank_dir.path, unit, rank_dir.clock_origin_unix,
-                     _gap_events(run, steps) if unit == "step" else None)
+    source = _Source(rank_dir.path, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
 
@@ -267,13 +271,13 @@ def analyze_ranks(run_dir):
     first = min(max(warm), aligned - 1)
     collective = _collective(sources, first, aligned)
     n_used = aligned - first
-    job = np.empty(n_used)           # the slowest rank's time per index
+    job = np.empty(n_used)           # the job's time per index: the longest step, with the time before it
     top = np.empty(n_used, int)      # the rank with the largest stall per index
     top_stall = np.empty(n_used)
     top_gc = np.empty((3, n_used))   # that rank's GC pause above the median rank, by generation
     for block in _blocks(sources, first, aligned):
         at = slice(block.start - first, block.stop - first)
-        job[at] = block.wall_s.max(axis=0)
+        job[at] = (block.gap_s + block.wall_s).max(axis=0)
         top[at], top_stall[at], top_gc[:, at] = _stalls(block, collective)
 
     median = float(np.median(job))
@@ -353,3 +357,46 @@ def diagnose_ranks(run_dir):
         d.primary_cause = d.findings[0].cause
     d.complete = d.complete and not merged.unfinished
     return d
+
+
+@dataclass
+class JobSide:
+    run_dir: str
+    label: str
+    gc_policy: str | None        # as the ranks recorded it (scripts and scenarios)
+    ranks: int
+    steps: int                   # aligned steps compared (after the warm-up)
+    step_s: float                # the job's mean time per aligned step (the slowest rank's)
+    lost_s_per_step: float       # time lost waiting for stalled ranks, per step
+    lost_fraction: float
+    gc_share: float              # GC pause / wall time, mean over ranks
+    straggler: Straggler | None
+
+
+@dataclass
+class RankComparison:
+    a: JobSide
+    b: JobSide
+    step_ratio: float            # b.step_s / a.step_s: below 1, B's steps are faster
+    lost_change_s_per_step: float  # b - a
+
+
+def _side(run_dir):
+    merged = analyze_ranks(run_dir)
+    first = rundir.read_run(rank_dirs(run_dir)[0].path)
+    policy = first.meta.get("options", {}).get("gc_policy") or first.user_meta.get("gc_policy")
+    n = merged.aligned - merged.warmup
+    name = Path(run_dir).name or str(run_dir)
+    return JobSide(run_dir=str(run_dir), label=f"{name} (gc-policy {policy})" if policy else name, gc_policy=policy,
+                   ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
+                   lost_fraction=merged.lost_fraction,
+                   gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers)
+
+
+def compare_ranks(run_a, run_b):
+    """Two multi-rank runs of a job (say, before and after a --gc-policy): time per step, time lost
+    waiting, and the straggler on each side."""
+    a, b = _side(run_a), _side(run_b)
+    if a.label == b.label:
+        a.label, b.label = f"A ({a.label})", f"B ({b.label})"
+    return RankComparison(a, b, b.step_s / a.step_s if a.step_s > 0 else 1.0, b.lost_s_per_step - a.lost_s_per_step)

@@ -17,8 +17,14 @@ class CompareCommand:
     @staticmethod
     def run(args):
         from ..analysis import compare
-        from ..report import json_out, text
+        from ..analysis.ranks import RankComparison
+        from ..report import json_out, rank_text, text
         comparison = compare(args.run_a, args.run_b)
-        print(json_out.render(comparison) if args.json else text.comparison(comparison))
-        if args.html:
+        jobs = isinstance(comparison, RankComparison)   # two multi-rank runs
+        print(json_out.render(comparison) if args.json else
+              rank_text.comparison(comparison) if jobs else text.comparison(comparison))
+        if args.html and jobs:
+            write_html(args.html, title="profiler compare", sections=[
+                (rank_text.comparison_verdict(comparison), f"<pre>{rank_text.comparison(comparison)}</pre>")])
+        elif args.html:
             write_html(args.html, title="profiler compare", comparisons=[comparison])

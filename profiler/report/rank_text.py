@@ -81,3 +81,34 @@ def summary(ra):
         lines += ["", f"What follows is rank {ra.diagnosed}'s own run"
                       + (" (the straggler):" if ra.stragglers else ":")]
     return lines
+
+
+def _side(j):
+    text_ = (f"{j.label}: {text.ms(j.step_s)} per step, {text.ms(j.lost_s_per_step)} of it lost waiting "
+             f"({text.pct(j.lost_fraction)}), GC {text.pct(j.gc_share)} of the ranks' time")
+    s = j.straggler
+    if s is None:
+        return text_ + "; no rank stands out"
+    return (text_ + f"; rank {s.rank} straggles in {text.pct(s.step_fraction)} of the steps, costing "
+            f"{text.pct(s.time_fraction)} of the job, {text.pct(s.gc_explained_fraction)} of it its own GC")
+
+
+def comparison_verdict(c):
+    faster = c.step_ratio < 1
+    text_ = (f"{c.b.label} takes {text.ms(c.b.step_s)} per step against {text.ms(c.a.step_s)} for {c.a.label} "
+             f"({100 * (c.step_ratio - 1):+.1f}%: {'faster' if faster else 'slower' if c.step_ratio > 1 else 'the same'}); "
+             f"the time lost waiting for stalled ranks went from {text.ms(c.a.lost_s_per_step)} to "
+             f"{text.ms(c.b.lost_s_per_step)} per step.")
+    sa, sb = c.a.straggler, c.b.straggler
+    if sa is not None and sb is None:
+        text_ += f" Rank {sa.rank} no longer straggles."
+    elif sa is not None and sb is not None:
+        text_ += (f" Rank {sb.rank}'s stalls cost {text.pct(sb.time_fraction)} of the job against "
+                  f"{text.pct(sa.time_fraction)} (rank {sa.rank}).")
+    elif sb is not None:
+        text_ += f" Rank {sb.rank} straggles in {c.b.label} only."
+    return text_
+
+
+def comparison(c):
+    return "\n".join([text._wrap(comparison_verdict(c)), "", "  " + _side(c.a), "  " + _side(c.b)])
