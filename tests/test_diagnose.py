@@ -68,7 +68,7 @@ def test_pauses_that_grow_with_uptime_are_projected(tmp_path):
     assert e.source == "gc_events" and e.growth_s_per_hour == pytest.approx(0.72, rel=0.02)
     # the trend reaches 1 s where 0.010 + 0.0002 * (t - 5) = 1: t = 4955 s
     assert e.hours_to_one_second == pytest.approx(4955 / 3600, rel=0.02)
-    assert "1 s after 1.4 h" in text.evidence(growth)
+    assert "1 s after 82.6 min of uptime" in text.evidence(growth)
 
 
 def test_leak_that_levels_off(tmp_path):

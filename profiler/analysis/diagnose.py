@@ -121,10 +121,10 @@ def analyze(run_dir):
     ops = fnd.op_growth(records, op_series(records))
 
     found = [fnd.gc_spikes(spikes, objs, site),
-             growth := fnd.pause_growth(run.gc_events(), records, spikes.wall_s, objs, site),
+             growth := fnd.pause_growth(run.gc_events(), records, spikes, objs, site),
              fnd.memory_growth(records, sites), fnd.compute_growth(records, change, ops),
              fnd.worker_memory(records)]
-    found.append(fnd.gc_steady(records, spikes, growth.evidence.excess_s if growth else 0.0, objs, site))
+    found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site))
     ranked = fnd.rank([f for f in found if f is not None])
 
     tracked = [sum(r["gc"]["tracked"]) for r in records if r["gc"].get("tracked")]

@@ -9,8 +9,9 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches or
                         outgrows the parent's: reading shared Python objects copies their pages
 
-The GC findings split the run's GC time between them (spike pauses, the growth above the first
-full collection's duration, the rest), so their time fractions do not count a pause twice.
+The GC findings split the run's GC time between them (spike pauses; the growth above the first
+full collection's duration, outside spikes; the rest), so their time fractions do not count a
+pause twice.
 """
 
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ class PauseGrowth:
     growth_s_per_hour: float
     uptime_s: float                 # since the clock origin, at the last collection
     hours_to_one_second: float | None   # uptime at which the trend reaches 1 s per full collection
-    excess_s: float                 # pause time above the first fitted duration
+    excess_s: float                 # pause time above the first fitted duration (spikes' time included)
     objects: Objects | None
     site: str | None
 
@@ -193,30 +194,36 @@ def python_site(sites):
 
 # -- detectors -----------------------------------------------------------------------------------
 
+def spike_counted(spikes):
+    """Whether the spikes are a finding of their own (their GC time is theirs, not steady GC's)."""
+    return (spikes.count > 0 and spikes.time_fraction >= SPIKE_FRACTION
+            and spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS)
+
+
 def gc_spikes(spikes, objs, site):
-    if spikes.count == 0 or spikes.time_fraction < SPIKE_FRACTION or spikes.gc_explained_fraction < SPIKE_GC_EXPLAINS:
+    if not spike_counted(spikes):
         return None
     return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
                    GcSpikes(spikes, spikes.total / spikes.count, objs, site))
 
 
-def pause_growth(events, records, wall_s, objs, site):
+def pause_growth(events, records, spikes, objs, site):
     """Full collections that take longer with uptime: from gc_events.bin when it holds enough of
-    them, else from each epoch's mean generation-2 pause."""
+    them, else from each epoch's mean generation-2 pause. The growth that falls inside spikes is
+    the spikes' time already; time_fraction is the rest."""
     full = events[events["generation"] == 2] if len(events) else events
     if len(full) >= MIN_EVENTS:
         source = "gc_events"
         x, y = np.asarray(full["start_s"], float), np.asarray(full["duration_s"], float)
     else:
         source = "epochs"
-        rows = [(r, r["gc"]["pause_s"][2] / r["gc"]["collections"][2]) for r in records if r["gc"]["collections"][2]]
+        ends = np.cumsum([r["wall_s"] for r in records])   # epoch ends when a record has no start_s
+        rows = [(r["start_s"] + r["wall_s"] if r.get("start_s") is not None else ends[i],
+                 r["gc"]["pause_s"][2] / r["gc"]["collections"][2])
+                for i, r in enumerate(records) if r["gc"]["collections"][2]]
         if len(rows) < MIN_EVENTS:
             return None
-        if all(r.get("start_s") is not None for r, _ in rows):
-            x = np.array([r["start_s"] + r["wall_s"] for r, _ in rows])
-        else:
-            x = np.cumsum([r["wall_s"] for r in records])[[records.index(r) for r, _ in rows]]
-        y = np.array([p for _, p in rows])
+        x, y = np.array([t for t, _ in rows]), np.array([p for _, p in rows])
     change = stats.change(x, y)
     if not change.sustained or change.relative < PAUSE_GROWTH:
         return None
@@ -229,16 +236,20 @@ def pause_growth(events, records, wall_s, objs, site):
     hours = None
     if trend.slope > 0:
         hours = max(float(x[-1]), float(x[0]) + (1.0 - trend.start) / trend.slope) / 3600
-    return Finding("gc", "gc-growing-pauses", excess / wall_s if wall_s > 0 else 0.0,
+    full_s = spikes.gc_by_generation_s[2]
+    in_spikes = spikes.spike_gc_by_generation_s[2] / full_s if full_s > 0 and spike_counted(spikes) else 0.0
+    wall_s = spikes.wall_s
+    return Finding("gc", "gc-growing-pauses", excess * (1 - in_spikes) / wall_s if wall_s > 0 else 0.0,
                    PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
                                growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
                                hours_to_one_second=hours, excess_s=excess, objects=objs, site=site))
 
 
-def gc_steady(records, spikes, growth_excess_s, objs, site):
+def gc_steady(records, spikes, growth_s, objs, site):
+    """GC time outside the spikes and the pause growth (growth_s: the growth's own time)."""
     wall_s = spikes.wall_s
-    spike_part = min(spikes.spike_gc_s, spikes.excess_s) if spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS else 0.0
-    steady = max(spikes.gc_s - spike_part - growth_excess_s, 0.0)
+    spike_part = min(spikes.spike_gc_s, spikes.excess_s) if spike_counted(spikes) else 0.0
+    steady = max(spikes.gc_s - spike_part - growth_s, 0.0)
     if wall_s <= 0 or steady / wall_s < MEANINGFUL:
         return None
     by_gen = spikes.gc_by_generation_s

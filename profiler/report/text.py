@@ -44,6 +44,13 @@ def op_label(name, tags):
     return f"{name} ({', '.join(f'{k}={v}' for k, v in tags.items())})"
 
 
+def duration(seconds):
+    """A span of time in the unit that reads best: 45 s, 12.5 min, 6.1 h."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def change(c):
     """A fitted relative change with its uncertainty: "+14% ± 3%"."""
     half = max(c.relative - c.relative_low, c.relative_high - c.relative, 0.0)
@@ -101,7 +108,8 @@ def evidence(f):
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
         return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
                 f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
-                f"({e.collections_per_epoch[2]:.0f} full collections per epoch)" + _objects(e.objects, e.site))
+                f"({e.collections_per_epoch[2]:.0f} full collection{'' if e.collections_per_epoch[2] == 1 else 's'} "
+                f"per epoch)" + _objects(e.objects, e.site))
     if f.pattern == "gc-spikes":
         s = e.spikes
         return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) take over {ms(s.threshold_s)} "
@@ -111,10 +119,10 @@ def evidence(f):
     if f.pattern == "gc-growing-pauses":
         source = "every full collection in gc_events.bin" if e.source == "gc_events" else "each epoch's mean full collection"
         text = (f"Full collections take longer with uptime: {ms(e.first_s)} at first, {ms(e.last_s)} after "
-                f"{e.uptime_s / 60:.1f} min ({change(e.change)}, {e.collections} collections, from {source}); the "
-                f"growth costs {pct(f.time_fraction)} of the run")
+                f"{duration(e.uptime_s)} ({change(e.change)}, {e.collections} collections, from {source}); the "
+                f"growth adds {ms(e.excess_s)}, {pct(f.time_fraction)} of the run outside the spikes")
         if e.hours_to_one_second is not None:
-            text += f". At this rate a full collection takes 1 s after {e.hours_to_one_second:.1f} h of uptime"
+            text += f". At this rate a full collection takes 1 s after {duration(3600 * e.hours_to_one_second)} of uptime"
         return text + _objects(e.objects, e.site)
     if f.pattern == "allocation-growth":
         return _memory(e)
@@ -192,6 +200,9 @@ CAUSES = {"gc": "Garbage collection", "allocation": "Memory", "compute": "Comput
 def _headline(d):
     et = d.epoch_time
     times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
+    if et.slowdown and et.change.relative_low <= 0:
+        return (f"Epochs may be getting slower: {times}; the trend adds {change(et.change)} over the run "
+                f"(its 95% interval includes no change).")
     if et.slowdown:
         return f"Epochs get slower: {times}; the trend adds {change(et.change)} over the run."
     if et.faster:
