@@ -18,14 +18,17 @@ class Records(Dataset):
         return len(self.items)
 
     def __getitem__(self, index):
-        item = self.items[index]
-        return torch.tensor(item["features"]), item["label"]
+        return self.items[index]
+
+
+def collate(items):
+    return torch.tensor([item["features"] for item in items]), torch.tensor([item["label"] for item in items])
 
 
 if __name__ == "__main__":
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     size = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
-    loader = DataLoader(Records(size), batch_size=500, shuffle=True, num_workers=2)
+    loader = DataLoader(Records(size), batch_size=500, shuffle=True, num_workers=2, collate_fn=collate)
     model = nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for epoch in range(epochs):

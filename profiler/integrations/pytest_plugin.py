@@ -1,0 +1,138 @@
+"""pytest plugin (entry point `pytest11: profiler`): fail a test whose epochs slow down or whose
+memory grows, with the profiler's finding in the failure message.
+
+    @pytest.mark.profile_epochs(max_slowdown=0.2, max_growth_bytes_per_epoch=1_000_000)
+    def test_training():
+        train()          # epochs found as `profiler run` finds them: PyTorch, Keras, Lightning
+
+    @pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
+    def test_loop(profile_session):
+        for batch_set in data:
+            with profile_session.epoch():
+                step(batch_set)
+
+max_slowdown: the largest sustained rise in epoch time allowed, as a fraction (0.2: 20% slower
+at the end than at the start). max_growth_bytes_per_epoch: the largest memory growth per epoch
+(malloc's bytes in use where glibc reports them, else RSS). min_epochs (default 3): fewer
+epochs fail the test, since nothing can be judged from them. Run directories go to
+--profile-runs DIR (default: a temporary directory, named in the failure message).
+
+Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
+"""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+MARKER = "profile_epochs"
+_session_key = pytest.StashKey()
+
+
+def pytest_addoption(parser):
+    parser.getgroup("profiler").addoption(
+        "--profile-runs", metavar="DIR", help="keep the run directories of @pytest.mark.profile_epochs tests in DIR")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", f"{MARKER}(max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3): profile the "
+                   "test's epochs and fail it when they slow down or its memory grows past these limits")
+
+
+class Limits:
+    def __init__(self, max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3):
+        for name, value in (("max_slowdown", max_slowdown), ("max_growth_bytes_per_epoch", max_growth_bytes_per_epoch)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise pytest.UsageError(f"@pytest.mark.{MARKER}({name}={value!r}): expected a number >= 0")
+        if max_slowdown is None and max_growth_bytes_per_epoch is None:
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}: give max_slowdown and/or max_growth_bytes_per_epoch")
+        self.max_slowdown, self.max_growth, self.min_epochs = max_slowdown, max_growth_bytes_per_epoch, min_epochs
+
+    def breaches(self, diagnosis):
+        """What went past the limits, as lines; empty when the run is within them."""
+        out = []
+        if diagnosis.epochs < self.min_epochs:
+            return [f"only {diagnosis.epochs} epochs were found (at least {self.min_epochs} are needed to judge)"]
+        et = diagnosis.epoch_time
+        if self.max_slowdown is not None and et.slowdown and et.change.relative > self.max_slowdown:
+            out.append(f"epochs slow down by {100 * et.change.relative:.0f}% "
+                       f"(limit {100 * self.max_slowdown:.0f}%)")
+        growth = growth_per_epoch(diagnosis)
+        if self.max_growth is not None and growth > self.max_growth:
+            out.append(f"memory grows {growth:,.0f} bytes per epoch (limit {self.max_growth:,})")
+        return out
+
+
+def growth_per_epoch(diagnosis):
+    a = diagnosis.allocation
+    return a.malloc_growth_bytes_per_epoch if a.malloc_growth_bytes_per_epoch is not None else a.rss_growth_bytes_per_epoch
+
+
+def _limits(item):
+    marker = item.get_closest_marker(MARKER)
+    return Limits(*marker.args, **marker.kwargs) if marker is not None else None
+
+
+def _run_dir(item):
+    root = item.config.getoption("profile_runs")
+    if root:
+        path = Path(root) / item.nodeid.replace("/", "_").replace("::", "-")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix="profile-epochs-")) / "run"
+
+
+class _Open:
+    """The fixture's Session, closed once: by the check right after the test's call, or at teardown."""
+
+    def __init__(self, session):
+        self.session, self.open = session, True
+
+    def close(self):
+        if self.open:
+            self.open = False
+            self.session.__exit__(None, None, None)
+
+
+@pytest.fixture
+def profile_session(request):
+    """An open profiler Session for the test to mark its own epochs (and steps) in."""
+    from profiler.capture import Session
+    session = Session(_run_dir(request.node), meta={"test": request.node.nodeid})
+    holder = request.node.stash[_session_key] = _Open(session.__enter__())
+    try:
+        yield session
+    finally:
+        holder.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    limits = _limits(item)
+    if limits is None:
+        return (yield)
+    holder = item.stash.get(_session_key, None)
+    if holder is not None:             # the test marks its epochs in profile_session
+        result = yield
+        holder.close()
+        session = holder.session
+    else:
+        from profiler.capture import Session
+        from profiler.integrations.detect import Detection
+        session = Session(_run_dir(item), meta={"test": item.nodeid})
+        with session, Detection(session):
+            result = yield
+    _check(limits, session.run_dir)
+    return result
+
+
+def _check(limits, run_dir):
+    from profiler import analyze
+    from profiler.report import text
+    diagnosis = analyze(run_dir)
+    breaches = limits.breaches(diagnosis)
+    if breaches:
+        pytest.fail(f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"
+                    f"(run directory: {run_dir}; profiler report {run_dir} --html report.html for figures)",
+                    pytrace=False)
