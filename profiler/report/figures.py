@@ -38,18 +38,22 @@ def epoch_time(s, title="Epoch time, with GC pauses by generation"):
     return fig
 
 
-def step_time(s, threshold_s=None):
-    """s: analysis.StepSeries. Each bin's median and slowest step; slowest steps whose GC pause is
-    at least half their time above the median are marked as GC-pause steps."""
+def step_time(s, median_s=None, threshold_s=None):
+    """s: analysis.StepSeries. Step time (each bin's median and slowest step when downsampled);
+    steps above the spike threshold whose GC pause covers at least half their time above the
+    median are marked as GC-pause steps."""
     fig, ax = plt.subplots(figsize=(9, 4))
-    ax.plot(s.step, s.max_s * 1e3, lw=0.8, color="#9ecae1", label="slowest step" + (" in bin" if s.downsampled else ""))
-    ax.plot(s.step, s.median_s * 1e3, lw=1.2, color="#3182bd", label="median step" + (" in bin" if s.downsampled else ""))
-    gc_steps = s.max_gc_s >= 0.5 * np.clip(s.max_s - s.median_s, 1e-9, None)
-    gc_steps &= s.max_gc_s > 0
+    median_s = float(np.median(s.median_s)) if median_s is None else median_s
+    threshold_s = 1.5 * median_s if threshold_s is None else threshold_s
+    if s.downsampled:
+        ax.plot(s.step, s.max_s * 1e3, lw=0.8, color="#9ecae1", label="slowest step in bin")
+        ax.plot(s.step, s.median_s * 1e3, lw=1.2, color="#3182bd", label="median step in bin")
+    else:
+        ax.plot(s.step, s.max_s * 1e3, lw=0.8, color="#3182bd", label="step")
+    gc_steps = (s.max_s > threshold_s) & (s.max_gc_s > 0) & (s.max_gc_s >= 0.5 * (s.max_s - median_s))
     ax.plot(s.step[gc_steps], s.max_s[gc_steps] * 1e3, "o", ms=4, color=GC_COLORS[2],
-            label="GC pause in step (>= half its excess)")
-    if threshold_s:
-        ax.axhline(threshold_s * 1e3, ls="--", lw=0.8, color="#636363", label="spike threshold")
+            label="spike with a GC pause (>= half its excess)")
+    ax.axhline(threshold_s * 1e3, ls="--", lw=0.8, color="#636363", label="spike threshold")
     ax.set(title=f"Step time ({s.steps:,} steps)", xlabel="step", ylabel="ms per step")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize=8)

@@ -57,7 +57,8 @@ def diagnosis_section(d, s, steps=None):
              f"{'' if d.complete else ' (incomplete)'}</p>",
              f"<p class=verdict>{html.escape(text.verdict(d))}</p>", "<h3>Findings</h3>", findings_table(d)]
     if steps is not None:
-        parts.append(_img(figures.step_time(steps, d.spikes.threshold_s if d.spikes.unit == "step" else None)))
+        spikes = d.spikes if d.spikes.unit == "step" else None
+        parts.append(_img(figures.step_time(steps, spikes and spikes.median_s, spikes and spikes.threshold_s)))
     parts += [_img(figures.epoch_time(s)), _img(figures.memory(s))]
     sites = d.allocation.top_sites
     if sites:
