@@ -61,7 +61,7 @@ def synthetic_job(root, ranks, steps, *, straggler=None, every=10, pause_s=0.008
     gc[:, 0] = 0.00002 * (rng.random((ranks, steps)) < 0.3)     # short young collections everywhere
     ready = np.zeros(ranks)                                     # when each rank may begin loading
     for i in range(steps):
-        load = load_s + noise_s * rng.random(ranks)
+        load = load_s + 0.1 * noise_s * rng.random(ranks)         # reading a batch: steadier than computing
         compute = step_s + noise_s * rng.random(ranks)
         stalled = rng.random(ranks) < spread
         if straggler is not None and i % every == every - 1:

@@ -1,15 +1,19 @@
 """Data-parallel engine and torchrun launch: real gloo jobs on 127.0.0.1 (free ports, bounded time)."""
 
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from profiler.integrations.launch import free_port, launcher_command, rank_argv, rank_env, rank_out_dir
 from profiler.errors import UsageError
+from profiler.integrations.launch import free_port, launcher_command, rank_argv, rank_env, rank_out_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -79,3 +83,108 @@ def test_data_parallel_training_matches_one_process_on_the_global_batch(tmp_path
     from profiler.workloads import scenarios
     initial = scenarios.build("mlp", samples=2000, batch_size=200, labels="learnable").model.flat_params
     assert np.abs(single - initial).max() > 1e-3            # six Adam steps moved the weights
+
+
+# -- real jobs: torchrun, the engine data-parallel, one rank planted with GC stalls -------------------
+
+ENV = {"NUMBA_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _profiler(*argv, timeout=TIMEOUT):
+    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, argv)], cwd=ROOT, env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=timeout)
+    return proc
+
+
+def _job(out, *options, ranks=2):
+    proc = _profiler("run", "--nproc-per-node", ranks, "mlp", "--epochs", 6, "--quiet", "--out", out, *options)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _report(run_dir):
+    proc = _profiler("report", run_dir, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_changed(tmp_path):
+    pytest.importorskip("torch")
+    plain = _job(tmp_path / "default", "--straggler-rank", 1)
+    frozen = _job(tmp_path / "freeze", "--straggler-rank", 1, "--gc-policy", "freeze")
+    d = _report(plain)
+    assert d["ranks"] == 2 and d["stragglers"]["rank"] == 1
+    assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
+    assert d["stragglers"]["gc_explained_by_generation"][2] >= 0.5
+    assert d["findings"][0]["pattern"] == "rank-straggler" and d["primary_cause"] == "gc"
+    assert [r["rank"] for r in d["rank_analysis"]["per_rank"]] == [0, 1]
+    assert {r["status"] for r in d["rank_analysis"]["per_rank"]} == {"completed"}
+    text = _profiler("report", plain).stdout
+    assert "Rank 1 holds the other ranks back" in text and "its own GC pauses explain" in text.replace("Its", "its")
+    proc = _profiler("compare", plain, frozen, "--json")
+    assert proc.returncode == 0, proc.stderr
+    c = json.loads(proc.stdout)
+    assert c["a"]["gc_policy"] == "default" and c["b"]["gc_policy"] == "freeze"
+    assert c["a"]["straggler"]["rank"] == 1
+    assert c["step_ratio"] == pytest.approx(c["b"]["step_s"] / c["a"]["step_s"])
+    words = _profiler("compare", plain, frozen).stdout
+    assert "freeze (gc-policy freeze) takes" in words and "lost waiting for stalled ranks went from" in words
+    trace = tmp_path / "trace.json"
+    assert _profiler("timeline", plain, "--out", trace).returncode == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"rank 0 (" + d["rank_analysis"]["per_rank"][0]["host"] + ")", "rank 1 (" + d["rank_analysis"]["per_rank"][1]["host"] + ")"}
+
+
+@pytest.mark.slow
+def test_four_ranks_on_two_nodes_merge_when_copied_under_one_directory(tmp_path):
+    pytest.importorskip("torch")
+    port = free_port()
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "profiler", "run", "--out",
+         str(tmp_path / f"node{node}"), "mlp", "--epochs", "6", "--quiet", "--straggler-rank", "2"],
+        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in range(2)]
+    for node in nodes:
+        out, _ = node.communicate(timeout=TIMEOUT)
+        assert node.returncode == 0, out[-3000:]
+    assert sorted(p.name for p in (tmp_path / "node0").iterdir()) == ["rank-0", "rank-1"]
+    merged = tmp_path / "merged"
+    for node in range(2):
+        shutil.copytree(tmp_path / f"node{node}", merged / f"host-{node}")
+    d = _report(merged)
+    assert d["ranks"] == 4 and d["stragglers"]["rank"] == 2
+    assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
+    ranks = d["rank_analysis"]["per_rank"]
+    assert [(r["rank"], r["local_rank"]) for r in ranks] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_intact(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "job"
+    job = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "mlp", "--epochs", "500",
+                            "--quiet", "--out", str(out)], cwd=ROOT, env={**os.environ, **ENV},
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        steps = out / "rank-1" / "steps.bin"
+        deadline = time.monotonic() + TIMEOUT
+        while not (steps.exists() and steps.stat().st_size >= 150 * 28):   # after the first epochs
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended before rank 1 recorded steps"
+            time.sleep(0.1)
+        os.kill(json.loads((out / "rank-1" / "meta.json").read_text())["pid"], signal.SIGKILL)
+        output, _ = job.communicate(timeout=TIMEOUT)
+    finally:
+        job.kill()
+    assert job.returncode != 0 and "a rank failed" in output
+    d = _report(out)
+    ra = d["rank_analysis"]
+    dead = next(u for u in ra["unfinished"] if u["rank"] == 1)
+    assert dead["rank"] == 1 and dead["status"] == "running" and dead["last_step"] >= 149
+    assert ra["aligned"] == min(r["steps"] for r in ra["per_rank"])
+    survivor = next(r for r in ra["per_rank"] if r["rank"] == 0)
+    assert survivor["steps"] >= dead["steps"] - 1 and survivor["status"] != "running"   # its session ended cleanly
+    text = _profiler("report", out).stdout
+    assert f"rank 1 did not finish (status running: killed, crashed, or still running); its last finished step is " \
+           f"{dead['last_step']:,}" in text

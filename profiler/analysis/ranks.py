@@ -9,7 +9,7 @@ collective lies, which the clocks show (meta.json's clock_origin_unix aligns ran
     in-step         steps END together (the all-reduce is inside the step: PyTorch DDP's backward,
                     the engine's optimizer step). A rank that waited has a longer step; the rank it
                     waited for began its step late (the time before it, data loading, was longer)
-                    or paused in its own GC inside it.
+                    or paused in its own GC inside it. Taken unless the steps clearly begin together.
     between-steps   steps BEGIN together (the step ends before the collective). The straggler's
                     own step is longer; the others wait between steps.
 
@@ -212,15 +212,19 @@ def _blocks(sources, first, stop_at):
 
 
 def _collective(sources, first, stop_at):
-    """Where the collective lies, from the first steps: do the ranks' steps end or begin together?"""
+    """Where the collective lies, from the first steps: do the ranks' steps end or begin together?
+    Measured as how much each rank's step ends (or beginnings) move against rank 0's, so a constant
+    clock offset between ranks or hosts does not count. Inside the step unless the beginnings are
+    clearly steadier (the ends of a step are not exact on a loaded machine)."""
     if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources) or len(sources) < 2:
         return "unknown"
     stop = min(stop_at, first + min(PROBE_STEPS, max(1, BLOCK_VALUES // len(sources))))
     block = next(_blocks(sources, first, stop))
-    end = block.begin_s + block.wall_s
-    begin_spread = np.median(block.begin_s.max(axis=0) - block.begin_s.min(axis=0))
-    end_spread = np.median(end.max(axis=0) - end.min(axis=0))
-    return "in-step" if end_spread <= begin_spread else "between-steps"
+
+    def wander(times):   # median over ranks of the median absolute deviation of (rank - rank 0)
+        d = times[1:] - times[0]
+        return float(np.median(np.abs(d - np.median(d, axis=1, keepdims=True))))
+    return "between-steps" if wander(block.begin_s) < 0.5 * wander(block.begin_s + block.wall_s) else "in-step"
 
 
 def _median_rank(values, axis):

@@ -8,6 +8,11 @@ COLLECTIVE = {"in-step": "steps end together: the collective is inside the step"
               "unknown": "where the collective lies is unknown (no step clocks): epochs compared by wall time"}
 
 
+STOPPED = {"running": "killed, crashed, or still running",
+           "failed": "an error; when a rank dies, the others' next collective fails",
+           "terminated": "SIGTERM, as torchrun stops the other ranks when one fails", "interrupted": "Ctrl-C"}
+
+
 def _generations(by_gen):
     parts = [f"generation {g}: {text.pct(x)}" for g, x in enumerate(by_gen) if x >= 0.005]
     return f" ({', '.join(parts)})" if parts else ""
@@ -52,7 +57,7 @@ def unfinished(ra):
     """A line per rank that did not finish: its status and the last step it finished."""
     lines = []
     for u in ra.unfinished:
-        why = ("killed, crashed, or still running" if u["status"] == "running" else u["status"])
+        why = STOPPED.get(u["status"], u["status"])
         last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
                 else f"it finished no {ra.unit}")
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}); {last} "

@@ -12,7 +12,7 @@ pays them (docs/multi-rank.md).
 
 from .engine import Events
 
-HISTORY = 100_000       # preallocated records, 4 tracked objects each
+HISTORY = 50_000        # preallocated records, 4 tracked objects each
 KEPT_PER_STEP = 1000    # small records the loader keeps per batch
 
 
