@@ -99,7 +99,7 @@ def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path):
 
 def test_run_directory_removed_under_a_live_run(tmp_path):
     callbacks = list(gc.callbacks)
-    with pytest.raises(RunWriteError, match="cannot append epoch 2"):
+    with pytest.raises(RunWriteError, match="cannot append .*was deleted"):
         with Session(tmp_path / "run", tracemalloc=True) as session:
             for epoch in range(5):
                 with session.epoch(epoch):

@@ -49,21 +49,23 @@ class GcTimer:
         if pause > self.max_pause_ns:
             self.max_pause_ns = pause
         if gen == 2 or pause >= self.threshold_ns:
-            self._add_event(start, pause, gen, info["collected"])
+            n = self._n_events
+            if n * GC_EVENT.size == len(self._events):
+                self._hand_over()
+                n = 0
+            GC_EVENT.pack_into(self._events, n * GC_EVENT.size, (start - self.origin_ns) / 1e9, pause / 1e9, gen,
+                               min(info["collected"], 0xFFFFFFFF))
+            self._n_events = n + 1
         steps = self.steps
-        if steps is not None and steps.open:
+        if steps is not None and steps.open_ns:
             steps.add_gc(gen, pause)
 
-    def _add_event(self, start, pause, gen, collected):
-        if self._n_events * GC_EVENT.size == len(self._events):
-            data = self.take_events()
-            try:
-                self.on_full(data)
-            except Exception:   # an error inside a gc callback would only be printed: count it instead
-                self.events_dropped += len(data) // GC_EVENT.size
-        GC_EVENT.pack_into(self._events, self._n_events * GC_EVENT.size, (start - self.origin_ns) / 1e9,
-                           pause / 1e9, gen, min(collected, 0xFFFFFFFF))
-        self._n_events += 1
+    def _hand_over(self):
+        data = self.take_events()
+        try:
+            self.on_full(data)
+        except Exception:   # an error inside a gc callback would only be printed: count it instead
+            self.events_dropped += len(data) // GC_EVENT.size
 
     def install(self):
         gc.callbacks.append(self._callback)

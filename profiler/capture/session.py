@@ -273,8 +273,8 @@ class Session:
         if self._epoch is not None:
             raise UsageError(f"epoch began inside epoch {self._epoch}: end it first (epochs do not nest)")
         index = options.epoch_index(index, self._last)
-        self._epoch = self._steps.epoch = index
-        self._steps.recorded = 0
+        self._epoch = index
+        self._steps.start_epoch(index)
         self.gc_timer.take()
         self.ops.take()
         self._start_ns = _now()
@@ -287,7 +287,7 @@ class Session:
         index = self._epoch
         if index is None:
             raise UsageError("end_epoch() without begin_epoch()")
-        if self._steps.open:
+        if self._steps.open_ns:
             self._steps.abandon()
         wall = (end - self._start_ns) / 1e9
         gc_record = self.gc_timer.take()

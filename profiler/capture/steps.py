@@ -23,49 +23,48 @@ CAPACITY = 8192   # steps buffered between writes: 2 x 64 KiB
 class StepRecorder:
     """`with recorder:` (or begin()/end()) times one step; `flush()` writes the buffered steps."""
 
-    __slots__ = ("epoch", "origin_ns", "sink", "gc_ns", "_t0", "_n", "_starts", "_ends", "_gc_steps", "recorded")
+    __slots__ = ("epoch", "origin_ns", "sink", "gc_ns", "open_ns", "_n", "_capacity", "_starts", "_ends", "_gc_steps",
+                 "_flushed")
 
     def __init__(self, origin_ns, sink, capacity=CAPACITY):
         self.origin_ns, self.sink = origin_ns, sink   # sink(bytes) appends packed records to steps.bin
         self.epoch = None        # index of the open epoch; steps happen only inside one
         self.gc_ns = None        # [g0, g1, g2] pause inside the open step, set by the GC timer
-        self.recorded = 0        # steps recorded in the open epoch
-        self._t0 = 0
+        self._flushed = 0        # steps of the open epoch written already (the buffer filled)
+        self.open_ns = 0         # perf_counter_ns at the start of the open step; 0 when none is open
         self._n = 0
+        self._capacity = capacity
         self._starts = array.array("q", bytes(8 * capacity))
         self._ends = array.array("q", bytes(8 * capacity))
         self._gc_steps = {}      # buffer index -> [g0, g1, g2] ns, for the few steps a collection ran in
 
-    def begin(self):
-        if self._t0 or self.epoch is None:
+    def __enter__(self):
+        if self.open_ns or self.epoch is None:
             self._refuse_begin()
-        self._t0 = _now()
+        self.open_ns = _now()
+        return self
 
-    def end(self):
+    def __exit__(self, exc_type, exc, tb):
         end = _now()
-        start = self._t0
+        start = self.open_ns
         if not start:
             raise UsageError("end_step() without begin_step(): call begin_step() when the step starts")
         n = self._n
         self._starts[n] = start
         self._ends[n] = end
-        self._t0 = 0
+        self.open_ns = 0
         if self.gc_ns is not None:
             self._gc_steps[n], self.gc_ns = self.gc_ns, None
-        self._n = n + 1
-        self.recorded += 1
-        if self._n == len(self._starts):
+        n += 1
+        self._n = n
+        if n == self._capacity:
             self.flush()
-
-    def __enter__(self):
-        if self._t0 or self.epoch is None:
-            self._refuse_begin()
-        self._t0 = _now()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.end()
         return False
+
+    begin = __enter__
+
+    def end(self):
+        self.__exit__(None, None, None)
 
     def _refuse_begin(self):
         if self.epoch is None:
@@ -81,12 +80,16 @@ class StepRecorder:
         pauses[generation] += pause_ns
 
     @property
-    def open(self):
-        return bool(self._t0)
+    def recorded(self):
+        """Steps recorded in the open epoch."""
+        return self._flushed + self._n
+
+    def start_epoch(self, index):
+        self.epoch, self._flushed = index, 0
 
     def abandon(self):
         """Drop a step left open (its epoch raised) without recording it."""
-        self._t0, self.gc_ns = 0, None
+        self.open_ns, self.gc_ns = 0, None
 
     def discard(self):
         """Drop the buffered steps (their epoch was abandoned, unwritten)."""
@@ -98,6 +101,7 @@ class StepRecorder:
         if not n:
             return
         self._n = 0
+        self._flushed += n
         gc_steps, self._gc_steps = self._gc_steps, {}
         starts = np.frombuffer(self._starts, np.int64, n)
         ends = np.frombuffer(self._ends, np.int64, n)
