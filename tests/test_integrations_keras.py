@@ -1,0 +1,37 @@
+"""Keras 3 (torch backend): `profiler run` injects a callback into Model.fit of an unmodified
+script; ProfilerCallback(session) for code that passes it itself."""
+
+import os
+
+import pytest
+
+from tests.scripts import meta, profiler, records, script
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+keras = pytest.importorskip("keras")
+pytestmark = pytest.mark.slow
+
+
+def test_fit_of_an_unmodified_script(tmp_path):
+    out = tmp_path / "fit"
+    profiler("run", "--out", out, script("keras_fit.py"), 3, env={"KERAS_BACKEND": "torch"})
+    rows = records(out)
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["steps"] for r in rows] == [8, 8, 8]        # 256 training samples (validation_split 0.2) / 32
+    assert meta(out)["meta"]["epochs_from"] == "keras" and meta(out)["status"] == "completed"
+
+
+def test_profiler_callback_in_code_and_fit_unpatched_after_a_run(tmp_path):
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import ProfilerCallback
+
+    fit_before = keras.Model.fit
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = np.zeros((40, 4), "float32"), np.zeros(40, "int32")
+    with Session(tmp_path / "run") as session:
+        model.fit(x, y, epochs=2, batch_size=10, verbose=0, callbacks=[ProfilerCallback(session)])
+    assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4]
+    assert keras.Model.fit is fit_before

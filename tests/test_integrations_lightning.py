@@ -1,0 +1,36 @@
+"""Lightning: `profiler run` injects a callback into every Trainer of an unmodified script: train
+epochs and train batches; the sanity check and the validation batches are not steps."""
+
+import pytest
+
+from tests.scripts import meta, profiler, records, script
+
+pl = pytest.importorskip("pytorch_lightning")
+pytestmark = pytest.mark.slow
+
+
+def test_fit_with_validation_of_an_unmodified_script(tmp_path):
+    out = tmp_path / "fit"
+    profiler("run", "--out", out, script("lightning_fit.py"), 3)
+    rows = records(out)
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["steps"] for r in rows] == [8, 8, 8]        # 256 samples / 32; validation adds none
+    assert meta(out)["meta"]["epochs_from"] == "lightning" and meta(out)["status"] == "completed"
+
+
+def test_profiler_callback_in_code(tmp_path):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.lightning import ProfilerCallback
+    from tests.scripts.lightning_fit import Classifier
+
+    data = DataLoader(TensorDataset(torch.randn(40, 16), torch.randint(0, 2, (40,))), batch_size=10)
+    init_before = pl.Trainer.__init__
+    with Session(tmp_path / "run") as session:
+        trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator="cpu", callbacks=[ProfilerCallback(session)])
+        trainer.fit(Classifier(), data)
+    assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4]
+    assert pl.Trainer.__init__ is init_before

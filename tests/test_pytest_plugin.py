@@ -1,0 +1,105 @@
+"""The pytest plugin (entry point pytest11 `profiler`): a test that leaks fails with the finding
+in its message, a clean one passes; limits are checked; pytest's start-up imports nothing heavy."""
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+from profiler.integrations.pytest_plugin import Limits
+
+pytest_plugins = ["pytester"]
+
+LOOPS = """
+import pytest
+kept = []
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
+def test_leaks(profile_session):
+    for epoch in range(8):
+        with profile_session.epoch():
+            kept.append(bytearray(4_000_000))
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000, max_slowdown=0.5)
+def test_clean(profile_session):
+    for epoch in range(8):
+        with profile_session.epoch():
+            scratch = bytearray(4_000_000)
+            del scratch
+
+def test_unmarked():
+    assert True
+"""
+
+TORCH = """
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def train(keep_graphs):
+    model = torch.nn.Sequential(torch.nn.Linear(32, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = DataLoader(TensorDataset(torch.randn(256, 32), torch.randint(0, 2, (256,))), batch_size=32)
+    history = []
+    for epoch in range(6):
+        for x, y in data:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        val = sum(torch.nn.functional.cross_entropy(model(x), y) for x, y in data)  # no torch.no_grad()
+        history.append(val if keep_graphs else val.item())
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=500_000)
+def test_keeps_validation_graphs():
+    train(keep_graphs=True)
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=500_000)
+def test_keeps_numbers():
+    train(keep_graphs=False)
+"""
+
+
+def test_registered_as_a_pytest11_entry_point():
+    points = importlib.metadata.entry_points(group="pytest11")
+    assert any(p.name == "profiler" and p.value == "profiler.integrations.pytest_plugin" for p in points)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({}, ["give max_slowdown"]),
+    ({"max_slowdown": -0.1}, ["max_slowdown=-0.1"]),
+    ({"max_growth_bytes_per_epoch": "1MB"}, ["max_growth_bytes_per_epoch='1MB'"]),
+])
+def test_limits_refused(kwargs, words):
+    with pytest.raises(pytest.UsageError) as e:
+        Limits(**kwargs)
+    assert all(w in str(e.value) for w in words)
+
+
+@pytest.mark.slow
+def test_a_leaking_test_fails_with_the_finding_and_a_clean_one_passes(pytester):
+    pytester.makepyfile(test_loops=LOOPS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(failed=1, passed=2)
+    out = result.stdout.str()
+    assert "FAILED test_loops.py::test_leaks" in out
+    assert "profile_epochs: memory grows" in out and "allocation-growth" in out
+
+
+@pytest.mark.slow
+def test_torch_epochs_found_in_a_test_without_edits(pytester):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_torch=TORCH)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(failed=1, passed=1)
+    assert "FAILED test_torch.py::test_keeps_validation_graphs" in result.stdout.str()
+    assert "(6 epochs, completed)" in result.stdout.str()
+
+
+@pytest.mark.slow
+def test_loading_the_plugin_imports_nothing_heavy():
+    code = ("import sys, profiler.integrations.pytest_plugin; "
+            "print([m for m in ('numpy', 'psutil', 'scipy', 'matplotlib', 'numba', 'torch') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,229 @@
+"""profiler run SCRIPT.py / -m MODULE: the script sees what `python` would give it, its status and
+exit code are its own, epochs come from --epoch-fn/--step-fn or windows; Marks, GcPolicy and the
+function watch on their own (no Session needed)."""
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from profiler.errors import UsageError
+from profiler.integrations.functions import Target, wrap_calls
+from profiler.integrations.gc_policy import GcPolicy
+from profiler.integrations.marks import Marks
+from profiler.integrations.script import run_script
+from tests.scripts import meta, profiler, records
+
+PLAIN = """
+import json, sys
+seen = {"argv": sys.argv, "path0": sys.path[0], "name": __name__, "main": sys.modules["__main__"].__dict__ is globals()}
+
+class Trainer:
+    def fit_epoch(self):
+        for b in range(3):
+            step(b)
+
+def step(batch):
+    return [batch] * 10
+
+def train_epoch(n):
+    for b in range(n):
+        step(b)
+
+epochs = int(sys.argv[1])
+for epoch in range(epochs):
+    train_epoch(4)
+Trainer().fit_epoch()
+with open(sys.argv[2], "w") as f:
+    json.dump(seen, f)
+if len(sys.argv) > 3:
+    raise SystemExit(int(sys.argv[3])) if sys.argv[3].isdigit() else ValueError(sys.argv[3])
+"""
+
+
+@pytest.fixture
+def plain(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(PLAIN)
+    return path
+
+
+class FakeSession:
+    """Records the Session calls Marks makes."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *a: self.calls.append(name)
+
+
+def test_script_runs_as_main_with_its_argv_and_path(plain, tmp_path):
+    seen = tmp_path / "seen.json"
+    result = run_script(str(plain), ["3", str(seen)], out=tmp_path / "run", epoch_fn="train_epoch", step_fn="step")
+    got = json.loads(seen.read_text())
+    assert got == {"argv": [str(plain), "3", str(seen)], "path0": str(tmp_path), "name": "__main__", "main": True}
+    assert result.raised is None and (result.epochs, result.steps) == (3, 12)   # fit_epoch's steps: no epoch open
+    assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4, 4]
+    m = meta(tmp_path / "run")
+    assert m["status"] == "completed" and m["meta"]["epochs_from"] == "epoch-fn"
+    assert m["options"]["epoch_fn"] == "train_epoch" and sys.modules["__main__"].__dict__ is not None
+    assert sys.argv[0] != str(plain)
+
+
+def test_class_method_and_module_qualname(plain, tmp_path):
+    result = run_script(str(plain), ["2", str(tmp_path / "s.json")], out=tmp_path / "a", epoch_fn="Trainer.fit_epoch",
+                        step_fn="step")
+    assert (result.epochs, result.steps) == (1, 3)
+    (tmp_path / "helpers.py").write_text("def epoch():\n    return sum(range(100))\n")
+    (tmp_path / "uses.py").write_text("import helpers\nfor _ in range(5):\n    helpers.epoch()\n")
+    result = run_script(str(tmp_path / "uses.py"), [], out=tmp_path / "b", epoch_fn="helpers:epoch")
+    assert result.epochs == 5 and result.notes == []
+    assert "helpers" in sys.modules and not hasattr(sys.modules["helpers"].epoch, "__profiler_wraps__")
+    sys.modules.pop("helpers")
+
+
+def test_exit_status_follows_the_script(plain, tmp_path):
+    args = ["1", str(tmp_path / "s.json")]
+    result = run_script(str(plain), [*args, "0"], out=tmp_path / "zero", epoch_fn="train_epoch")
+    assert isinstance(result.raised, SystemExit) and meta(tmp_path / "zero")["status"] == "completed"
+    result = run_script(str(plain), [*args, "3"], out=tmp_path / "three", epoch_fn="train_epoch")
+    assert result.raised.code == 3 and meta(tmp_path / "three")["status"] == "failed"
+    result = run_script(str(plain), [*args, "boom"], out=tmp_path / "boom", epoch_fn="train_epoch")
+    assert isinstance(result.raised, ValueError) and meta(tmp_path / "boom")["error"] == "ValueError: boom"
+    assert len(records(tmp_path / "boom")) == 1    # the epoch before the error is kept
+
+
+def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import sys\ndef epoch():\n    pass\nfor _ in range(2):\n    epoch()\nopen(sys.argv[1], 'w').write(sys.argv[0] + '|' + __name__ + '|' + str(__spec__.name))\n")
+    monkeypatch.chdir(tmp_path)
+    result = run_script("mypkg", [str(tmp_path / "seen")], out=tmp_path / "run", module=True, epoch_fn="epoch")
+    assert result.raised is None and result.epochs == 2
+    assert (tmp_path / "seen").read_text() == f"{package / '__main__.py'}|__main__|mypkg.__main__"
+    with pytest.raises(UsageError, match="no module named 'nosuchmodule'"):
+        run_script("nosuchmodule", [], out=tmp_path / "x", module=True)
+
+
+def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
+    for kwargs, words in (({"epoch_fn": "train-epoch"}, "--epoch-fn 'train-epoch'"),
+                          ({"epoch_fn": ":x"}, "--epoch-fn ':x'"),
+                          ({"gc_policy": "manual:0"}, "manual needs a positive"),
+                          ({"gc_policy": "sometimes"}, "expected one of default")):
+        with pytest.raises(UsageError, match=words):
+            run_script(str(plain), [], out=tmp_path / "never", **kwargs)
+    assert not (tmp_path / "never").exists()
+    result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r", epoch_fn="no_such")
+    assert result.epochs == 0 and any("no_such: no such function" in n for n in result.notes)
+
+
+def test_marks_drop_a_torch_pass_without_steps_and_yield_to_a_framework():
+    session = FakeSession()
+    marks = Marks(session)
+    assert marks.begin_epoch("torch")                      # a validation pass
+    assert not marks.end_epoch("torch")                    # no step: dropped
+    assert marks.begin_epoch("torch") and marks.begin_step("torch")
+    marks.step_boundary("torch")
+    assert marks.end_epoch("torch") and (marks.epochs, marks.steps, marks.owner) == (1, 1, "torch")
+    assert marks.begin_epoch("torch")
+    assert marks.begin_epoch("lightning")                  # stronger: the torch pass is dropped
+    assert not marks.begin_step("torch") and marks.begin_step("lightning") and marks.end_step("lightning")
+    assert marks.end_epoch("lightning") and not marks.begin_epoch("torch")
+    assert session.calls == ["begin_epoch", "abandon_epoch", "begin_epoch", "begin_step", "end_step", "begin_step",
+                             "abandon_step", "end_epoch", "begin_epoch", "abandon_epoch", "begin_epoch",
+                             "begin_step", "end_step", "end_epoch"]
+
+
+def test_wrap_calls_marks_each_call_and_drops_one_that_raises():
+    events = []
+
+    def work(x):
+        if x < 0:
+            raise ValueError(x)
+        return x * 2
+
+    wrapped = wrap_calls(work, lambda: events.append("begin") or True, lambda: events.append("end"),
+                         lambda: events.append("drop"))
+    assert wrapped(2) == 4 and wrapped.__name__ == "work"
+    with pytest.raises(ValueError):
+        wrapped(-1)
+    assert events == ["begin", "end", "begin", "drop"]
+    with pytest.raises(UsageError, match="Class.NAME"):
+        Target("a.b-c", "--step-fn", None)
+
+
+def test_gc_policies_apply_at_training_start_and_restore():
+    was_enabled = gc.isenabled()
+
+    class Listeners:
+        on_training_start, on_step_end = [], []
+
+    policy = GcPolicy.parse("manual:3")
+    policy.attach(Listeners)
+    Listeners.on_training_start[0]()
+    assert not gc.isenabled()
+    full = []
+    gc.callbacks.append(lambda phase, info: phase == "start" and full.append(info["generation"]))
+    try:
+        for steps in range(1, 10):
+            Listeners.on_step_end[0](steps)
+    finally:
+        gc.callbacks.pop()
+    assert full == [2, 2, 2]
+    policy.restore()
+    assert gc.isenabled() == was_enabled
+    freeze = GcPolicy.parse("freeze")
+    freeze.start()
+    assert gc.get_freeze_count() > 0
+    freeze.restore()
+    assert gc.get_freeze_count() == 0
+    assert str(GcPolicy.parse("off")) == "off" and str(policy) == "manual:3"
+
+
+@pytest.mark.slow
+def test_windows_when_nothing_marks_epochs(tmp_path):
+    script = tmp_path / "sleepy.py"
+    script.write_text("import time\nfor _ in range(12):\n    time.sleep(0.1)\n")
+    result = run_script(str(script), [], out=tmp_path / "run", window_s=0.25)
+    assert result.epochs_from == "windows" and 3 <= result.epochs <= 4      # 1.2 s in 0.25 s windows
+    assert all(0.2 < r["wall_s"] < 0.4 for r in records(tmp_path / "run"))
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+@pytest.mark.slow
+def test_cli_prints_the_scripts_own_traceback_and_exits_with_its_code(plain, tmp_path):
+    proc = profiler("run", "--out", tmp_path / "boom", "--epoch-fn", "train_epoch", plain, 1, tmp_path / "s", "boom",
+                    check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and f'File "{plain}", line 24, in <module>' in lines[1]
+    assert "ValueError: boom" in proc.stderr and "profiler/" not in proc.stderr.split("ValueError")[0]
+    assert profiler("run", "--out", tmp_path / "three", plain, 1, tmp_path / "s", 3, check=False).returncode == 3
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--quiet", "--out", tmp_path / "ok", plain, 2, tmp_path / "s")
+    assert proc.returncode == 0 and len(records(tmp_path / "ok")) == 2
+    proc = profiler("run", "--epochs", "2", plain, check=False)
+    assert proc.returncode == 2 and "unrecognized arguments: --epochs" in proc.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_interrupted_130(tmp_path):
+    script = tmp_path / "forever.py"
+    script.write_text("import time\ndef epoch():\n    time.sleep(0.05)\nwhile True:\n    epoch()\n")
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--out", tmp_path / "run", "--epoch-fn", "epoch",
+                             script], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "run" / "epochs.jsonl").exists():
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert meta(tmp_path / "run")["status"] == "interrupted" and len(records(tmp_path / "run")) >= 1
