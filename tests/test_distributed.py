@@ -16,6 +16,7 @@ from profiler.errors import UsageError
 from profiler.integrations.launch import free_port, launcher_command, rank_argv, rank_env, rank_out_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "scripts"
 TIMEOUT = 120
 
 
@@ -137,27 +138,32 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
 
 
 @pytest.mark.slow
-def test_four_ranks_on_two_nodes_merge_when_copied_under_one_directory(tmp_path):
+def test_ddp_script_on_four_ranks_over_two_nodes_names_the_gc_straggler(tmp_path):
+    # a user's DDP script, unmodified, under torchrun's rendezvous as two "nodes" on 127.0.0.1;
+    # each node writes its own directory, and copies of both under one directory are one job
     pytest.importorskip("torch")
     port = free_port()
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "profiler", "run", "--out",
-         str(tmp_path / f"node{node}"), "mlp", "--epochs", "6", "--quiet", "--straggler-rank", "2"],
-        cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for node in range(2)]
+         str(tmp_path / f"node{node}"), str(SCRIPTS / "ddp_train.py"), "--epochs", "4"],
+        cwd=ROOT, env={**os.environ, **ENV, "STRAGGLER_RANK": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for node in range(2)]
     for node in nodes:
         out, _ = node.communicate(timeout=TIMEOUT)
         assert node.returncode == 0, out[-3000:]
-    assert sorted(p.name for p in (tmp_path / "node0").iterdir()) == ["rank-0", "rank-1"]
+    assert sorted(p.name for p in (tmp_path / "node1").iterdir()) == ["rank-2", "rank-3"]
     merged = tmp_path / "merged"
     for node in range(2):
         shutil.copytree(tmp_path / f"node{node}", merged / f"host-{node}")
     d = _report(merged)
     assert d["ranks"] == 4 and d["stragglers"]["rank"] == 2
     assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
+    assert d["primary_cause"] == "gc"
     ranks = d["rank_analysis"]["per_rank"]
-    assert [(r["rank"], r["local_rank"]) for r in ranks] == [(0, 0), (1, 1), (2, 0), (3, 1)]
+    assert [(r["rank"], r["local_rank"], r["steps"]) for r in ranks] == [(0, 0, 128), (1, 1, 128), (2, 0, 128),
+                                                                        (3, 1, 128)]
+    assert "Rank 2 holds the other ranks back" in _profiler("report", merged).stdout
 
 
 @pytest.mark.slow
