@@ -1,6 +1,8 @@
 """Multi-rank directories: finding and checking rank-N/ run directories, and the merged analysis on
 jobs with known answers (written by the tests: no training, no subprocess)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -164,3 +166,26 @@ def test_heatmap_marks_the_stragglers_bins_and_its_gc(tmp_path):
     assert np.all(h.stall_s[2] == pytest.approx(0.008, abs=0.0004))
     assert np.all(h.stall_s[:2] < 0.0004)
     assert h.gc2[2].all() and not h.gc2[:2].any()
+
+
+@pytest.mark.slow   # renders figures (about 3 s)
+def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_path, capsys):
+    from profiler.cli import main
+    a = synthetic_job(tmp_path / "a", 3, 200, straggler=1, every=10, pause_s=0.008)
+    b = synthetic_job(tmp_path / "b", 3, 200)
+    assert main(["report", str(a), "--html", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "Rank 1 holds the other ranks back" in out and "ranks        3, 200 steps aligned" in out
+    html = (tmp_path / "r.html").read_text()
+    assert "<h2>Ranks</h2>" in html and html.count("data:image/png") >= 2     # the heatmap, then rank 1's run
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "Rank 1 no longer straggles" in out
+    assert main(["compare", str(a), str(a / "rank-0")]) == 2
+    assert "is a multi-rank run and" in capsys.readouterr().err
+    assert main(["timeline", str(a), "--out", str(tmp_path / "t.json")]) == 0
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {0: "rank 0 (node-0)", 1: "rank 1 (node-0)", 2: "rank 2 (node-0)"}
+    steps = [e for e in events if e.get("cat") == "step" and e["pid"] == 2]
+    assert len(steps) == 200
