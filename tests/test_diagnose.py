@@ -1,6 +1,10 @@
 """analyze() on synthetic runs with known answers: each finding, its time and evidence, and runs
 that must get no finding."""
 
+import subprocess
+import sys
+import warnings
+
 import numpy as np
 import pytest
 
@@ -172,8 +176,34 @@ def test_incomplete_run_says_so(tmp_path):
     assert not d.complete and "incomplete" in text.verdict(d)
 
 
-def test_numpy_stays_quiet_on_zero_and_tiny_runs(tmp_path, recwarn):
-    analyze(from_walls(tmp_path / "one", [0.0]))
-    analyze(from_walls(tmp_path / "zeros", [0.0] * 10))
-    analyze(write_run(tmp_path / "steps", [epoch(0, 0.0)], steps=[(0, 0.0, 0.0, 0.0, 0.0, 0.0)]))
-    assert not [w for w in recwarn if "numpy" in str(w.filename) or issubclass(w.category, RuntimeWarning)]
+def test_numpy_stays_quiet_on_zero_and_tiny_runs(tmp_path):
+    from profiler.analysis import compare, scaling, series, step_series
+    from profiler.report import json_out, trace
+    from profiler.rundir import read_run
+    runs = [from_walls(tmp_path / "one", [0.0]), from_walls(tmp_path / "zeros", [0.0] * 10),
+            write_run(tmp_path / "steps", [epoch(0, 0.0)], steps=[(0, 0.0, 0.0, 0.0, 0.0, 0.0)])]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for run in runs:
+            json_out.render(analyze(run))
+            series(run)
+            step_series(read_run(run))
+            trace.write_run(run, tmp_path / "t.json")
+        json_out.render(compare(runs[0], runs[1]))
+        text.comparison(compare(runs[0], runs[1]))
+        json_out.render(scaling({1: runs[0], 2: runs[1]}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("history,cause", [("preallocated", "gc"), ("append", "none")])
+def test_the_axon_demo_runs_keep_their_diagnosis(tmp_path, history, cause):
+    # the demo's seed-1 runs, smaller: a preallocated history walked by a full collection every
+    # epoch is gc (steady share); the append history is clean
+    out = tmp_path / history
+    subprocess.run([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "50000", "--halt-after", "12",
+                    "--history", history, "--gc-collect", "epoch", "--out", str(out), "--quiet"],
+                   check=True, timeout=300, capture_output=True)
+    d = analyze(out)
+    assert d.primary_cause == cause, text.verdict(d)
+    if cause == "gc":
+        assert d.findings[0].pattern == "gc-steady" and d.gc.share_total > 0.3

@@ -66,3 +66,11 @@ def test_unwritable_trace_is_one_clear_error(tmp_path):
     run = write_run(tmp_path / "run", [epoch(0, 0.01)])
     with pytest.raises(RunWriteError, match="cannot write the trace"):
         trace.write_run(run, tmp_path / "no" / "such" / "dir" / "t.json")
+
+
+def test_non_finite_step_is_one_clear_error(tmp_path):
+    from profiler.errors import RunDirError
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 0.01, float("inf"), 0, 0, 0)])
+    with pytest.raises(RunDirError, match="steps.bin record 1 has wall_s inf"):
+        trace.write_run(run, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()

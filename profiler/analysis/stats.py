@@ -8,7 +8,8 @@ the fastest included; outliers and a level switch over part of a bin do not move
 quartile), the trend is fitted to those, and a change is called sustained only when the fitted
 change over the run is large enough and the run's last tenth still shows it (a level switch that
 reverted does not). Sen's confidence interval is
-reported, not required: it assumes independent points, which a machine that switches speeds is not. benchmarks/detection.py measures the false-alarm and detection
+reported, and required only for runs too short to bin (under 2 x TREND_BINS epochs): it assumes
+independent points, which a machine that switches speeds is not. benchmarks/detection.py measures the false-alarm and detection
 rates of `sustained` on seeded simulated runs (docs/findings.md).
 """
 
@@ -122,10 +123,11 @@ def change(x, y):
     relative = trend.slope * span / base
     low, high = trend.slope_low * span / base, trend.slope_high * span / base
     tail = float(np.quantile(y[-max(3, len(y) // 10):], QUANTILE)) / base - 1
+    short = len(y) < 2 * TREND_BINS   # too few epochs for bins to tame the noise: the interval must agree
     if relative > 0:
-        sustained = relative >= SLOWER and tail >= END_CHANGE
+        sustained = relative >= SLOWER and tail >= END_CHANGE and (low > 0 or not short)
     else:
-        sustained = relative <= FASTER and tail <= -END_CHANGE
+        sustained = relative <= FASTER and tail <= -END_CHANGE and (high < 0 or not short)
     return Change(float(relative), float(low), float(high), early, late, bool(sustained))
 
 

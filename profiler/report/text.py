@@ -260,14 +260,19 @@ def diagnosis(d):
     return "\n".join(lines)
 
 
+def relative(value, base):
+    """value against base as "+12.5%" ("-" when base is 0)."""
+    return f"{100 * (value / base - 1):+.1f}%" if base > 0 else "-"
+
+
 # -- compare and scaling -------------------------------------------------------------------------
 
 def comparison_verdict(c):
     a, b = c.a, c.b
     slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
     slow_is_a = slow is a
-    text = (f"{slow.label} takes {ms(slow.epoch_s)} per epoch, {fast.label} {ms(fast.epoch_s)} "
-            f"({slow.epoch_s / fast.epoch_s:.2f}x).")
+    text = (f"{slow.label} takes {ms(slow.epoch_s)} per epoch, {fast.label} {ms(fast.epoch_s)}"
+            + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
     best = [r for r in sorted(both, key=what_if) if what_if(r) < slow.epoch_s][:2]
@@ -276,7 +281,7 @@ def comparison_verdict(c):
         label = op_label(r.op, r.tags)
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
-                 f"({100 * (what_if(r) / slow.epoch_s - 1):+.1f}%).")
+                 f"({relative(what_if(r), slow.epoch_s)}).")
     if not best:
         text += " No op that both runs time is faster in the faster run."
     one_side = [r for r in c.rows if r.only_in is not None]
@@ -301,9 +306,9 @@ def comparison(c):
             lines.append(f"{label:34s} {cells}   only in {a if r.only_in == 'a' else b}")
             continue
         ratio = f"{r.ratio:5.2f}" if r.ratio is not None else "    -"
+        shares = "   ".join(f"{100 * x:6.1f}%" if x is not None else f"{'-':>7s}" for x in (r.a_share, r.b_share))
         lines.append(f"{label:34s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}"
-                     f"   {100 * r.a_share:6.1f}%  {100 * r.b_share:6.1f}%   {r.a_if_b_speed_s * 1e3:9.2f} ms"
-                     f" ({100 * (r.a_if_b_speed_s / c.a.epoch_s - 1):+.1f}%)")
+                     f"   {shares}   {r.a_if_b_speed_s * 1e3:9.2f} ms ({relative(r.a_if_b_speed_s, c.a.epoch_s)})")
     return "\n".join(lines)
 
 

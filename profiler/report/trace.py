@@ -18,11 +18,12 @@ them as one file, streaming, so a million steps never sit in memory as Python ob
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 
 from .. import rundir
-from ..errors import RunWriteError
+from ..errors import RunDirError, RunWriteError
 from ..rundir import ranks
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
@@ -68,10 +69,19 @@ def _gc_counter(pid, at, offset_s, values_ms):
             "args": {f"gen{g}": round(float(v), 6) for g, v in enumerate(values_ms)}}
 
 
+def _finite(block, fields, source, offset):
+    for name in fields:
+        bad = ~np.isfinite(block[name])
+        if bad.any():
+            raise RunDirError(f"{source} record {offset + int(np.argmax(bad))} has {name} "
+                              f"{block[name][np.argmax(bad)]}: not written by this profiler")
+
+
 def _steps(run, pid, offset_s):
     steps = run.steps()
     for a in range(0, len(steps), CHUNK):
         block = np.array(steps[a:a + CHUNK])
+        _finite(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / rundir.STEPS, a)
         for i, s in enumerate(block.tolist(), start=a):
             epoch, start, wall, g0, g1, g2 = s
             yield {"name": "step", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID, "ts": _us(start, offset_s),
@@ -84,7 +94,9 @@ def _steps(run, pid, offset_s):
 def _gc_events(run, pid, offset_s):
     events = run.gc_events()
     for a in range(0, len(events), CHUNK):
-        for start, duration, generation, collected in np.array(events[a:a + CHUNK]).tolist():
+        block = np.array(events[a:a + CHUNK])
+        _finite(block, ("start_s", "duration_s"), run.path / rundir.GC_EVENTS, a)
+        for start, duration, generation, collected in block.tolist():
             yield {"name": f"gc gen {generation}", "cat": "gc", "ph": "X", "pid": pid, "tid": GC_TID + generation,
                    "ts": _us(start, offset_s), "dur": _us(duration, 0.0), "args": {"collected": collected}}
 
@@ -98,20 +110,24 @@ def events(run, pid=0, offset_s=0.0, name=None):
 
 
 def write(path, streams):
-    """Write the events of every stream in `streams` to `path` as one trace; returns the event count."""
+    """Write the events of every stream in `streams` to `path` as one trace; returns the event count.
+    A trace that cannot be finished (damaged input, a full disk) is removed, not left half-written."""
+    path = Path(path)
     n = 0
     try:
-        out = open(path, "w", encoding="utf-8")
-    except OSError as e:
-        raise RunWriteError(f"cannot write the trace to {path}: {e}") from e
-    with out:
-        out.write('{"displayTimeUnit": "ms", "otherData": {"time_axis": "microseconds since the clock origin"},\n'
-                  ' "traceEvents": [\n')
-        for stream in streams:
-            for event in stream:
-                out.write((",\n" if n else "") + json.dumps(event, allow_nan=False, separators=(",", ":")))
-                n += 1
-        out.write("\n]}\n")
+        with open(path, "w", encoding="utf-8") as out:
+            out.write('{"displayTimeUnit": "ms", "otherData": {"time_axis": "microseconds since the clock origin"},\n'
+                      ' "traceEvents": [\n')
+            for stream in streams:
+                for event in stream:
+                    out.write((",\n" if n else "") + json.dumps(event, allow_nan=False, separators=(",", ":")))
+                    n += 1
+            out.write("\n]}\n")
+    except BaseException as e:
+        path.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise RunWriteError(f"cannot write the trace to {path}: {e}") from e
+        raise
     return n
 
 
