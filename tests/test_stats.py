@@ -9,6 +9,7 @@ from benchmarks.detection import rates
 from profiler.analysis import stats
 
 
+@pytest.mark.slow   # imports scipy (about a second)
 def test_theil_sen_matches_scipy():
     scipy_stats = pytest.importorskip("scipy.stats")
     rng = np.random.default_rng(0)
