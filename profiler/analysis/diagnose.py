@@ -105,9 +105,7 @@ def analyze(run_dir):
     early_s, late_s = change.early, change.late
     share = np.divide(pause, wall, out=np.zeros_like(wall), where=wall > 0)
     share_early, share_late = stats.early_late(share)
-    gc_early, gc_late = stats.early_late(pause)
-    delta = late_s - early_s
-    explained = float(np.clip((gc_late - gc_early) / delta, 0.0, 1.0)) if delta > 0 else 0.0
+    explained = fnd.gc_explained(records, change)
 
     steps = run.steps()
     if len(steps):   # fractions of the epochs' time: steps leave out the time between them
@@ -122,15 +120,13 @@ def analyze(run_dir):
 
     found = [fnd.gc_spikes(spikes, objs, site),
              growth := fnd.pause_growth(run.gc_events(), records, spikes, objs, site),
-             fnd.memory_growth(records, sites), fnd.compute_growth(records, change, ops),
+             fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site))
     ranked = fnd.rank([f for f in found if f is not None])
 
     tracked = [sum(r["gc"]["tracked"]) for r in records if r["gc"].get("tracked")]
-    rates = {k: fnd.growth_rate(idx, [v(r) for r in records]) for k, v in (
-        ("rss", lambda r: r["rss_bytes"]), ("malloc", lambda r: r.get("malloc_bytes")),
-        ("traced", lambda r: (r.get("heap") or {}).get("traced_bytes")))}
+    rates = fnd.memory_rates(records)
     workers = [r["workers"] for r in records if r.get("workers")]
     return Diagnosis(
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,

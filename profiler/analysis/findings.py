@@ -260,15 +260,25 @@ def gc_steady(records, spikes, growth_s, objs, site):
                             collections_per_epoch=collections.tolist(), objects=objs, site=site))
 
 
+def memory_series(records):
+    """{"rss", "malloc", "traced"}: each epoch's bytes (None where not recorded)."""
+    return {"rss": [r["rss_bytes"] for r in records],
+            "malloc": [r.get("malloc_bytes") for r in records],
+            "traced": [(r.get("heap") or {}).get("traced_bytes") for r in records]}
+
+
+def memory_rates(records):
+    """Growth in bytes per epoch of each memory series (None when it was not recorded)."""
+    idx = [r["epoch"] for r in records]
+    return {k: growth_rate(idx, v) for k, v in memory_series(records).items()}
+
+
 def memory_growth(records, sites):
     """Growing RSS, malloc or traced memory (the first that grows past its threshold)."""
     idx = np.array([r["epoch"] for r in records], float)
     if len(idx) < 4:
         return None
-    series = {"rss": [r["rss_bytes"] for r in records],
-              "malloc": [r.get("malloc_bytes") for r in records],
-              "traced": [(r.get("heap") or {}).get("traced_bytes") for r in records]}
-    rates = {k: growth_rate(idx, v) for k, v in series.items()}
+    series, rates = memory_series(records), memory_rates(records)
     span = idx[-1] - idx[0]
     rss0 = float(records[0]["rss_bytes"])
     limits = {"traced": TRACED_LEAK_BYTES, "malloc": RSS_LEAK_BYTES,
@@ -300,16 +310,17 @@ def op_growth(records, op_series):
     return sorted(rows, key=lambda r: -r.growth_s)
 
 
-def compute_growth(records, epoch_change, ops):
-    if not (epoch_change.sustained and epoch_change.relative > 0):
+def gc_explained(records, epoch_change):
+    """Share of the late - early median epoch-time difference that GC pauses explain."""
+    gc_early, gc_late = stats.early_late([sum(r["gc"]["pause_s"]) for r in records])
+    delta = epoch_change.late - epoch_change.early
+    return float(np.clip((gc_late - gc_early) / delta, 0.0, 1.0)) if delta > 0 else 0.0
+
+
+def compute_growth(records, epoch_change, explained, ops):
+    if not (epoch_change.sustained and epoch_change.relative > 0) or explained >= GC_EXPLAINS:
         return None
     wall = np.array([r["wall_s"] for r in records])
-    pause = np.array([sum(r["gc"]["pause_s"]) for r in records])
-    gc_early, gc_late = stats.early_late(pause)
-    delta = epoch_change.late - epoch_change.early
-    explained = float(np.clip((gc_late - gc_early) / delta, 0.0, 1.0)) if delta > 0 else 0.0
-    if explained >= GC_EXPLAINS:
-        return None
     excess = float(np.clip(wall - epoch_change.early, 0, None).sum())
     grown = [o for o in ops if o.growth_s > 0 and o.change.sustained and o.change.relative > 0]
     return Finding("compute", "compute-growth", excess * (1 - explained) / wall.sum(),

@@ -175,7 +175,7 @@ def remedy(f):
     if f.pattern == "allocation-growth":
         site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
         if e.levels_off:
-            return (f"It levelled off: a cache or pool filled up. Bound it if that size is more than you expect"
+            return ("It levelled off: a cache or pool filled up. Bound it if that size is more than you expect"
                     + (f" ({site})." if site else "."))
         if site:
             return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
