@@ -2,6 +2,8 @@
 step, an epoch per training pass (validation passes are not epochs), DataLoader workers' memory,
 and --gc-policy compared. In-process: torch.track() on a loop, with its hooks gone afterwards."""
 
+import sys
+
 import pytest
 
 from tests.scripts import meta, patterns, profiler, records, report, script
@@ -94,3 +96,29 @@ def test_track_marks_a_loop_in_code_and_removes_its_hooks(tmp_path):
     assert dataloader.DataLoader.__iter__ is iter_before and dataloader._BaseDataLoaderIter.__next__ is next_before
     from torch.optim.optimizer import _global_optimizer_post_hooks
     assert not _global_optimizer_post_hooks
+
+
+def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):
+    from profiler.report.flamegraph import read_folded
+
+    def import_share(folded):
+        stacks = read_folded(folded)
+        imports = sum(n for s, n in stacks.items() if any("importlib._bootstrap" in f for f in s))
+        return imports / sum(stacks.values()), stacks
+
+    command = ["--", sys.executable, script("mnist_cnn.py"), 2, 512]
+    profiler("flamegraph", "--out", tmp_path / "all.svg", *command)
+    profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "first.svg", *command)
+    share_all, _ = import_share(tmp_path / "all.folded")
+    share_first, stacks = import_share(tmp_path / "first.folded")
+    assert share_all > 0.1 and share_first == 0.0, (share_all, share_first)   # measured 36% -> 0%
+    assert any("mnist_cnn.py" in frame for stack in stacks for frame in stack)
+
+
+def test_flamegraph_from_the_first_epoch_of_a_script_with_none(tmp_path):
+    (tmp_path / "idle.py").write_text("print('no training here')\n")
+    proc = profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "f.svg", "--", sys.executable,
+                    tmp_path / "idle.py", check=False)
+    assert proc.returncode == 1 and "before its first epoch began" in proc.stderr
+    proc = profiler("flamegraph", "--from-first-epoch", "--", "ls", check=False)
+    assert proc.returncode == 2 and "records a Python script" in proc.stderr

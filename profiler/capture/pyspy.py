@@ -31,9 +31,11 @@ def _said(text):
     return (errors or lines or ["(nothing)"])[0]
 
 
-def record(command, folded_path, *, rate=100):
+def record(command, folded_path, *, rate=100, env=None, pass_fds=(), wait=None):
     """Start `command` (a list), record it with py-spy until it ends, write collapsed stacks to
     folded_path. Returns the command's exit code (the stacks are kept whatever it is).
+    wait(process), when given, runs before py-spy attaches and returns whether to record: py-spy
+    records from then on (`profiler flamegraph --from-first-epoch` waits for the first epoch).
 
     The command is started here and py-spy attaches to its pid, so its exit code is known (py-spy
     run as a launcher exits 0 whatever the command did) and a command that ends before py-spy
@@ -44,8 +46,12 @@ def record(command, folded_path, *, rate=100):
     folded_path = Path(folded_path)
     folded_path.parent.mkdir(parents=True, exist_ok=True)
     folded_path.unlink(missing_ok=True)
-    target = subprocess.Popen([program, *command[1:]])
+    target = subprocess.Popen([program, *command[1:]], env=env, pass_fds=pass_fds)
     try:
+        if wait is not None and not wait(target):
+            code = target.wait()
+            raise FlamegraphError(f"{' '.join(command)} exited with code {code} before its first epoch began; "
+                                  f"nothing was recorded (profiler run shows where its epochs come from)")
         spy = subprocess.run([py_spy(), "record", "--pid", str(target.pid), "--format", "raw", "--rate", str(rate),
                               "--output", str(folded_path), "--nonblocking"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

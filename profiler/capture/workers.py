@@ -7,19 +7,63 @@ USS (pages only this process maps) and PSS (shared pages split between the share
 
 Workers of a non-persistent DataLoader exit when their pass is exhausted, before the epoch ends,
 so a background thread samples the live children every `interval` seconds and an epoch keeps the
-sample with the most private memory. Reading one child is a read of /proc/PID/smaps_rollup.
+sample with the most private memory. Children are listed from /proc/PID/task/TID/children where
+Linux offers it (psutil's listing reads every process on the machine), and one child's memory is
+one read of /proc/PID/smaps_rollup.
 """
 
+import os
+import sys
 import threading
 
 import psutil
 
 
+def _children_linux(pid):
+    """Child pids of `pid` and theirs, from /proc/PID/task/TID/children (no scan of all processes);
+    None where the kernel does not offer that file."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            if parent == pid:
+                return None
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                if parent == pid:
+                    return None
+                continue
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _children(process):
+    pids = _children_linux(process.pid) if sys.platform.startswith("linux") else None
+    if pids is None:
+        return process.children(recursive=True)
+    return [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
+
+
 def sample(process):
     """{"count", "uss_bytes", "pss_bytes"} summed over the live children of `process`."""
     count = uss = pss = 0
-    for child in process.children(recursive=True):
+    try:
+        children = _children(process)
+    except psutil.Error:
+        children = []
+    for child in children:
         try:
+            if child.status() == psutil.STATUS_ZOMBIE:   # exited, not yet reaped: no memory left
+                continue
             info = child.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

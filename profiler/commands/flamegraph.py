@@ -1,5 +1,6 @@
 """`profiler flamegraph`: a py-spy flamegraph of a scenario or any command, or a diff of two."""
 
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +18,36 @@ def _folded_for(path):
     return folded
 
 
+def _record_from_first_epoch(pyspy, command, folded, rate):
+    """Run `python [-m] SCRIPT args` as `python -m profiler run ... SCRIPT args`, which writes a
+    byte to a pipe when the first epoch begins (integrations/detect.py); py-spy attaches then."""
+    from ..integrations.detect import EPOCH_SIGNAL_FD
+    if len(command) < 2 or not Path(command[0]).name.startswith("python") or command[1].startswith("-") and \
+            command[1] != "-m":
+        raise UsageError("--from-first-epoch records a Python script: -- python train.py [args] "
+                         "(or -- python -m MODULE [args])")
+    run_dir = tempfile.mkdtemp(prefix="profiler-flame-run-")
+    command = [command[0], "-m", "profiler", "run", "--quiet", "--out", run_dir, *command[1:]]
+    read_end, write_end = os.pipe()
+    open_fds = {read_end, write_end}
+
+    def close(fd):
+        if fd in open_fds:
+            open_fds.discard(fd)
+            os.close(fd)
+
+    def first_epoch(process):
+        close(write_end)   # the child holds its own copy: EOF here means it ended without an epoch
+        return os.read(read_end, 1) == b"1"
+
+    try:
+        return pyspy.record(command, folded, rate=rate, env={**os.environ, EPOCH_SIGNAL_FD: str(write_end)},
+                            pass_fds=(write_end,), wait=first_epoch)
+    finally:
+        close(read_end)
+        close(write_end)
+
+
 class FlamegraphCommand:
     name = "flamegraph"
     help = "py-spy flamegraph of a scenario or any command, or a diff of two"
@@ -31,6 +62,9 @@ class FlamegraphCommand:
         p.add_argument("--out", default="flamegraph.svg", help="SVG path (default flamegraph.svg)")
         p.add_argument("--diff", nargs=2, metavar=("A", "B"), help="two .folded files (or their SVGs) to diff")
         p.add_argument("--rate", type=positive, default=100, help="samples per second (default 100)")
+        p.add_argument("--from-first-epoch", action="store_true",
+                       help="with -- python SCRIPT.py ... (or -m MODULE): run it under `profiler run` and record "
+                            "from its first epoch on, leaving imports and set-up out")
 
     @staticmethod
     def run(args):
@@ -46,10 +80,16 @@ class FlamegraphCommand:
         if bool(command) == bool(args.scenario):
             raise UsageError("give either a SCENARIO or -- COMMAND ... to record")
         if not command:
+            if args.from_first_epoch:
+                raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
+                                 "flamegraph is its training already)")
             tmp = tempfile.mkdtemp(prefix="profiler-flame-")
             command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, tmp, args.epochs)]
         folded = out.with_suffix(".folded")
-        code = pyspy.record(command, folded, rate=args.rate)
+        if args.from_first_epoch:
+            code = _record_from_first_epoch(pyspy, command, folded, args.rate)
+        else:
+            code = pyspy.record(command, folded, rate=args.rate)
         title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
         flamegraph.write_svg(flamegraph.read_folded(folded), out, title=title)
         print(f"wrote {out} (raw stacks: {folded})")
