@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in one process, side by side, written to docs/benchmarks.md.
 
-    python -m benchmarks [--quick] [--only kernels,engine,drift,overhead,startup]
+    python -m benchmarks [--quick] [--only kernels,engine,drift,overhead,startup,detection,ranks]
 """
 
 import argparse
@@ -14,7 +14,7 @@ if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], env)
 
-from . import detection, drift, engine, kernels, overhead, startup  # noqa: E402
+from . import detection, drift, engine, kernels, overhead, ranks, startup  # noqa: E402
 from .timing import machine  # noqa: E402
 
 SECTIONS = {
@@ -24,6 +24,7 @@ SECTIONS = {
     "overhead": ("Profiler overhead", overhead),
     "startup": ("Compile and start-up", startup),
     "detection": ("Analysis: false alarms, detection and speed on simulated runs", detection),
+    "ranks": ("Multi-rank runs: merged analysis against the number of ranks", ranks),
 }
 
 
@@ -62,7 +63,8 @@ def main():
                       "drift": lambda: module.run(long_epochs=600, halt=40, big=20_000),
                       "overhead": lambda: module.run(rounds=1),
                       "startup": module.run,
-                      "detection": lambda: module.run(runs=200, steps=200_000)}[name]()
+                      "detection": lambda: module.run(runs=200, steps=200_000),
+                      "ranks": lambda: module.run(ranks=(8, 64), steps=2_000)}[name]()
         else:
             result = module.run()
         table = module.markdown(result)
