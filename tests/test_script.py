@@ -4,7 +4,6 @@ function watch on their own (no Session needed)."""
 
 import gc
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -104,7 +103,8 @@ def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(
-        "import sys\ndef epoch():\n    pass\nfor _ in range(2):\n    epoch()\nopen(sys.argv[1], 'w').write(sys.argv[0] + '|' + __name__ + '|' + str(__spec__.name))\n")
+        "import sys\ndef epoch():\n    pass\nfor _ in range(2):\n    epoch()\n"
+        "open(sys.argv[1], 'w').write(sys.argv[0] + '|' + __name__ + '|' + str(__spec__.name))\n")
     monkeypatch.chdir(tmp_path)
     result = run_script("mypkg", [str(tmp_path / "seen")], out=tmp_path / "run", module=True, epoch_fn="epoch")
     assert result.raised is None and result.epochs == 2

@@ -5,8 +5,9 @@
     profiler run SCENARIO [scenario options]
 
 Options are read only before SCRIPT (or -m MODULE): everything after it is the script's. A name
-that is a built-in scenario and not an existing file is the scenario; its options follow it. The script's exit code is ours; its own exception prints as Python prints it (its
-traceback, not ours) and exits 1; Ctrl-C exits 130. Under torchrun each rank writes
+that is a built-in scenario and not an existing file is the scenario; its options follow it.
+The script's exit code is ours; its own exception prints as Python prints it (its traceback, not
+ours) and exits 1; Ctrl-C exits 130. Under torchrun each rank writes
 OUT/rank-<RANK>/; --nproc-per-node N starts torchrun itself.
 """
 
@@ -47,8 +48,10 @@ class RunCommand:
                          "edits (PyTorch DataLoader passes and optimizer steps, Keras fit, Lightning Trainer, "
                          "--epoch-fn, or fixed time windows); or train a built-in scenario ("
                          + ", ".join(SCENARIO_NAMES) + ") with its options after its name "
-                         "(profiler run mlp --help lists them). Options go before SCRIPT; what follows it is the script's.")
-        p.usage = "profiler run [options] (SCRIPT.py | -m MODULE) [args...]  |  profiler run SCENARIO [scenario options]"
+                         "(profiler run mlp --help lists them). Options go before SCRIPT; what follows it is the "
+                         "script's.")
+        p.usage = ("profiler run [options] (SCRIPT.py | -m MODULE) [args...]  |  "
+                   "profiler run SCENARIO [scenario options]")
         p.add_argument("--out", help="run directory (default runs/NAME-TIMESTAMP)")
         p.add_argument("--quiet", action="store_true", help="no progress bar or summary")
         p.add_argument("--tracemalloc", choices=tuple(TRACEMALLOC), default="off", help="deep memory capture")
@@ -152,7 +155,8 @@ def _run_script(args, target, rest):
         return _launch(args, _script_argv(args, target, rest), stem)
     out = str(rank_out_dir(args.out or _default_out(stem)))
     result = run_script(target, rest, out=out, module=args.as_module, tracemalloc=TRACEMALLOC[args.tracemalloc],
-                        epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy, window_s=args.window or 1.0)
+                        epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy,
+                        window_s=args.window or 1.0)
     raised = result.raised
     if isinstance(raised, KeyboardInterrupt):
         raise raised

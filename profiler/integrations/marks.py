@@ -10,10 +10,15 @@ Lightning's epochs already).
 A torch pass is a candidate: it becomes an epoch only if an optimizer step happened in it, so a
 validation pass is dropped at its end, unwritten.
 
+Only the thread that created Marks (the Session's) marks anything: a DataLoader iterated or an
+optimizer stepped in another thread (a prefetcher) is ignored, never an error in that thread.
+
 Listeners: `on_training_start` runs once, when the first non-window epoch or the first step
 begins (after set-up: where a GC policy freezes, and where a flamegraph starts recording);
 `on_step_end(total_steps)` runs between steps.
 """
+
+import threading
 
 STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
 STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
@@ -23,6 +28,7 @@ STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"
 class Marks:
     def __init__(self, session):
         self.session = session
+        self._thread = threading.get_ident()
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False
@@ -35,9 +41,13 @@ class Marks:
         self.on_step_end = []
         self.on_epoch_written = []
 
+    def in_thread(self):
+        """Whether the caller runs in the thread that marks (the Session's)."""
+        return threading.get_ident() == self._thread
+
     def allows(self, source):
-        """Whether `source` may mark epochs now (no stronger source has taken over)."""
-        return self.owner is None or STRENGTH[source] >= STRENGTH[self.owner]
+        """Whether `source` may mark epochs now (this thread, and no stronger source has taken over)."""
+        return self.in_thread() and (self.owner is None or STRENGTH[source] >= STRENGTH[self.owner])
 
     # -- epochs --------------------------------------------------------------------------------
     def begin_epoch(self, source):
@@ -59,7 +69,7 @@ class Marks:
 
     def end_epoch(self, source):
         """End the open epoch of `source`. A torch pass with no optimizer step is dropped."""
-        if self.open != source:
+        if self.open != source or not self.in_thread():
             return False
         if self.step_open:
             self.session.abandon_step()
@@ -77,7 +87,7 @@ class Marks:
         return True
 
     def drop_epoch(self, source):
-        if self.open == source:
+        if self.open == source and self.in_thread():
             self._drop()
 
     def _drop(self):
@@ -88,8 +98,11 @@ class Marks:
         self.open = None
 
     # -- steps ---------------------------------------------------------------------------------
+    def _steps_from(self, source):
+        return self.open is not None and source in STEP_SOURCES[self.open] and self.in_thread()
+
     def begin_step(self, source):
-        if self.step_open or self.open is None or source not in STEP_SOURCES[self.open]:
+        if self.step_open or not self._steps_from(source):
             return False
         self.busy = True
         try:
@@ -101,7 +114,7 @@ class Marks:
         return True
 
     def end_step(self, source):
-        if not self.step_open or source not in STEP_SOURCES[self.open]:
+        if not self.step_open or not self._steps_from(source):
             return False
         self.busy = True
         try:
@@ -117,7 +130,7 @@ class Marks:
 
     def drop_step(self, source):
         """Drop the open step unrecorded (it raised)."""
-        if self.step_open and source in STEP_SOURCES[self.open]:
+        if self.step_open and self._steps_from(source):
             self.session.abandon_step()
             self.step_open = False
 

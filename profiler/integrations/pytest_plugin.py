@@ -66,7 +66,8 @@ class Limits:
 
 def growth_per_epoch(diagnosis):
     a = diagnosis.allocation
-    return a.malloc_growth_bytes_per_epoch if a.malloc_growth_bytes_per_epoch is not None else a.rss_growth_bytes_per_epoch
+    malloc = a.malloc_growth_bytes_per_epoch
+    return malloc if malloc is not None else a.rss_growth_bytes_per_epoch
 
 
 def _limits(item):

@@ -72,6 +72,8 @@ class TorchHooks:
         return self._pass() if self._pass is not None else None
 
     def _pass_started(self, iterator):
+        if not self.marks.in_thread():
+            return
         current = self._current()
         if current is not None and current is not iterator:
             return                                          # nested in the pass in progress
@@ -83,7 +85,7 @@ class TorchHooks:
             self.marks.begin_step("torch")
 
     def _pass_ended(self, iterator):
-        if self._current() is iterator:
+        if self.marks.in_thread() and self._current() is iterator:
             self._pass = None
             self.marks.end_epoch("torch")
 
@@ -97,6 +99,8 @@ class TorchHooks:
                 self.marks.drop_epoch("torch")
 
     def _optimizer_stepped(self, optimizer, args, kwargs):
+        if not self.marks.in_thread():
+            return
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()
         self.marks.step_boundary("torch")
