@@ -196,6 +196,9 @@ def test_windows_when_nothing_marks_epochs(tmp_path):
     assert result.epochs_from == "windows" and 3 <= result.epochs <= 4      # 1.2 s in 0.25 s windows
     assert all(0.2 < r["wall_s"] < 0.4 for r in records(tmp_path / "run"))
     assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    from profiler import analyze
+    from profiler.report.text import verdict
+    assert "fixed time windows" in verdict(analyze(tmp_path / "run"))
 
 
 @pytest.mark.slow

@@ -223,6 +223,9 @@ def verdict(d):
                  f"memory is flat. Nothing to fix here.")
     if d.problems:
         text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
+    if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
+        text += (" Note: these epochs are fixed time windows, so epoch time cannot change; mark real epochs "
+                 "with profiler run --epoch-fn NAME (each call of NAME is an epoch) or session.epoch().")
     return text
 
 
