@@ -19,8 +19,9 @@ def _generations(by_gen):
 
 
 def straggler_evidence(s):
-    text_ = (f"Rank {s.rank} holds the other ranks back: in {s.steps:,} {s.unit}s ({text.pct(s.step_fraction)}, about "
-             f"one in {s.mean_interval:.0f}) it was {text.ms(s.stall_s / s.steps)} behind the median rank on average "
+    often = f"nearly every {s.unit}" if s.mean_interval < 1.5 else f"about one in {s.mean_interval:.0f}"
+    text_ = (f"Rank {s.rank} holds the other ranks back: in {s.steps:,} {s.unit}s ({text.pct(s.step_fraction)}, "
+             f"{often}) it was {text.ms(s.stall_s / s.steps)} behind the median rank on average "
              f"(median {text.ms(s.median_stall_s)}), and every other rank waited for it: {text.ms(s.stall_s)}, "
              f"{text.pct(s.time_fraction)} of the job's time. Its own GC pauses explain "
              f"{text.pct(s.gc_explained_fraction)} of it{_generations(s.gc_explained_by_generation)}")
