@@ -97,3 +97,13 @@ def test_scaling_is_labelled_from_the_runs_meta(tmp_path):
 def test_scaling_needs_two_runs(runs):
     with pytest.raises(UsageError, match="at least two"):
         scaling(runs)
+
+
+def test_meta_meta_that_is_not_an_object_labels_by_directory(tmp_path):
+    a = run_with_ops(tmp_path / "first", {("f", ()): 0.001}, 0.002)
+    b = run_with_ops(tmp_path / "second", {("f", ()): 0.001}, 0.002)
+    meta = json.loads((a / "meta.json").read_text())
+    meta["meta"] = "not an object"
+    (a / "meta.json").write_text(json.dumps(meta))
+    c = compare(a, b)
+    assert (c.a.label, c.b.label) == ("first", "second")
