@@ -59,6 +59,22 @@ def test_spikes_from_a_loader_buffer(tmp_path):
     assert d.steps.count == 36 * 20 and d.steps.gc_explained_fraction > 0.95
 
 
+def test_epoch_spikes_without_steps(tmp_path):
+    # no steps.bin: one epoch in three holds a full collection of 60-170 ms on top of ~100 ms
+    rng = np.random.default_rng(3)
+    records = []
+    for i in range(45):
+        pause = 0.060 + 0.110 * i / 44 if i % 3 == 2 else 0.0
+        records.append(epoch(i, 0.100 * rng.uniform(0.97, 1.03) + pause, pause=(0.0, 0.0, pause),
+                             collections=(0, 0, int(pause > 0))))
+    d = analyze(write_run(tmp_path / "run", records))
+    assert d.steps is None and d.primary_cause == "gc"
+    spikes = next(f for f in d.findings if f.pattern == "gc-spikes")
+    s = spikes.evidence.spikes
+    assert s.unit == "epoch" and s.count == 14 and s.gc_explained_fraction > 0.9 and s.generation == 2
+    assert "every 3 epochs" in text.remedy(spikes)
+
+
 def test_pauses_that_grow_with_uptime_are_projected(tmp_path):
     # one full collection per 10 s epoch, 10 ms at first growing 2 ms per epoch: 0.72 s per hour of uptime
     records, events = [], []

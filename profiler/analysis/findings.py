@@ -67,7 +67,7 @@ class GcSteady:
 @dataclass
 class GcSpikes:
     spikes: object                  # spikes.Spikes
-    every: float                    # items between spikes, on average
+    every: float                    # items between spikes of the generation with the most pause, on average
     objects: Objects | None
     site: str | None
 
@@ -203,8 +203,9 @@ def spike_counted(spikes):
 def gc_spikes(spikes, objs, site):
     if not spike_counted(spikes):
         return None
+    paused = spikes.count_by_generation[spikes.generation] or spikes.count
     return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
-                   GcSpikes(spikes, spikes.total / spikes.count, objs, site))
+                   GcSpikes(spikes, spikes.total / paused, objs, site))
 
 
 def pause_growth(events, records, spikes, objs, site):

@@ -112,9 +112,10 @@ def evidence(f):
                 f"per epoch)" + _objects(e.objects, e.site))
     if f.pattern == "gc-spikes":
         s = e.spikes
-        return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) take over {ms(s.threshold_s)} "
-                f"(median {ms(s.median_s)}, p99 {ms(s.p99_s)}, slowest {ms(s.max_s)}); their time above the median "
-                f"is {pct(s.time_fraction)} of the run, and {_gen(s.generation)} GC pauses inside them explain "
+        return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) are spikes, "
+                f"{s.count_by_generation[s.generation]:,} of them with a {_gen(s.generation)} collection inside "
+                f"(median {s.unit} {ms(s.median_s)}, p99 {ms(s.p99_s)}, slowest {ms(s.max_s)}); their time above the "
+                f"median is {pct(s.time_fraction)} of the run, and the GC pauses inside them explain "
                 f"{pct(s.gc_explained_fraction)} of it" + _objects(e.objects, e.site))
     if f.pattern == "gc-growing-pauses":
         source = "every full collection in gc_events.bin" if e.source == "gc_events" else "each epoch's mean full collection"
@@ -157,7 +158,7 @@ def remedy(f):
                 "(gc.set_threshold) so full collections run less often")
         return text + (f"; or drop the references that keep what {e.site} allocates alive." if e.site else ".")
     if f.pattern == "gc-spikes":
-        every = e.spikes.unit if e.every < 1.5 else f"{max(1, int(e.every)):,} {e.spikes.unit}s"
+        every = e.spikes.unit if e.every < 1.5 else f"{round(e.every):,} {e.spikes.unit}s"
         text = (f"After set-up call gc.freeze() and gc.disable(), then gc.collect() every {every} at the same point "
                 f"on every rank, so a pause lands where you chose it (and never makes one rank a straggler)")
         site = e.site or (e.objects.top_type_site if e.objects else None)
