@@ -118,7 +118,8 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
     assert d["ranks"] == 2 and d["stragglers"]["rank"] == 1
     assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
     assert d["stragglers"]["gc_explained_by_generation"][2] >= 0.5
-    assert d["findings"][0]["pattern"] == "rank-straggler" and d["primary_cause"] == "gc"
+    # ranked with rank 1's own findings (its steady GC share can cost as much): either way, GC
+    assert "rank-straggler" in [f["pattern"] for f in d["findings"]] and d["primary_cause"] == "gc"
     assert [r["rank"] for r in d["rank_analysis"]["per_rank"]] == [0, 1]
     assert {r["status"] for r in d["rank_analysis"]["per_rank"]} == {"completed"}
     text = _profiler("report", plain).stdout
