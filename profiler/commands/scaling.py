@@ -1,6 +1,5 @@
 """`profiler scaling SCENARIO --max-epochs ...`: does epoch time depend on max_epochs?"""
 
-import json
 from pathlib import Path
 
 from ..errors import UsageError
