@@ -230,3 +230,27 @@ def test_ctrl_c_is_interrupted_130(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
     assert meta(tmp_path / "run")["status"] == "interrupted" and len(records(tmp_path / "run")) >= 1
+
+
+@pytest.mark.slow
+def test_worker_probe_sums_children_and_their_growth():
+    from profiler.capture.workers import WorkerProbe
+
+    probe = WorkerProbe(interval=0.05)
+    assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0}
+    grow = "import sys, time\ntime.sleep(0.5)\nkept = bytearray(40_000_000)\nkept[::4096] = b'x' * len(kept[::4096])\n" \
+           "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n"
+    children = [subprocess.Popen([sys.executable, "-c", grow], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    probe.start()
+    try:
+        for child in children:
+            assert child.stdout.readline() == "ready\n"
+        reading = probe.take()
+    finally:
+        probe.stop()
+        for child in children:
+            child.kill()
+            child.wait()
+    assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
+    assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
+    assert probe.take()["count"] == 0

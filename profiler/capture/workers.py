@@ -6,8 +6,9 @@ pages one by one (pytorch issue 13246). RSS counts shared pages in every process
 USS (pages only this process maps) and PSS (shared pages split between the sharers) show it.
 
 Workers of a non-persistent DataLoader exit when their pass is exhausted, before the epoch ends,
-so a background thread samples the live children every `interval` seconds and an epoch keeps the
-sample with the most private memory. Children are listed from /proc/PID/task/TID/children where
+so a background thread samples the live children every `interval` seconds (and the PyTorch hooks
+sample just before a DataLoader shuts its workers down), and an epoch keeps the sample with the
+most private memory. Children are listed from /proc/PID/task/TID/children where
 Linux offers it (psutil's listing reads every process on the machine), and one child's memory is
 one read of /proc/PID/smaps_rollup.
 """
@@ -53,13 +54,13 @@ def _children(process):
     return [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
 
 
-def sample(process):
-    """{"count", "uss_bytes", "pss_bytes"} summed over the live children of `process`."""
-    count = uss = pss = 0
+def read(process):
+    """{pid: (uss, pss)} of the live children of `process`."""
     try:
         children = _children(process)
     except psutil.Error:
-        children = []
+        return {}
+    found = {}
     for child in children:
         try:
             if child.status() == psutil.STATUS_ZOMBIE:   # exited, not yet reaped: no memory left
@@ -67,16 +68,20 @@ def sample(process):
             info = child.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        count += 1
-        uss += info.uss
-        pss += getattr(info, "pss", 0)
-    return {"count": count, "uss_bytes": uss, "pss_bytes": pss}
+        found[child.pid] = (info.uss, getattr(info, "pss", 0))
+    return found
 
 
 class WorkerProbe:
-    def __init__(self, interval=0.5):
+    """Samples the children in a thread; take() gives the epoch's record:
+    {"count", "uss_bytes", "pss_bytes"} summed over the children at the sample with the most
+    private memory, and "uss_growth_bytes": how much their private memory grew since each was
+    first seen (a forked worker starts small; one that copies what it reads grows)."""
+
+    def __init__(self, interval=0.2):
         self.interval = interval
         self._process = psutil.Process()
+        self._first = {}             # pid -> USS when first seen
         self._peak = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -95,18 +100,27 @@ class WorkerProbe:
 
     def _run(self):
         while not self._stop.wait(self.interval):
-            self._keep(sample(self._process))
+            self.sample()
 
-    def _keep(self, reading):
+    def sample(self):
+        """Read the children now (also called just before a DataLoader shuts its workers down)."""
+        children = read(self._process)
         with self._lock:
+            for pid, (uss, _) in children.items():
+                self._first.setdefault(pid, uss)
+            reading = {"count": len(children), "uss_bytes": sum(u for u, _ in children.values()),
+                       "pss_bytes": sum(p for _, p in children.values()),
+                       "uss_growth_bytes": sum(max(u - self._first[pid], 0) for pid, (u, _) in children.items())}
             key = (reading["uss_bytes"], reading["count"])
             if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
                 self._peak = reading
+            return children
 
     def take(self):
         """The epoch's reading (its sample with the most private memory, the children alive now
         included), and a fresh start for the next epoch."""
-        self._keep(sample(self._process))
+        alive = self.sample()
         with self._lock:
             reading, self._peak = self._peak, None
+            self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
         return reading

@@ -18,12 +18,13 @@ from .marks import Marks
 
 
 class TorchHooks:
-    def __init__(self, marks, *, epochs=True, on_orphan_step=None):
+    def __init__(self, marks, *, epochs=True, on_orphan_step=None, before_workers_exit=None):
         """epochs: DataLoader passes are epochs (False: only steps, for epochs marked otherwise).
         on_orphan_step: called when an optimizer steps outside any epoch (a loop that batches
-        without a DataLoader), before the step is marked."""
+        without a DataLoader), before the step is marked. before_workers_exit: called when a
+        DataLoader is about to shut its worker processes down (their memory is largest then)."""
         self.marks, self.epochs = marks, epochs
-        self.on_orphan_step = on_orphan_step
+        self.on_orphan_step, self.before_workers_exit = on_orphan_step, before_workers_exit
         self._pass = None                   # weakref to the iterator of the pass in progress
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
@@ -47,6 +48,16 @@ class TorchHooks:
                 raise
 
         self._handle = register_optimizer_step_post_hook(self._optimizer_stepped)
+        workers = dataloader._MultiProcessingDataLoaderIter
+        if self.before_workers_exit is not None and "_shutdown_workers" in workers.__dict__:
+            shutdown = workers._shutdown_workers
+
+            def _shutdown_workers(iterator):
+                if not getattr(iterator, "_shutdown", True):
+                    hooks.before_workers_exit()
+                return shutdown(iterator)
+
+            self._patch(workers, "_shutdown_workers", _shutdown_workers)
         if not self.epochs:
             return
         self._patch(dataloader.DataLoader, "__iter__", __iter__)
