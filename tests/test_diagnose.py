@@ -157,6 +157,22 @@ def test_worker_copy_on_read(tmp_path):
     assert "numpy arrays" in text.remedy(d.findings[0]) and "gc.freeze()" in text.remedy(d.findings[0])
 
 
+def test_workers_reforked_every_epoch_that_grow_within_it(tmp_path):
+    records = [epoch(i, 0.01, rss=400 * MIB, workers={"count": 2, "uss_bytes": 60 * MIB, "pss_bytes": 70 * MIB,
+                                                        "uss_growth_bytes": 50 * MIB}) for i in range(10)]
+    d = analyze(write_run(tmp_path / "run", records))
+    f = d.findings[0]
+    assert f.pattern == "worker-copy-on-read" and f.evidence.uss_growth_in_epoch_bytes == 50 * MIB
+    assert "grew up to 50.0 MiB within one epoch" in text.evidence(f)
+
+
+def test_small_flat_workers_are_no_finding(tmp_path):
+    records = [epoch(i, 0.01, rss=400 * MIB, workers={"count": 4, "uss_bytes": 40 * MIB, "pss_bytes": 60 * MIB,
+                                                        "uss_growth_bytes": 1 * MIB}) for i in range(10)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert d.findings == [] and d.workers.count == 4
+
+
 def test_deep_capture_names_the_objects_each_collection_walks(tmp_path):
     records = []
     for i in range(30):

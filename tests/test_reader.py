@@ -40,9 +40,10 @@ def record(**changes):
     (record(epoch=5), ["line 3", "epoch 2 after epoch 5"]),
     (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
     (record(workers={"count": 2}), ["line 2", "workers"]),
+    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "start-negative"])
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
     first, _, last = lines(run)

@@ -6,8 +6,9 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     gc-growing-pauses   full collections that take longer as the run goes on (tracked objects pile up)
     allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
     compute-growth      a sustained slowdown that GC does not explain, by op
-    worker-copy-on-read child processes (DataLoader workers) whose private memory approaches or
-                        outgrows the parent's: reading shared Python objects copies their pages
+    worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
+                        parent's RSS or grows (across epochs, or within one since each worker
+                        started): reading shared Python objects copies their pages
 
 The GC findings split the run's GC time between them (spike pauses; the growth above the first
 full collection's duration, outside spikes; the rest), so their time fractions do not count a
@@ -127,7 +128,8 @@ class WorkerMemory:
     uss_bytes: int
     pss_bytes: int
     parent_rss_bytes: int
-    uss_growth_bytes_per_epoch: float
+    uss_growth_bytes_per_epoch: float   # trend of the workers' USS across epochs
+    uss_growth_in_epoch_bytes: int      # most the workers' USS grew within one epoch since each started
     growing: bool
     near_parent: bool
 
@@ -335,10 +337,12 @@ def worker_memory(records):
     epoch, last, parent = rows[-1]
     rate = growth_rate([e for e, _, _ in rows], [w["uss_bytes"] for _, w, _ in rows]) or 0.0
     span = rows[-1][0] - rows[0][0]
-    growing = len(rows) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rows[0][1]["uss_bytes"])
+    in_epoch = int(max(w.get("uss_growth_bytes") or 0 for _, w, _ in rows))   # workers re-forked every epoch
+    growing = ((len(rows) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rows[0][1]["uss_bytes"]))
+               or in_epoch >= RSS_LEAK_BYTES)
     near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
-                            float(rate), bool(growing), bool(near))
+                            float(rate), in_epoch, bool(growing), bool(near))
     if not (growing or near):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

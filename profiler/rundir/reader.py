@@ -123,8 +123,9 @@ def _check_optional(record):
                 return f"has heap.{key} that is not a list of objects with {', '.join(fields)}"
     workers = record.get("workers")
     if workers is not None and not (isinstance(workers, dict)
-                                    and all(_number(workers.get(k)) for k in ("count", "uss_bytes", "pss_bytes"))):
-        return f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'}} numbers"
+                                    and all(_number(workers.get(k)) for k in ("count", "uss_bytes", "pss_bytes"))
+                                    and _number(workers.get("uss_growth_bytes", 0))):
+        return f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes']}} numbers"
     return None
 
 
