@@ -9,8 +9,9 @@ tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plu
                until the window's extra cost (tracing plus snapshots, measured against the light
                epochs before it) is at most `budget` (10%) of the time since, so a leak that keeps
                growing is re-checked without costing more than the budget.
-Each snapshot also counts GC-tracked objects by type (objects.TypeGrowth): the types that grew
-most since the previous snapshot and where their newest objects were allocated ("top_types").
+Each snapshot (in auto mode, the last of each window) also counts GC-tracked objects by type
+(objects.TypeGrowth, a walk over every tracked object): the types that grew most since the
+previous count (the window's start) and where their newest objects were allocated ("top_types").
 Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
 frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
 Python objects. Each block is attributed to the innermost frame outside the standard library and
@@ -173,7 +174,8 @@ class HeapTracker:
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
         if (epoch + 1) % self.every == 0 or self.mode == "auto":
-            record["top_types"] = self.types.sample()   # before the snapshot adds objects of its own
+            if self.mode is True or self._window_left == 1:   # auto: once per window, at its last epoch
+                record["top_types"] = self.types.sample()   # before the snapshot adds objects of its own
             now = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now
