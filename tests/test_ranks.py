@@ -2,6 +2,7 @@
 jobs with known answers (written by the tests: no training, no subprocess)."""
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -189,3 +190,14 @@ def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_pa
     assert names == {0: "rank 0 (node-0)", 1: "rank 1 (node-0)", 2: "rank 2 (node-0)"}
     steps = [e for e in events if e.get("cat") == "step" and e["pid"] == 2]
     assert len(steps) == 200
+
+
+def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(tmp_path):
+    synthetic_job(tmp_path, 3, 200, straggler=2, every=10)
+    shutil.rmtree(tmp_path / "rank-1")
+    write_rank(tmp_path / "rank-1", 1, 3, np.zeros(0), status="running")
+    (tmp_path / "rank-1" / "epochs.jsonl").write_text("")
+    a = analyze_ranks(tmp_path)
+    assert a.aligned == 200 and a.stragglers.rank == 2
+    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0}]
+    assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]

@@ -94,7 +94,7 @@ class RankAnalysis:
     aligned: int                 # indices every rank finished
     warmup: int                  # of those, left out at the start
     job_time_s: float            # the aligned steps' time: per step the longest, with the time before it
-    median_s: float              # the job's median step (slowest rank per step)
+    median_s: float              # the job's median step (the longest, with the time before it)
     lost_s: float                # time the job lost waiting for stalled ranks
     lost_fraction: float
     straggled_steps: int         # aligned steps with a stall above the floor
@@ -108,6 +108,7 @@ class RankAnalysis:
 class RankHeatmap:
     """Stall by rank and step bin (max within the bin), for the rank x step figure."""
     unit: str
+    ranks: list                  # the rank of each row (a rank that finished nothing has none)
     edges: np.ndarray            # bin edges in aligned indices, len(bins) + 1
     stall_s: np.ndarray          # (ranks, bins) largest stall in the bin
     gc2: np.ndarray              # (ranks, bins) True where a generation-2 pause fell in the bin
@@ -187,7 +188,10 @@ def _rank(rank_dir, unit):
     gap_events = _gap_events(run, steps) if unit == "step" else None
     if gap_events is not None:    # collections between steps are the rank's GC time too
         pause = [p + float(gap_events[2][gap_events[1] == g].sum()) for g, p in enumerate(pause)]
-    total = float(wall.sum()) if unit == "epoch" else float(steps["start_s"][-1] + wall[-1] - steps["start_s"][0])
+    if unit == "step" and len(wall):
+        total = float(steps["start_s"][-1] + wall[-1] - steps["start_s"][0])   # the time between steps too
+    else:
+        total = float(wall.sum())
     used = epochs[warm_epochs:]
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if used else 0.0
     summary = RankSummary(
@@ -256,23 +260,25 @@ def _count(rank_dir, unit):
 
 
 def _open(run_dir):
-    """The checked rank directories, and the unit to align (steps when every rank has them)."""
+    """The checked rank directories, the unit to align (steps, when every rank that finished
+    anything recorded steps), and whether each rank takes part: a rank that died before writing a
+    step (or epoch) is reported, not aligned."""
     dirs = rank_dirs(run_dir)
-    unit = "step" if all(_count(d, "step") for d in dirs) else "epoch"
-    return dirs, unit
+    steps, epochs = [_count(d, "step") for d in dirs], [_count(d, "epoch") for d in dirs]
+    unit = "step" if any(steps) and all(s or not e for s, e in zip(steps, epochs)) else "epoch"
+    counts = steps if unit == "step" else epochs
+    if not any(counts):
+        raise rundir.RunDirError(f"no rank in {run_dir} finished an epoch: nothing to analyze")
+    return dirs, unit, [c > 0 for c in counts], min(c for c in counts if c)
 
 
 def analyze_ranks(run_dir):
     """Merge the ranks of a multi-rank run directory (RunDirError if they do not form one job)."""
-    dirs, unit = _open(run_dir)
+    dirs, unit, live, aligned = _open(run_dir)
     per_rank, sources, warm = zip(*(_rank(d, unit) for d in dirs))
-    counts = [s.steps if unit == "step" else s.epochs for s in per_rank]
-    aligned = min(counts)
-    if aligned == 0:
-        empty = [s.rank for s in per_rank if (s.steps if unit == "step" else s.epochs) == 0]
-        raise rundir.RunDirError(f"rank(s) {', '.join(map(str, empty))} in {run_dir} finished no {unit}s: "
-                                 f"nothing to align across ranks")
-    first = min(max(warm), aligned - 1)
+    sources = [source for source, taking_part in zip(sources, live) if taking_part]
+    ranks_of = np.array([d.rank for d, taking_part in zip(dirs, live) if taking_part])
+    first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
     collective = _collective(sources, first, aligned)
     n_used = aligned - first
     job = np.empty(n_used)           # the job's time per index: the longest step, with the time before it
@@ -282,7 +288,8 @@ def analyze_ranks(run_dir):
     for block in _blocks(sources, first, aligned):
         at = slice(block.start - first, block.stop - first)
         job[at] = (block.gap_s + block.wall_s).max(axis=0)
-        top[at], top_stall[at], top_gc[:, at] = _stalls(block, collective)
+        position, top_stall[at], top_gc[:, at] = _stalls(block, collective)
+        top[at] = ranks_of[position]
 
     median = float(np.median(job))
     straggled = top_stall > STALL_FLOOR * median
@@ -326,9 +333,9 @@ def analyze_ranks(run_dir):
 def rank_heatmap(run_dir, bins=400):
     """Each rank's largest stall (own time or GC above the median rank's) per bin of aligned steps,
     and the bins where it paused in a generation-2 collection."""
-    dirs, unit = _open(run_dir)
+    dirs, unit, live, aligned = _open(run_dir)
+    dirs = [d for d, taking_part in zip(dirs, live) if taking_part]
     _, sources, warm = zip(*(_rank(d, unit) for d in dirs))
-    aligned = min(_count(d, unit) for d in dirs)
     first = min(max(warm), aligned - 1)
     collective = _collective(sources, first, aligned)
     edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
@@ -341,7 +348,7 @@ def rank_heatmap(run_dir, bins=400):
             cols = which == b
             stall_map[:, b] = np.maximum(stall_map[:, b], stall[:, cols].max(axis=1))
             gc2_map[:, b] |= (block.gc_s[2][:, cols] > 0).any(axis=1)
-    return RankHeatmap(unit=unit, edges=edges, stall_s=stall_map, gc2=gc2_map)
+    return RankHeatmap(unit=unit, ranks=[d.rank for d in dirs], edges=edges, stall_s=stall_map, gc2=gc2_map)
 
 
 def diagnose_ranks(run_dir):
