@@ -61,15 +61,15 @@ def run(ranks=(8, 16, 64, 256), steps=10_000):
 def markdown(rows):
     lines = ["Merged analysis (`profiler report` on a multi-rank directory: `analyze_ranks`) of synthetic jobs, "
              "each analysis in a fresh process (best of 3 for time; memory under tracemalloc, and the process's peak "
-             f"RSS, of which the imports take {rows[0]['rss_base_bytes'] / 2**20:.0f} MiB). Steps are read in blocks of "
-             "at most 262,144 values across ranks, so memory stops growing once a block is full (32 ranks of "
+             f"RSS, of which the imports take {rows[0]['rss_base_bytes'] / 2**20:.0f} MiB). Steps are read in "
+             "blocks of at most 262,144 values across ranks, so memory stops growing once a block is full (32 ranks of "
              "10,000 steps).", "",
              "| ranks x steps | steps.bin on disk | time | peak traced memory | peak RSS | straggler found |",
              "|---|---|---|---|---|---|"]
     for r in rows:
+        found = f"rank {r['straggler']}" if r["straggler"] == r["expected"] else f"WRONG: {r['straggler']}"
         lines.append(f"| {r['ranks']} x {r['steps']:,} | {r['bin_bytes'] / 2**20:.1f} MiB | {r['s']:.2f} s | "
-                     f"{r['peak_bytes'] / 2**20:.1f} MiB | {r['rss_peak_bytes'] / 2**20:.0f} MiB | "
-                     f"{'rank ' + str(r['straggler']) if r['straggler'] == r['expected'] else 'WRONG: ' + str(r['straggler'])} |")
+                     f"{r['peak_bytes'] / 2**20:.1f} MiB | {r['rss_peak_bytes'] / 2**20:.0f} MiB | {found} |")
     return "\n".join(lines)
 
 

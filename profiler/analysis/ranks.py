@@ -325,7 +325,8 @@ def analyze_ranks(run_dir):
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs} for s in per_rank if s.status not in FINISHED]
     return RankAnalysis(
-        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, aligned=aligned, warmup=first, job_time_s=job_time, median_s=median,
+        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, aligned=aligned, warmup=first,
+        job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers, per_rank=list(per_rank), unfinished=unfinished)
 

@@ -71,7 +71,8 @@ def summary(ra):
     lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
              f"{COLLECTIVE[ra.collective]}",
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
-             f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s (median {ra.unit} {text.ms(ra.median_s)})"]
+             f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s "
+             f"(median {ra.unit} {text.ms(ra.median_s)})"]
     lines += [f"!            {line}" for line in unfinished(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
                   f"{'stalled':>8s} {'cost':>10s}"]
@@ -100,9 +101,9 @@ def _side(j):
 
 
 def comparison_verdict(c):
-    faster = c.step_ratio < 1
+    how = "faster" if c.step_ratio < 1 else "slower" if c.step_ratio > 1 else "the same"
     text_ = (f"{c.b.label} takes {text.ms(c.b.step_s)} per step against {text.ms(c.a.step_s)} for {c.a.label} "
-             f"({100 * (c.step_ratio - 1):+.1f}%: {'faster' if faster else 'slower' if c.step_ratio > 1 else 'the same'}); "
+             f"({100 * (c.step_ratio - 1):+.1f}%: {how}); "
              f"the time lost waiting for stalled ranks went from {text.ms(c.a.lost_s_per_step)} to "
              f"{text.ms(c.b.lost_s_per_step)} per step.")
     sa, sb = c.a.straggler, c.b.straggler

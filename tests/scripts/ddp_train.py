@@ -28,7 +28,8 @@ def main():
     data = TensorDataset(x, y)
     sampler = DistributedSampler(data, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=32, sampler=sampler)
-    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)))
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                                        torch.nn.Linear(64, 2)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     straggler = rank == int(os.environ.get("STRAGGLER_RANK", "-1"))
     history = [{"step": i, "loss": [0.0]} for i in range(50_000)] if straggler else []
