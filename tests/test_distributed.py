@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from profiler.errors import UsageError
-from profiler.integrations.launch import free_port, launcher_command, rank_argv, rank_env, rank_out_dir
+from profiler.integrations.launch import free_port, launch, launcher_command, rank_argv, rank_env, rank_out_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -40,6 +40,18 @@ def test_rank_argv_drops_the_launch_option_and_fixes_the_output():
     assert command[1:3] == ["-m", "torch.distributed.run"]
     assert command[command.index("--master-addr") + 1] == "127.0.0.1"
     assert command[-4:] == ["-m", "profiler", "run", "mlp"]
+
+
+def test_launch_refuses_to_nest_or_to_mix_jobs(tmp_path, monkeypatch):
+    (tmp_path / "old" / "rank-0").mkdir(parents=True)
+    with pytest.raises(UsageError, match="is not empty; choose a new --out"):
+        launch(2, ["run", "mlp"], tmp_path / "old")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="under torchrun, leave it out"):
+        launch(2, ["run", "mlp"], tmp_path / "new")
+    with pytest.raises(UsageError, match="belongs to `profiler run`"):
+        rank_argv(["report", "x"], "job")
 
 
 def _engine_worker(out, steps, world_size):
