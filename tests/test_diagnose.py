@@ -202,6 +202,11 @@ def test_findings_are_ranked_and_growing_memory_leads_only_without_a_costly_find
     assert patterns(d) == ["allocation-growth"] and d.primary_cause == "allocation"
 
 
+def test_too_short_a_run_tells_no_trend(tmp_path):
+    d = analyze(from_walls(tmp_path / "run", [0.010, 0.020, 0.030]))
+    assert text.verdict(d).startswith("3 epochs after the warm-up: too few to tell") and not d.epoch_time.slowdown
+
+
 def test_incomplete_run_says_so(tmp_path):
     run = from_walls(tmp_path / "run", [0.01] * 6, status="running")
     d = analyze(run)

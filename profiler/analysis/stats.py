@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MIN_POINTS = 8        # change(): fewer points tell no trend
 MAX_POINTS = 200      # slope(): Theil-Sen is O(n^2), so long series are reduced to bin medians first
 TREND_BINS = 15       # change(): bins whose lower quartiles the trend is fitted to
 QUANTILE = 0.25
@@ -117,7 +118,7 @@ def change(x, y):
     """The relative change of y over x and whether it is sustained (see the module docstring)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     early, late = early_late(y)
-    if len(y) < 8:
+    if len(y) < MIN_POINTS:
         return Change(0.0, 0.0, 0.0, early, late, False)
     bx, by = binned(x, y, TREND_BINS, QUANTILE)
     trend = theil_sen(bx, by)

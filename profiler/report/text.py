@@ -4,6 +4,7 @@ and the terminal reports. The JSON, HTML and figure renderers take their words f
 import textwrap
 
 from ..analysis import findings as fnd
+from ..analysis import stats
 from ..analysis.scaling import DEPENDS
 from . import rank_text
 
@@ -203,6 +204,10 @@ CAUSES = {"gc": "Garbage collection", "allocation": "Memory", "compute": "Comput
 def _headline(d):
     et = d.epoch_time
     times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
+    analysed = d.epochs - et.warmup_epochs_skipped
+    if analysed < stats.MIN_POINTS:
+        return (f"{analysed} epoch{'' if analysed == 1 else 's'} after the warm-up: too few to tell whether epoch "
+                f"time changes ({times}).")
     if et.slowdown and et.change.relative_low <= 0:
         return (f"Epochs may be getting slower: {times}; the trend adds {change(et.change)} over the run "
                 f"(its 95% interval includes no change).")
