@@ -264,9 +264,10 @@ def _open(run_dir):
     anything recorded steps), and whether each rank takes part: a rank that died before writing a
     step (or epoch) is reported, not aligned."""
     dirs = rank_dirs(run_dir)
-    steps, epochs = [_count(d, "step") for d in dirs], [_count(d, "epoch") for d in dirs]
-    unit = "step" if any(steps) and all(s or not e for s, e in zip(steps, epochs)) else "epoch"
-    counts = steps if unit == "step" else epochs
+    steps = [_count(d, "step") for d in dirs]
+    no_steps = [_count(d, "epoch") for d, s in zip(dirs, steps) if not s]   # epochs of the ranks without steps
+    unit = "step" if any(steps) and not any(no_steps) else "epoch"
+    counts = steps if unit == "step" else [_count(d, "epoch") for d in dirs]
     if not any(counts):
         raise rundir.RunDirError(f"no rank in {run_dir} finished an epoch: nothing to analyze")
     return dirs, unit, [c > 0 for c in counts], min(c for c in counts if c)
