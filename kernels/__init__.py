@@ -3,25 +3,42 @@
 Pure functions on numpy arrays; they know nothing of the engine or the profiler. Every kernel
 checks its arguments before any compiled code runs (see _checks for the dtype policy) and takes
 optional `out=` buffers so a training step need not allocate.
+
+`import kernels` is cheap: each kernel's module (and numba) is imported on first access.
+`kernels.isa_info()` reports the host's vector ISA and the micro-kernel block shape without
+importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by default.
 """
 
-from ._checks import LAYOUTS
-from .activations import relu_backward, relu_forward, sigmoid_backward, sigmoid_forward
-from .bias import broadcast_add_backward, broadcast_add_forward
-from .conv import conv2d_backward, conv2d_forward, conv2d_output_shape
-from .workspace import Workspace
-from .dense import dense_backward, dense_forward
-from .loss import softmax_cross_entropy
-from .optim import adadelta_update, adam_update, rmsprop_update, sgd_update
-from .pool import maxpool2d_backward, maxpool2d_forward
+import importlib
 
-__all__ = [
-    "LAYOUTS", "Workspace",
-    "broadcast_add_backward", "broadcast_add_forward",
-    "conv2d_backward", "conv2d_forward", "conv2d_output_shape",
-    "dense_backward", "dense_forward",
-    "maxpool2d_backward", "maxpool2d_forward",
-    "relu_backward", "relu_forward", "sigmoid_backward", "sigmoid_forward",
-    "softmax_cross_entropy",
-    "adadelta_update", "adam_update", "rmsprop_update", "sgd_update",
-]
+from ._isa import isa_info
+
+_MODULES = {
+    "LAYOUTS": "_checks", "Workspace": "workspace",
+    "relu_backward": "activations", "relu_forward": "activations",
+    "sigmoid_backward": "activations", "sigmoid_forward": "activations",
+    "broadcast_add_backward": "bias", "broadcast_add_forward": "bias",
+    "conv2d_backward": "conv", "conv2d_forward": "conv", "conv2d_output_shape": "conv",
+    "dense_backward": "dense", "dense_forward": "dense",
+    "softmax_cross_entropy": "loss",
+    "adadelta_update": "optim", "adam_update": "optim", "rmsprop_update": "optim", "sgd_update": "optim",
+    "maxpool2d_backward": "pool", "maxpool2d_forward": "pool",
+}
+
+__all__ = sorted(_MODULES) + ["BLOCK", "isa_info"]
+
+
+def __getattr__(name):
+    if name == "BLOCK":
+        importlib.import_module("._jit", __name__)   # settles the vector width, hence the block
+        return isa_info()["block"]
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

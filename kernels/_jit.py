@@ -13,10 +13,19 @@ wake-up stalls the whole region, while TBB's workers steal work and stay awake b
 back-to-back regions. numba's OpenMP layer stalled 3-10x under load here. pip's `tbb` puts
 libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there.
 
-numba leaves LLVM's SLP vectorizer off by default; conv's register-blocked micro-kernel needs it
-(a fully unrolled 6x16 block becomes twelve AVX2 FMAs only through SLP: 4 -> 45 GFLOP/s per core
-here), so it is switched on for this process unless the user set NUMBA_SLP_VECTORIZE. numba reads
-the flag each time it optimises a module, so this holds for every kernel compiled after import.
+On AVX-512 hosts the kernels compile for 512-bit vectors: LLVM's Intel server CPU models
+(skylake-avx512 to emeraldrapids) prefer 256-bit ones, so numba's code used only ymm registers there
+(the 6 x 16 block as twelve ymm FMAs) unless `-prefer-256-bit` is added to the host's feature
+list. That has to happen before numba creates its code generator (the first @njit anywhere in
+the process); if it already exists, or the user set NUMBA_CPU_FEATURES, the features stay as they
+are and the block falls back to AVX2's 6 x 16 unless PROFILER_KERNEL_BLOCK says otherwise
+(kernels/_isa.py).
+
+numba leaves LLVM's SLP vectorizer off by default; conv's layout copies in 8 x 8 blocks need it
+(they become vector loads and shuffles, 2-7x faster than element by element), so it is switched
+on for this process unless the user set NUMBA_SLP_VECTORIZE (the micro-kernel's FMAs no longer
+depend on it: kernels/_tile.py writes them as vector IR). numba reads the flag each time it
+optimises a module, so this holds for every kernel compiled after import.
 """
 
 import ctypes
@@ -26,6 +35,9 @@ import sys
 import types
 
 import numba
+from numba.core.registry import cpu_target
+
+from . import _isa
 
 
 def _tbb_loads():
@@ -53,6 +65,21 @@ if "NUMBA_THREADING_LAYER" not in os.environ:
 if "NUMBA_SLP_VECTORIZE" not in os.environ:
     numba.config.SLP_VECTORIZE = 1
 
+
+def _wide_vectors():
+    """Let LLVM use 512-bit vectors on an AVX-512 host (see above); whether the code will."""
+    if _isa.isa_info()["isa"] != "avx512":
+        return False
+    if "NUMBA_CPU_FEATURES" in os.environ:
+        return "-prefer-256-bit" in os.environ["NUMBA_CPU_FEATURES"]
+    if numba.config.CPU_FEATURES is None and "_toplevel_target_context" not in vars(cpu_target):
+        numba.config.CPU_FEATURES = _isa.host_features() + ",-prefer-256-bit"
+    return "-prefer-256-bit" in (numba.config.CPU_FEATURES or "")
+
+
+if not _wide_vectors():
+    _isa.narrow()
+
 PARALLEL_MIN = 1 << 16
 # fastmath without "nnan"/"ninf": reassociation lets reductions vectorise, but NaN and inf must
 # keep IEEE behaviour so a diverging loss reaches the caller as NaN (full fastmath makes it undefined)
@@ -60,25 +87,29 @@ FASTMATH = {"reassoc", "contract", "arcp", "nsz", "afn"}
 OPTIONS = {"cache": True, "fastmath": FASTMATH, "nogil": True, "error_model": "numpy"}
 
 
-def _compiled(fn, **extra):
-    """njit a copy of `fn` whose name carries the options: numba's disk cache is keyed on the
-    source file and the name, not the options, so this keeps twins apart and drops stale code
-    when the options change."""
+def _compiled(fn, env=None, key="", **extra):
+    """njit a copy of `fn` with the globals in `env` replaced (e.g. a block shape, named by `key`),
+    whose name carries the options and the key: numba's disk cache is keyed on the source file and
+    the name, not the options or the globals, so this keeps twins and block shapes apart and
+    drops stale code when the options change."""
     options = dict(OPTIONS, **extra)
     canonical = sorted((k, sorted(v) if isinstance(v, set) else v) for k, v in options.items())  # sets: no fixed order
-    canonical.append(("slp", numba.config.SLP_VECTORIZE))
+    canonical += [("slp", numba.config.SLP_VECTORIZE), ("key", key)]
     tag = hashlib.sha1(repr(canonical).encode()).hexdigest()[:8]
-    twin = types.FunctionType(fn.__code__, fn.__globals__, f"{fn.__name__}_{tag}", fn.__defaults__, fn.__closure__)
+    scope = dict(fn.__globals__, **env) if env else fn.__globals__
+    twin = types.FunctionType(fn.__code__, scope, f"{fn.__name__}_{tag}", fn.__defaults__, fn.__closure__)
     twin.__qualname__ = f"{fn.__qualname__}_{tag}"
+    twin.__module__ = fn.__module__
     return numba.njit(**options)(twin)
 
 
 class Kernel:
-    """A loop nest compiled serial and parallel; call with the work size first."""
+    """A loop nest compiled serial and parallel (each on its first call); call with the work size
+    first."""
 
-    def __init__(self, fn):
-        self.serial = _compiled(fn)
-        self.parallel = _compiled(fn, parallel=True)
+    def __init__(self, fn, env=None, key=""):
+        self.serial = _compiled(fn, env, key)
+        self.parallel = _compiled(fn, env, key, parallel=True)
         self.__name__ = fn.__name__
 
     def __call__(self, size, *args):
@@ -89,6 +120,8 @@ def kernel(fn):
     return Kernel(fn)
 
 
-def helper(fn):
+def helper(fn, env=None):
     """A function called from kernels: compiled into each caller (and cached with it)."""
+    if env:
+        fn = types.FunctionType(fn.__code__, dict(fn.__globals__, **env), fn.__name__, fn.__defaults__, fn.__closure__)
     return numba.njit(**{k: v for k, v in OPTIONS.items() if k != "cache"})(fn)

@@ -1,34 +1,85 @@
 """The one arithmetic micro-kernel of conv2d and dense: a P x J block of a matrix product held in
-registers while it accumulates over a strided reduction.
+registers while it accumulates over a strided reduction, and the block shapes it is built for.
 
 P x J = 6 x 16 float32 is twelve 8-wide AVX2 accumulators, the classic Haswell-class sgemm block
-(16 vector registers: 12 accumulators, 2 for the B row, 1 for the broadcast A element). numba
-compiles it to exactly that (vbroadcastss + 2 vmovups + 12 vfmadd231ps per step) provided LLVM's
-SLP vectorizer is on (kernels/_jit.py) and the block lives in a stack alloca, which LLVM promotes
-to registers; a numpy array in the loop is a heap object it cannot. It is a separate function (not
-inlined at numba IR level): inlined, the serial kernels came out scalar, 10x slower.
+(16 vector registers: 12 accumulators, 2 for the B row, 1 for the broadcast A element); on
+AVX-512 the default is 8 x 32, sixteen of the 32 zmm registers (kernels/_isa.py). Each reduction
+step is P broadcasts and P J-wide FMAs on one J-wide load of B, written as vector IR (_fma_rows)
+and compiled to exactly that (vbroadcastss + J/8 or J/16 vmovups + P*J/8 or P*J/16 vfmadd231ps).
+LLVM's own vectorisers made that code only for 6 x 16 on AVX2 (with the SLP vectorizer on): other
+shapes, and every 32-lane block on AVX-512, came out vectorised across the rows, with gathers and
+scatters on the accumulator (30-50x slower). The accumulator lives in a stack alloca, which LLVM
+keeps in registers over the reduction loop; a numpy array in the loop is a heap object it cannot.
+`tile` is a separate function (not inlined at numba IR level): inlined, the serial kernels came
+out scalar, 10x slower.
+
+The shape is a compile-time constant of every loop nest that uses it: such nests are `tiled`
+(compiled per Block on first use, `_kernel[block](size, ...)`), and the Python side reads the
+shape from the Block it was given. Any shape gives the same results; tests run several.
 """
 
+from llvmlite import ir
 from numba import prange, types, uint64
 from numba.core import cgutils
+from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._jit import helper, kernel
-
-P, J = 6, 16       # output block: 6 rows x 16 float32 lanes = twelve 8-wide AVX2 accumulators
-PJ = P * J
+from . import _isa
+from ._jit import Kernel, helper
 
 
 @intrinsic
-def _block(typingctx):
-    """A P*J float32 accumulator on the stack: LLVM promotes it to registers (a heap array is not)."""
+def _block(typingctx, size):
+    """A `size`-float float32 accumulator on the stack: LLVM keeps it in registers over the
+    reduction loops (a heap array it cannot)."""
+    if not isinstance(size, types.IntegerLiteral):
+        raise TypingError("_block needs a constant size")
+    n = size.literal_value
+
     def codegen(context, builder, signature, args):
-        return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=PJ)
-    return types.CPointer(types.float32)(), codegen
+        acc = cgutils.alloca_once(builder, context.get_value_type(types.float32), size=n)
+        acc.align = 64
+        return acc
+    return types.CPointer(types.float32)(size), codegen
 
 
-@helper
-def tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate, wrap=(0, 0, 0)):
+@intrinsic
+def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
+    """acc[p*J:(p+1)*J] += a[ao + min(p, pn-1)*sap] * b[bo:bo+J] for p < P, written as P
+    broadcasts and P J-wide vector FMAs on one J-wide load of b. Emitted as vector IR rather than
+    left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across the rows
+    instead, with gathers and scatters on the accumulator (30-50x slower)."""
+    if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
+        raise TypingError("_fma_rows needs constant rows and lanes")
+    p_, j_ = rows.literal_value, lanes.literal_value
+
+    def codegen(context, builder, signature, args):
+        accp, av, aov, sapv, pnv, bv, bov = args[:7]
+        i64, f32 = ir.IntType(64), ir.FloatType()
+        vec = ir.VectorType(f32, j_)
+        idx = [context.cast(builder, v, t, types.int64) for v, t in zip((aov, sapv, pnv, bov), signature.args[2:5] + (signature.args[6],))]
+        ao64, sap64, pn64, bo64 = idx
+        adata = context.make_array(signature.args[1])(context, builder, av).data
+        bdata = context.make_array(signature.args[5])(context, builder, bv).data
+        bptr = builder.bitcast(builder.gep(bdata, [bo64]), vec.as_pointer())
+        brow = builder.load(bptr, align=4)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{j_}f32")
+        last = builder.sub(pn64, ir.Constant(i64, 1))
+        zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), j_), [0] * j_)
+        for p in range(p_):
+            pc = ir.Constant(i64, p)
+            pm = builder.select(builder.icmp_signed("<", pc, pn64), pc, last)
+            aval = builder.load(builder.gep(adata, [builder.add(ao64, builder.mul(pm, sap64))]), align=4)
+            splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vec, ir.Undefined), aval,
+                                                                  ir.Constant(ir.IntType(32), 0)),
+                                           ir.Constant(vec, ir.Undefined), zero_mask)
+            slot = builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), vec.as_pointer())
+            builder.store(builder.call(fma, [splat, brow, builder.load(slot, align=4)]), slot, align=4)
+        return context.get_dummy_value()
+    return types.none(acc, a, ao, sap, pn, b, bo, rows, lanes), codegen
+
+
+def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate, wrap=(0, 0, 0)):
     """One P x J block of a product, held in registers over the whole reduction:
 
         out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + p*sap + r . a_steps] * b[b0 + r . b_steps + j]
@@ -43,7 +94,7 @@ def tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn,
     n1, n2, n3 = counts
     sa1, sa2, sa3 = a_steps
     sb1, sb2, sb3 = b_steps
-    acc = _block()
+    acc = _block(PJ)
     for q in range(PJ):
         acc[q] = 0.0
     for r1 in range(n1):
@@ -51,10 +102,7 @@ def tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn,
             for r3 in range(n3):
                 ao = a0 + r1 * sa1 + r2 * sa2 + r3 * sa3
                 bo = b0 + r1 * sb1 + r2 * sb2 + r3 * sb3
-                for p in range(P):
-                    av = a[uint64(ao + min(p, pn - 1) * sap)]
-                    for j in range(J):
-                        acc[p * J + j] += av * b[uint64(bo + j)]
+                _fma_rows(acc, a, ao, sap, pn, b, bo, P, J)
     if soj == 1:   # separate loop so the common contiguous store stays vectorised
         for p in range(pn):
             for j in range(jn):
@@ -72,12 +120,62 @@ def tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn,
             out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
 
 
-def padded(k):
-    """k rounded up to whole J-lane blocks."""
-    return -(-k // J) * J
+class Block:
+    """A micro-kernel block shape: P rows x J float32 lanes, with its compiled tile."""
+
+    def __init__(self, rows, lanes):
+        self.rows, self.lanes = rows, lanes
+        self.name = f"{rows}x{lanes}"
+        self.tile = helper(_tile, {"P": rows, "J": lanes, "PJ": rows * lanes})
+        self.env = {"P": rows, "J": lanes, "tile": self.tile}
+
+    def padded(self, k):
+        """k rounded up to whole J-lane blocks."""
+        return -(-k // self.lanes) * self.lanes
+
+    def __repr__(self):
+        return f"Block({self.name})"
 
 
-@kernel
+_BLOCKS = {}
+
+
+def block(spec=None):
+    """The Block for `spec` ("RxL", (R, L), a Block, or None: the machine's, kernels.BLOCK)."""
+    if isinstance(spec, Block):
+        return spec
+    if spec is None:
+        spec = _isa.isa_info()["block"]
+    if isinstance(spec, str):
+        shape = _isa.parse_block(spec, "block")
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2:
+        shape = _isa.parse_block(f"{spec[0]}x{spec[1]}", "block")
+    else:
+        raise TypeError(f"block must be 'RxL', (rows, lanes), a kernels block or None, got {type(spec).__name__}")
+    if shape not in _BLOCKS:
+        _BLOCKS[shape] = Block(*shape)
+    return _BLOCKS[shape]
+
+
+class Tiled:
+    """A loop nest that uses the block shape (globals P, J and tile): one Kernel per Block,
+    created on first use."""
+
+    def __init__(self, fn):
+        self.fn, self.__name__, self._kernels = fn, fn.__name__, {}
+
+    def __getitem__(self, blk):
+        k = self._kernels.get(blk.name)
+        if k is None:
+            k = self._kernels[blk.name] = Kernel(self.fn, blk.env, blk.name)
+        return k
+
+
+def tiled(fn):
+    return Tiled(fn)
+
+
+@tiled
 def _panels(src, dst):
     """dst[g, k, j] = src[k, g*J + j], zero past src's columns."""
     groups, k_, _ = dst.shape
@@ -93,11 +191,11 @@ def _panels(src, dst):
                 dst[g, k, j] = row[g * J + j] if g * J + j < n else 0.0
 
 
-def panels(workspace, name, b):
-    """A (K, N) B operand as (ceil(N/J), K, J) panels, so a block reads one contiguous 64-byte line
+def panels(blk, workspace, name, b):
+    """A (K, N) B operand as (ceil(N/J), K, J) panels, so a block reads one contiguous J-float run
     per step (read in place with N = 128, a block's lines are 512 bytes apart and share 8 of L1's
     64 sets)."""
     k, n = b.shape
-    out = workspace.take(name, (padded(n) // J, k, J))
-    _panels(out.size, b, out)
+    out = workspace.take(name, (blk.padded(n) // blk.lanes, k, blk.lanes))
+    _panels[blk](out.size, b, out)
     return out

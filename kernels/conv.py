@@ -3,8 +3,9 @@
 The first version did im2col in numba and the arithmetic in numpy's BLAS: the conv GEMMs are tall
 and skinny (C_out = 32 or 64 columns), where OpenBLAS reached 35-70 GFLOP/s here, and im2col/col2im
 moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP/s, the C_in = 3
-layer at 17). Now every kernel is the micro-kernel of _tile.py (a 6 x 16 block of outputs in
-twelve AVX2 registers over a strided reduction) reading straight from the (padded) input.
+layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
+registers over a strided reduction: 6 x 16 on AVX2, 12 x 32 on AVX-512; below "6" is P and "16" J)
+reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
@@ -39,10 +40,10 @@ from numba import prange, uint64
 
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
-from ._tile import J, P, padded, tile
+from ._tile import block as block_of, tiled
 
 
-@kernel
+@tiled
 def _forward_nhwc(xp, wk, s, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J."""
     bsz, hp, wp, c = xp.shape
@@ -58,7 +59,7 @@ def _forward_nhwc(xp, wk, s, y):
                      (1, kh_, kl), yf, (r * ow_ + ow0) * n + n0, n, 1, min(J, n - n0), False)
 
 
-@kernel
+@tiled
 def _forward_nchw_rows(xp, wp, wr, flat, y):
     """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are 6
     output channels x 16 positions of the planes, so x loads and y stores are contiguous vectors
@@ -78,7 +79,7 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
     lines = (blocks + per_row - 1) // per_row   # a row's worth of blocks per parallel iteration
     for it in prange(bsz * lines):
         b, line = it // lines, it % lines
-        for n0 in range(0, n, P):   # each 6-channel weight panel serves the line's blocks
+        for n0 in range(0, n, P):   # each P-channel weight panel serves the line's blocks
             for i in range(line * per_row, min(blocks, (line + 1) * per_row)):
                 q0 = i * J if flat else i // per_row * wp + i % per_row * J
                 row, col = q0 // wp, q0 % wp
@@ -90,14 +91,14 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
                      yf, ((b * n + n0) * oh_ + row) * ow_ + col, oh_ * ow_, 1, max(0, min(J, ow_ - col)), False, wrap)
 
 
-def _flat_rows(ow, wp):
+def _flat_rows(blk, ow, wp):
     """Whether flat blocks use more of their lanes than row blocks: a row of wp positions is
     shorter than the row's whole lane blocks. Flat blocks need rows of >= J positions, so that a
     block spans at most two rows."""
-    return J <= wp < padded(ow)
+    return blk.lanes <= wp < blk.padded(ow)
 
 
-@kernel
+@tiled
 def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
     with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
@@ -158,7 +159,7 @@ def _sum_parts(parts, transposed, dw):
                 dw[kh, t, j] = total
 
 
-@kernel
+@tiled
 def _backward_input_nhwc(dyp, wt, s, n, rows, dxp):
     """Rows rows[0]:rows[1] of the padded input grad dxp (B, Hp, Wp, C), from dyp (B, OH, OW, Np)
     and wt (KH, N, Lp) = w transposed, L = KW*C padded to J. Each row is owned by one iteration."""
@@ -276,41 +277,43 @@ def _shapes(x_shape, w_shape, layout, stride, padding):
     return n, c, h, wd, kh, kw, cout, oh, ow, pt, pl
 
 
-def _lanes(ws, name, a):
+def _lanes(blk, ws, name, a):
     """`a` with its last axis padded with zeros to whole J-lane blocks (itself if it already is)."""
     n = a.shape[-1]
-    if n % J == 0 and a.flags.c_contiguous:
+    if n % blk.lanes == 0 and a.flags.c_contiguous:
         return a
-    buf = ws.take(name, a.shape[:-1] + (padded(n),))
+    buf = ws.take(name, a.shape[:-1] + (blk.padded(n),))
     buf[..., n:] = 0.0
     buf[..., :n] = a
     return buf
 
 
-def _row_panels(ws, name, w):
+def _row_panels(blk, ws, name, w):
     """w (KH, KW, C, N) as (ceil(N/P), KH, KW, C, P) panels, zero past N, for _forward_nchw_rows."""
     kh, kw, c, n = w.shape
-    groups = -(-n // P)
-    buf = ws.take(name, (groups, kh, kw, c, P))
+    p = blk.rows
+    groups = -(-n // p)
+    buf = ws.take(name, (groups, kh, kw, c, p))
     for g in range(groups):
-        k = min(P, n - g * P)
-        buf[g, ..., :k] = w[..., g * P:g * P + k]
+        k = min(p, n - g * p)
+        buf[g, ..., :k] = w[..., g * p:g * p + k]
         buf[g, ..., k:] = 0.0
     return buf
 
 
-def _plane_floats(hp, wp):
+def _plane_floats(blk, hp, wp):
     """Floats per plane slot: hp*wp plus J of slack (a row block's lanes may run past the last row),
     rounded up to an odd number of 64-byte lines so the planes of one pixel spread over L1's sets
     (32x32 planes, 4 KB apart, all map to one set and thrash)."""
-    return (-(-(hp * wp + J) // 16) | 1) * 16
+    return (-(-(hp * wp + blk.lanes) // 16) | 1) * 16
 
 
 class _Plan:
     """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
-    def __init__(self, x, w, layout, stride, padding, workspace):
+    def __init__(self, x, w, layout, stride, padding, workspace, blk):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
+        self.blk = block_of(blk)
         self.nchw = layout == "NCHW"
         geometry = _shapes(self.x.shape, self.w.shape, layout, stride, padding)
         self.n, self.c, self.h, self.wd, self.kh, self.kw, self.cout, self.oh, self.ow, self.pt, self.pl = geometry
@@ -329,7 +332,7 @@ class _Plan:
 
     def planes(self, a, pt, pl, hp, wp, name):
         """NCHW `a` zero-padded to hp x wp at (pt, pl), as (B, C, plane) for the NCHW kernels."""
-        buf = self.ws.take(name, a.shape[:2] + (_plane_floats(hp, wp),))
+        buf = self.ws.take(name, a.shape[:2] + (_plane_floats(self.blk, hp, wp),))
         _planes(buf.size, a, pt, pl, hp, wp, buf)
         return buf
 
@@ -356,7 +359,7 @@ class _Plan:
 
     def dyp(self, dy):
         """dy as NHWC with whole lane blocks of channels (the weight grad's B operand)."""
-        return self.nhwc(dy, (self.n, self.oh, self.ow, padded(self.cout)), 0, 0, "conv2d.dyp")
+        return self.nhwc(dy, (self.n, self.oh, self.ow, self.blk.padded(self.cout)), 0, 0, "conv2d.dyp")
 
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
@@ -365,34 +368,38 @@ def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
     return (n, cout, oh, ow) if layout == "NCHW" else (n, oh, ow, cout)
 
 
-def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspace=None):
+def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspace=None, block=None):
     """Cross-correlation of x with w, no bias (add it with broadcast_add_forward).
 
     `workspace` (a kernels.Workspace kept by the caller) holds the scratch between calls;
-    without one, each call allocates its own.
+    without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
+    shape; the default is the machine's, kernels.BLOCK.
     """
-    plan = _Plan(x, w, layout, stride, padding, workspace)
+    plan = _Plan(x, w, layout, stride, padding, workspace, block)
+    blk = plan.blk
     y = out_buffer(out, plan.y_shape)
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
     if plan.nchw and stride == 1:
-        _forward_nchw_rows(plan.macs(), plan.x_planes(), plan.wp, _row_panels(plan.ws, "conv2d.wr", plan.w),
-                           _flat_rows(plan.ow, plan.wp), y)
+        _forward_nchw_rows[blk](plan.macs(), plan.x_planes(), plan.wp, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
+                                _flat_rows(blk, plan.ow, plan.wp), y)
         return y
-    wk = _lanes(plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
+    wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc(plan.macs(), plan.x_nhwc(), wk, stride, yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, stride, yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y
 
 
-def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, workspace=None, need_dx=True):
+def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, workspace=None, need_dx=True,
+                    block=None):
     """(dx, dw) for y = conv2d_forward(x, w); `out` is an optional (dx, dw) pair of buffers.
 
     need_dx=False skips the input gradient (a network's first layer has no use for it) and
-    returns (None, dw).
+    returns (None, dw). `block` as for conv2d_forward.
     """
-    plan = _Plan(x, w, layout, stride, padding, workspace)
+    plan = _Plan(x, w, layout, stride, padding, workspace, block)
+    blk = plan.blk
     dy = f32("dy", dy, 4)
     if dy.shape != plan.y_shape:
         raise ValueError(f"dy has shape {dy.shape}, but conv2d of x {plan.x.shape} with w {plan.w.shape} "
@@ -410,10 +417,10 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
     groups = max(1, min(plan.n, numba.get_num_threads()))
     full = (plan.n, plan.hp, plan.wp, plan.c)
-    xf = plan.x_nhwc(slack=J if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
+    xf = plan.x_nhwc(slack=blk.lanes if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if plan.nchw else plan.dyp(dy)
-    parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + ((cout, padded(kl)) if plan.nchw else (kl, padded(cout))))
-    _backward_weight(plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
+    parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + ((cout, blk.padded(kl)) if plan.nchw else (kl, blk.padded(cout))))
+    _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     if stride == 1:
@@ -423,19 +430,19 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         flipped = plan.w[::-1, ::-1].transpose(0, 1, 3, 2)
         if plan.nchw:
             dyq = plan.planes(dy, qt, ql, hq, wq, "conv2d.dyq")
-            wf = _row_panels(plan.ws, "conv2d.wf", flipped)
-            _forward_nchw_rows(plan.macs(), dyq, wq, wf, _flat_rows(plan.wd, wq), dx)
+            wf = _row_panels(blk, plan.ws, "conv2d.wf", flipped)
+            _forward_nchw_rows[blk](plan.macs(), dyq, wq, wf, _flat_rows(blk, plan.wd, wq), dx)
         else:
             dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
-            wf = _lanes(plan.ws, "conv2d.wf", flipped)
-            _forward_nhwc(plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, dx)
+            wf = _lanes(blk, plan.ws, "conv2d.wf", flipped)
+            _forward_nhwc[blk](plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, dx)
         return dx, dw
     dyp = plan.dyp(dy)
-    wt = _lanes(plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
+    wt = _lanes(blk, plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
     direct = not plan.nchw and full == dx.shape
     dxp = dx if direct else plan.ws.take("conv2d.dxp", full)
     rows = (plan.pt, min(plan.hp, plan.pt + plan.h))   # padding rows are never read back
-    _backward_input_nhwc(plan.macs(), dyp, wt, stride, cout, rows, dxp)
+    _backward_input_nhwc[blk](plan.macs(), dyp, wt, stride, cout, rows, dxp)
     if not direct:
         if plan.hp < plan.pt + plan.h or plan.wp < plan.pl + plan.wd:   # rows/columns no window reached
             dx[:] = 0.0

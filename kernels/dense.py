@@ -17,12 +17,11 @@ import numpy as np
 from numba import prange
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
-from ._jit import kernel
-from ._tile import J, P, padded, panels, tile
+from ._tile import block as block_of, panels, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
-_BAND = 8 * P   # rows per parallel iteration
+_BAND_BLOCKS = 8   # row blocks per parallel iteration
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone
 # Up to this batch the forward packs x rather than w: packing w copies K*N floats for M*K*N
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
@@ -30,7 +29,7 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 _SMALL_BATCH = 32
 
 
-@kernel
+@tiled
 def _matmul(a, sam, sak, b, m_, n, c, scm, scn, group):
     """C = A @ B for A[m, k] = a[m*sam + k*sak] and C[m, n] = c[m*scm + n*scn] (M x N): strides,
     so transposed operands and results need no copies; b holds B as (N/J, K, J) panels.
@@ -42,22 +41,23 @@ def _matmul(a, sam, sak, b, m_, n, c, scm, scn, group):
     _, k_, _ = b.shape
     bf = b.reshape(-1)
     groups = (n + group - 1) // group
-    for it in prange((m_ + _BAND - 1) // _BAND * groups):
-        m0, g0 = it // groups * _BAND, it % groups * group
+    band = _BAND_BLOCKS * P
+    for it in prange((m_ + band - 1) // band * groups):
+        m0, g0 = it // groups * band, it % groups * group
         for k0 in range(0, k_, _KB):
             kn = min(_KB, k_ - k0)
-            for r0 in range(m0, min(m_, m0 + _BAND), P):
+            for r0 in range(m0, min(m_, m0 + band), P):
                 for n0 in range(g0, min(n, g0 + group), J):
                     tile(a, r0 * sam + k0 * sak, sam, min(P, m_ - r0), (0, 0, sak), bf, n0 * k_ + k0 * J, (0, 0, J),
                          (1, 1, kn), c, r0 * scm + n0 * scn, scm, scn, min(J, n - n0), k0 > 0)
 
 
-def _group(m, n):
+def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
     each thread two iterations (a batch of 32 is one band)."""
-    bands = -(-m // _BAND)
-    groups = max(1, min(-(-n // J), -(-2 * numba.get_num_threads() // bands)))
-    return padded(-(-n // groups))
+    bands = -(-m // (_BAND_BLOCKS * blk.rows))
+    groups = max(1, min(-(-n // blk.lanes), -(-2 * numba.get_num_threads() // bands)))
+    return blk.padded(-(-n // groups))
 
 
 def _flat(a):
@@ -67,7 +67,7 @@ def _flat(a):
     return a.T.reshape(-1), 1, a.shape[0]
 
 
-def _product(ws, name, a, b, out):
+def _product(blk, ws, name, a, b, out):
     """out = a @ b, where a and out may be transposes of contiguous arrays. Products below
     OpenBLAS's own single-thread threshold go to numpy (its threads stay asleep, and numba's
     packing and dispatch would cost more than the product: the mlp's 250x2 @ 2x100)."""
@@ -76,7 +76,8 @@ def _product(ws, name, a, b, out):
         return np.matmul(a, b, out=out)
     af, sam, sak = _flat(a)
     of, scm, scn = _flat(out)
-    _matmul(m * k * b.shape[1], af, sam, sak, panels(ws, name, b), m, b.shape[1], of, scm, scn, _group(m, b.shape[1]))
+    _matmul[blk](m * k * b.shape[1], af, sam, sak, panels(blk, ws, name, b), m, b.shape[1], of, scm, scn,
+                 _group(blk, m, b.shape[1]))
     return out
 
 
@@ -87,30 +88,32 @@ def _check(x, w):
     return x, w
 
 
-def dense_forward(x, w, b, *, out=None, workspace=None):
+def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     """y = x @ w + b, with x (N, I), w (I, O), b (O,). `workspace` (a kernels.Workspace kept by
-    the caller) holds the packed operands between calls."""
+    the caller) holds the packed operands between calls; `block` ("RxL") picks the micro-kernel's
+    block shape (default: the machine's, kernels.BLOCK)."""
     x, w = _check(x, w)
     b = f32("b", b, 1)
     if b.shape[0] != w.shape[1]:
         raise ValueError(f"b {b.shape} must have one entry per output of w {w.shape}")
-    ws = check_workspace(workspace)
+    ws, blk = check_workspace(workspace), block_of(block)
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
     if x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
-        _product(ws, "dense.x", w.T, x.T, y.T)
+        _product(blk, ws, "dense.x", w.T, x.T, y.T)
     else:
-        _product(ws, "dense.w", x, w, y)
+        _product(blk, ws, "dense.w", x, w, y)
     return broadcast_add_forward(y, b, layout="NHWC", out=y)
 
 
-def dense_backward(x, w, dy, *, out=None, workspace=None):
-    """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple."""
+def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
+    """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple,
+    `block` as for dense_forward."""
     x, w = _check(x, w)
     dy = f32("dy", dy, 2)
     if dy.shape != (x.shape[0], w.shape[1]):
         raise ValueError(f"dy has shape {dy.shape}, expected {(x.shape[0], w.shape[1])} for x {x.shape}, w {w.shape}")
-    ws = check_workspace(workspace)
+    ws, blk = check_workspace(workspace), block_of(block)
     dx_out, dw_out, db_out = _triple(out)
     dx = out_buffer(dx_out, x.shape, "out[0] (dx)")
     dw = out_buffer(dw_out, w.shape, "out[1] (dw)")
@@ -119,8 +122,8 @@ def dense_backward(x, w, dy, *, out=None, workspace=None):
     no_overlap("out[0] (dx)", dx, inputs | {"out[1] (dw)": dw, "out[2] (db)": db})
     no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
     no_overlap("out[2] (db)", db, inputs)
-    _product(ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
-    _product(ws, "dense.dy", x.T, dy, dw)
+    _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
+    _product(blk, ws, "dense.dy", x.T, dy, dw)
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
 

@@ -14,6 +14,9 @@ from tests.conftest import f32
 
 LAYOUTS = ["NCHW", "NHWC"]
 RTOL, ATOL = 1e-4, 1e-4
+# the micro-kernel's block shapes: AVX2's and AVX-512's defaults, and an odd one (rows not a
+# divisor of the channel counts, lanes not a power of two); any shape runs on any ISA
+BLOCKS = ["6x16", "8x32", "5x24"]
 
 
 def close(ours, theirs, scale=1.0):
@@ -50,9 +53,10 @@ def torch_conv(x_nchw, w, stride, padding):
     return xt, wt, F.conv2d(xp, wt, stride=stride)
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @given(case=conv_cases())
-def test_conv2d_matches_torch(layout, case):
+def test_conv2d_matches_torch(layout, block, case):
     n, c, h, w_, kh, kw, cout, stride, padding, strided, seed = case
     rng = np.random.default_rng(seed)
     x, w = f32(rng, n, c, h, w_), f32(rng, kh, kw, c, cout)
@@ -60,9 +64,10 @@ def test_conv2d_matches_torch(layout, case):
     dy = f32(rng, *yt.shape)
     yt.backward(torch.tensor(dy))
     xl = maybe_strided(ref.to_layout(x, layout), strided)
-    y = K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding)
+    y = K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding, block=block)
     assert y.shape == K.conv2d_output_shape(xl.shape, w.shape, layout=layout, stride=stride, padding=padding)
-    dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding)
+    dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding,
+                               block=block)
     close(ref.to_nchw(y, layout), yt.detach().numpy(), scale=kh * kw * c)
     close(ref.to_nchw(dx, layout), xt.grad.numpy(), scale=kh * kw * cout)
     close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=n * y.size / max(cout, 1))
@@ -95,20 +100,23 @@ def test_conv2d_layouts_agree_on_a_real_shape(rng):
     close(dw1, dw2, scale=100)
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("stride,padding", [(1, "same"), (1, "valid"), (2, "same")])
-def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, rng):
-    """Channel counts past one 6 x 16 register block and not a multiple of it (C_out 20, 38),
-    widths past one 16-lane row block: the edge handling of every kernel, both layouts."""
-    for n, c, h, cout in [(3, 7, 19, 20), (2, 33, 9, 38)]:
+def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng):
+    """Channel counts past one register block and not a multiple of it (C_out 20, 38, 70), widths
+    past one row block of lanes (and rows shorter than one): the edge handling of every kernel,
+    both layouts, every block shape."""
+    for n, c, h, cout in [(3, 7, 19, 20), (2, 33, 9, 38), (2, 3, 40, 70)]:
         x, w = f32(rng, n, c, h, h + 2), f32(rng, 3, 3, c, cout)
         xt, wt, yt = torch_conv(x, w, stride, padding)
         dy = f32(rng, *yt.shape)
         yt.backward(torch.tensor(dy))
         xl = ref.to_layout(x, layout)
-        close(ref.to_nchw(K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding), layout),
+        close(ref.to_nchw(K.conv2d_forward(xl, w, layout=layout, stride=stride, padding=padding, block=block), layout),
               yt.detach().numpy(), scale=9 * c)
-        dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding)
+        dx, dw = K.conv2d_backward(xl, w, ref.to_layout(dy, layout), layout=layout, stride=stride, padding=padding,
+                                   block=block)
         close(ref.to_nchw(dx, layout), xt.grad.numpy(), scale=9 * cout)
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=n * h * h)
 
@@ -172,29 +180,31 @@ def test_broadcast_add_finite_differences(layout, rng):
 
 @given(n=st.integers(1, 6), i=st.integers(1, 40), o=st.integers(1, 12), strided=st.booleans(),
        seed=st.integers(0, 2**31))
-def test_dense_matches_torch(n, i, o, strided, seed):
+@pytest.mark.parametrize("block", BLOCKS)
+def test_dense_matches_torch(block, n, i, o, strided, seed):
     rng = np.random.default_rng(seed)
     x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
     xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
     yt = xt @ wt + bt
     yt.backward(torch.tensor(dy))
     xs = maybe_strided(x, strided)
-    close(K.dense_forward(xs, w, b), yt.detach().numpy(), scale=i)
-    dx, dw, db = K.dense_backward(xs, w, dy)
+    close(K.dense_forward(xs, w, b, block=block), yt.detach().numpy(), scale=i)
+    dx, dw, db = K.dense_backward(xs, w, dy, block=block)
     close(dx, xt.grad.numpy(), scale=o)
     close(dw, wt.grad.numpy(), scale=n)
     close(db, bt.grad.numpy(), scale=n)
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [(70, 600, 130), (50, 700, 20), (5, 300, 400), (32, 520, 70)])
-def test_dense_blocked_products_match_a_float64_reference(n, i, o, rng):
+def test_dense_blocked_products_match_a_float64_reference(n, i, o, block, rng):
     """Sizes that take the numba path (past OpenBLAS's single-thread threshold): reduction blocks
     of 256, row bands of 48, column groups split for the threads, and their partial edges; batches
     up to 32 run the forward transposed (x packed, w read in place)."""
     x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
-    close(K.dense_forward(x, w, b), x64 @ w64 + b, scale=np.sqrt(i))
-    dx, dw, db = K.dense_backward(x, w, dy, workspace=K.Workspace())
+    close(K.dense_forward(x, w, b, block=block), x64 @ w64 + b, scale=np.sqrt(i))
+    dx, dw, db = K.dense_backward(x, w, dy, workspace=K.Workspace(), block=block)
     close(dx, dy64 @ w64.T, scale=np.sqrt(o))
     close(dw, x64.T @ dy64, scale=np.sqrt(n))
     close(db, dy64.sum(axis=0), scale=np.sqrt(n))

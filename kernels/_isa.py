@@ -1,0 +1,84 @@
+"""The host's vector ISA and the micro-kernel block shape chosen for it, without importing numba.
+
+The block (rows x lanes of float32 outputs held in registers, kernels/_tile.py) is sized for the
+register file: AVX2 has 16 256-bit registers, so 6 x 16 is twelve 8-float accumulators plus the
+B row and the broadcast; AVX-512 has 32 512-bit registers, where 6 x 16 is only six accumulators,
+too few independent FMAs to cover two FMA pipes' latency, and 8 x 32 is sixteen (12 x 32 and
+14 x 32, 24 and 28, measured no faster: the seed models' channel counts and row widths are
+multiples of 8, not of 12 or 14). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32) overrides the choice; any shape computes the right answer on any ISA, only the speed
+differs. The ISA follows what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when the
+user set them (e.g. NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2 code on an
+AVX-512 host), else the host CPU as LLVM sees it.
+"""
+
+import os
+
+ENV = "PROFILER_KERNEL_BLOCK"
+# rows x lanes per ISA; AVX-512's from measurements on an Emerald Rapids Xeon (docs/performance.md)
+DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
+MAX_ROWS, MAX_LANES = 32, 128
+
+
+def parse_block(text, source=ENV):
+    """(rows, lanes) from 'RxL', or a ValueError naming `source`."""
+    rows, sep, lanes = str(text).strip().lower().partition("x")
+    if sep and rows.isdigit() and lanes.isdigit():
+        r, lanes_ = int(rows), int(lanes)
+        if 1 <= r <= MAX_ROWS and 8 <= lanes_ <= MAX_LANES and lanes_ % 8 == 0:
+            return r, lanes_
+    raise ValueError(f"{source} must be ROWSxLANES with 1 <= ROWS <= {MAX_ROWS} and LANES a multiple of 8 "
+                     f"up to {MAX_LANES} (e.g. 6x16 for AVX2, 8x32 for AVX-512), got {text!r}")
+
+
+def _target():
+    """(cpu name, {feature: enabled}) as numba compiles: NUMBA_CPU_NAME and NUMBA_CPU_FEATURES
+    when set (numba takes the host's feature list even with a CPU name given, so emulating an
+    AVX2 machine needs both), else the host's."""
+    name, features = os.environ.get("NUMBA_CPU_NAME"), os.environ.get("NUMBA_CPU_FEATURES")
+    if name in (None, "host") or features is None:
+        import llvmlite.binding as llvm
+        name = llvm.get_host_cpu_name() if name in (None, "host") else name
+        features = host_features() if features is None else features
+    return name, {f[1:]: f[0] == "+" for f in features.split(",") if len(f) > 1 and f[0] in "+-"}
+
+
+def _isa(flags):
+    if flags.get("avx512f"):
+        return "avx512"
+    if flags.get("avx2") and flags.get("fma"):
+        return "avx2"
+    return "other"
+
+
+def _detect():
+    cpu, flags = _target()
+    isa = _isa(flags)
+    override = os.environ.get(ENV)
+    block = parse_block(override) if override else DEFAULT_BLOCKS[isa]
+    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}", "block_source": "env" if override else "isa"}
+
+
+_INFO = None
+
+
+def host_features():
+    import llvmlite.binding as llvm
+    return llvm.get_host_cpu_features().flatten()
+
+
+def narrow():
+    """The kernels compile for 256-bit vectors on this AVX-512 host (kernels/_jit.py): the
+    default block is AVX2's."""
+    info = isa_info()
+    if info["block_source"] == "isa" and info["isa"] == "avx512":
+        _INFO.update(block="{}x{}".format(*DEFAULT_BLOCKS["avx2"]), block_source="isa (256-bit vectors)")
+
+
+def isa_info():
+    """{"isa": "avx512" | "avx2" | "other", "cpu": LLVM's CPU name, "block": "RxL" (the default
+    micro-kernel block), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
+    llvmlite only (no numba import); computed once per process."""
+    global _INFO
+    if _INFO is None:
+        _INFO = _detect()
+    return dict(_INFO)

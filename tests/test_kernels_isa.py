@@ -1,0 +1,87 @@
+"""The host ISA, the micro-kernel block shape chosen for it and its override, and the AVX2 build
+on an AVX-512 host."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kernels as K
+from kernels import _isa
+
+# what LLVM enables for a Haswell: numba takes the host's list even with NUMBA_CPU_NAME set
+HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsbase,+lzcnt,+mmx,+movbe,+pclmul,+popcnt,"
+           "+rdrnd,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave,+xsaveopt,-avx512f,-avx512vl,-avx512bw,-avx512dq")
+
+
+def _run(code, **env):
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != _isa.ENV} | env)
+    return proc
+
+
+def test_isa_info_names_the_isa_the_cpu_and_the_block():
+    info = K.isa_info()
+    assert info["isa"] in ("avx512", "avx2", "other") and info["cpu"]
+    rows, lanes = _isa.parse_block(info["block"])
+    assert info["block"] == K.BLOCK == f"{rows}x{lanes}"
+
+
+def test_isa_info_does_not_import_numba():
+    proc = _run("import sys, kernels; info = kernels.isa_info(); print(info['block'], 'numba' in sys.modules)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[1] == "False"
+
+
+@pytest.mark.parametrize("text", ["6x16", "12X32", " 8x32 ", "5x24"])
+def test_block_shapes_parse(text):
+    rows, lanes = _isa.parse_block(text)
+    assert f"{rows}x{lanes}" == text.strip().lower()
+
+
+@pytest.mark.parametrize("text", ["6", "6x15", "0x16", "6x0", "64x16", "6x256", "axb", ""])
+def test_bad_block_shapes_are_named(text):
+    with pytest.raises(ValueError, match=_isa.ENV):
+        _isa.parse_block(text)
+    with pytest.raises(ValueError, match="block"):
+        K.dense_forward(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32), np.ones(4, np.float32),
+                        block=text)
+
+
+def test_the_environment_variable_sets_the_block():
+    proc = _run("import kernels; print(kernels.BLOCK, kernels.isa_info()['block_source'])", **{_isa.ENV: "8x32"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["8x32", "env"]
+    proc = _run("import kernels; kernels.BLOCK", **{_isa.ENV: "6x17"})
+    assert proc.returncode != 0 and _isa.ENV in proc.stderr and "'6x17'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_the_avx2_build_compiles_and_is_correct(tmp_path):
+    """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
+    AVX2's block, and conv2d and dense agree with a float64 reference. Its speed can only be
+    measured on an AVX2 machine."""
+    code = """
+import numpy as np, kernels as K
+from tests import reference as ref
+info = K.isa_info()
+assert (info["isa"], info["block"], K.BLOCK) == ("avx2", "6x16", "6x16"), info
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((4, 3, 12, 13)).astype(np.float32), rng.standard_normal((3, 3, 3, 20)).astype(np.float32)
+for layout in ("NCHW", "NHWC"):
+    xl = ref.to_layout(x, layout)
+    y = K.conv2d_forward(xl, w, layout=layout, padding="same")
+    np.testing.assert_allclose(y, ref.conv2d(xl, w, layout, 1, "same"), rtol=1e-4, atol=1e-4)
+a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
+np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
+k = K.conv._forward_nhwc[K.conv.block_of(None)]
+asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
+assert "vfmadd" in asm and "zmm" not in asm
+print("ok")
+"""
+    proc = _run(code, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL, NUMBA_CACHE_DIR=str(tmp_path),
+                PYTHONPATH=os.getcwd())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().endswith("ok")
