@@ -88,12 +88,12 @@ def read_run(path):
 
 
 def _number(value, nonneg=True):
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and (value >= 0 or not nonneg))
+    # type(), not isinstance(): JSON gives int, float or bool, and a bool is not a number here
+    return type(value) in (int, float) and math.isfinite(value) and (value >= 0 or not nonneg)
 
 
 def _numbers(values, count=3):
-    return isinstance(values, list) and len(values) == count and all(_number(v) for v in values)
+    return type(values) is list and len(values) == count and all(map(_number, values))
 
 
 def _check_optional(record):
