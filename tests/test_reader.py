@@ -42,8 +42,9 @@ def record(**changes):
     (record(workers={"count": 2}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
+    (record(heap={"traced_bytes": 1, "top_types": [{"count": 1, "count_diff": 1}]}), ["line 2", "heap.top_types"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative"])
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative", "top-type-unnamed"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
     first, _, last = lines(run)

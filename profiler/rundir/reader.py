@@ -116,11 +116,12 @@ def _check_optional(record):
     if heap is not None:
         if not isinstance(heap, dict) or not _number(heap.get("traced_bytes")):
             return f"has heap {heap!r}, not an object with traced_bytes"
-        for key, fields in (("top_growth", ("size_diff",)), ("top_types", ("count", "count_diff"))):
+        for key, name, fields in (("top_growth", "site", ("size_diff",)), ("top_types", "type", ("count", "count_diff"))):
             items = heap.get(key) or []
             if not isinstance(items, list) or not all(
-                    isinstance(i, dict) and all(_number(i.get(f), nonneg=False) for f in fields) for i in items):
-                return f"has heap.{key} that is not a list of objects with {', '.join(fields)}"
+                    isinstance(i, dict) and isinstance(i.get(name), str)
+                    and all(_number(i.get(f), nonneg=False) for f in fields) for i in items):
+                return f"has heap.{key} that is not a list of objects with {name}, {', '.join(fields)}"
     workers = record.get("workers")
     if workers is not None and not (isinstance(workers, dict)
                                     and all(_number(workers.get(k)) for k in ("count", "uss_bytes", "pss_bytes"))
