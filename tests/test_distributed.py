@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from profiler.cli import main
 from profiler.errors import UsageError
 from profiler.integrations.launch import free_port, launch, launcher_command, rank_argv, rank_env, rank_out_dir
 
@@ -103,30 +104,34 @@ def test_data_parallel_training_matches_one_process_on_the_global_batch(tmp_path
 ENV = {"NUMBA_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _profiler(*argv, timeout=TIMEOUT):
-    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, argv)], cwd=ROOT, env={**os.environ, **ENV},
-                          capture_output=True, text=True, timeout=timeout)
-    return proc
-
-
 def _job(out, *options, ranks=2):
-    proc = _profiler("run", "--nproc-per-node", ranks, "mlp", "--epochs", 6, "--quiet", "--out", out, *options)
+    """`profiler run --nproc-per-node RANKS mlp ...` in a fresh process (it starts torchrun)."""
+    argv = ["run", "--nproc-per-node", ranks, "mlp", "--epochs", 6, "--quiet", "--out", out, *options]
+    proc = subprocess.run([sys.executable, "-m", "profiler", *map(str, argv)], cwd=ROOT, env={**os.environ, **ENV},
+                          capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
-def _report(run_dir):
-    proc = _profiler("report", run_dir, "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+def _cli(capsys, *argv):
+    """`profiler ARGV` in this process (the analysis commands: no need for a fresh interpreter)."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def _report(capsys, run_dir):
+    return json.loads(_cli(capsys, "report", run_dir, "--json"))
 
 
 @pytest.mark.slow
-def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_changed(tmp_path):
+def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_changed(tmp_path, capsys):
     pytest.importorskip("torch")
     plain = _job(tmp_path / "default", "--straggler-rank", 1)
     frozen = _job(tmp_path / "freeze", "--straggler-rank", 1, "--gc-policy", "freeze")
-    d = _report(plain)
+    d = _report(capsys, plain)
     assert d["ranks"] == 2 and d["stragglers"]["rank"] == 1
     assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
     assert d["stragglers"]["gc_explained_by_generation"][2] >= 0.5
@@ -134,18 +139,16 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
     assert "rank-straggler" in [f["pattern"] for f in d["findings"]] and d["primary_cause"] == "gc"
     assert [r["rank"] for r in d["rank_analysis"]["per_rank"]] == [0, 1]
     assert {r["status"] for r in d["rank_analysis"]["per_rank"]} == {"completed"}
-    text = _profiler("report", plain).stdout
+    text = _cli(capsys, "report", plain)
     assert "Rank 1 holds the other ranks back" in text and "its own GC pauses explain" in text.replace("Its", "its")
-    proc = _profiler("compare", plain, frozen, "--json")
-    assert proc.returncode == 0, proc.stderr
-    c = json.loads(proc.stdout)
+    c = json.loads(_cli(capsys, "compare", plain, frozen, "--json"))
     assert c["a"]["gc_policy"] == "default" and c["b"]["gc_policy"] == "freeze"
     assert c["a"]["straggler"]["rank"] == 1
     assert c["step_ratio"] == pytest.approx(c["b"]["step_s"] / c["a"]["step_s"])
-    words = _profiler("compare", plain, frozen).stdout
+    words = _cli(capsys, "compare", plain, frozen)
     assert "freeze (gc-policy freeze) takes" in words and "lost waiting for stalled ranks went from" in words
     trace = tmp_path / "trace.json"
-    assert _profiler("timeline", plain, "--out", trace).returncode == 0
+    _cli(capsys, "timeline", plain, "--out", trace)
     events = json.loads(trace.read_text())["traceEvents"]
     hosts = [r["host"] for r in d["rank_analysis"]["per_rank"]]
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
@@ -153,7 +156,7 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
 
 
 @pytest.mark.slow
-def test_ddp_script_on_four_ranks_over_two_nodes_names_the_gc_straggler(tmp_path):
+def test_ddp_script_on_four_ranks_over_two_nodes_names_the_gc_straggler(tmp_path, capsys):
     # a user's DDP script, unmodified, under torchrun's rendezvous as two "nodes" on 127.0.0.1;
     # each node writes its own directory, and copies of both under one directory are one job
     pytest.importorskip("torch")
@@ -171,18 +174,18 @@ def test_ddp_script_on_four_ranks_over_two_nodes_names_the_gc_straggler(tmp_path
     merged = tmp_path / "merged"
     for node in range(2):
         shutil.copytree(tmp_path / f"node{node}", merged / f"host-{node}")
-    d = _report(merged)
+    d = _report(capsys, merged)
     assert d["ranks"] == 4 and d["stragglers"]["rank"] == 2
     assert d["stragglers"]["gc_explained_fraction"] >= 0.5, d["stragglers"]
     assert d["primary_cause"] == "gc"
     ranks = d["rank_analysis"]["per_rank"]
     assert [(r["rank"], r["local_rank"], r["steps"]) for r in ranks] == [(0, 0, 128), (1, 1, 128), (2, 0, 128),
                                                                         (3, 1, 128)]
-    assert "Rank 2 holds the other ranks back" in _profiler("report", merged).stdout
+    assert "Rank 2 holds the other ranks back" in _cli(capsys, "report", merged)
 
 
 @pytest.mark.slow
-def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_intact(tmp_path):
+def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_intact(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "job"
     job = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "mlp", "--epochs", "500",
@@ -199,13 +202,13 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
     finally:
         job.kill()
     assert job.returncode != 0 and "a rank failed" in output
-    d = _report(out)
+    d = _report(capsys, out)
     ra = d["rank_analysis"]
     dead = next(u for u in ra["unfinished"] if u["rank"] == 1)
     assert dead["rank"] == 1 and dead["status"] == "running" and dead["last_step"] >= 149
     assert ra["aligned"] == min(r["steps"] for r in ra["per_rank"])
     survivor = next(r for r in ra["per_rank"] if r["rank"] == 0)
     assert survivor["steps"] >= dead["steps"] - 1 and survivor["status"] != "running"   # its session ended cleanly
-    text = _profiler("report", out).stdout
+    text = _cli(capsys, "report", out)
     assert f"rank 1 did not finish (status running: killed, crashed, or still running); its last finished step is " \
            f"{dead['last_step']:,}" in text
