@@ -214,6 +214,10 @@ def test_cli_prints_the_scripts_own_traceback_and_exits_with_its_code(plain, tmp
     assert proc.returncode == 0 and len(records(tmp_path / "ok")) == 2
     proc = profiler("run", "--epochs", "2", plain, check=False)
     assert proc.returncode == 2 and "unrecognized arguments: --epochs" in proc.stderr
+    (tmp_path / "syntax.py").write_text("x = (1,\n")
+    proc = profiler("run", "--out", tmp_path / "syntax", tmp_path / "syntax.py", check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("SyntaxError: '(' was never closed")
+    assert not (tmp_path / "syntax").exists()
 
 
 @pytest.mark.slow

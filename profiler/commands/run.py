@@ -154,9 +154,13 @@ def _run_script(args, target, rest):
     if args.nproc_per_node:
         return _launch(args, _script_argv(args, target, rest), stem)
     out = str(rank_out_dir(args.out or _default_out(stem)))
-    result = run_script(target, rest, out=out, module=args.as_module, tracemalloc=TRACEMALLOC[args.tracemalloc],
-                        epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy,
-                        window_s=args.window or 1.0)
+    try:
+        result = run_script(target, rest, out=out, module=args.as_module, tracemalloc=TRACEMALLOC[args.tracemalloc],
+                            epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy,
+                            window_s=args.window or 1.0)
+    except SyntaxError as e:   # the script does not compile: Python's own message, nothing run or written
+        traceback.print_exception(type(e), e, None)
+        raise SystemExit(1) from None
     raised = result.raised
     if isinstance(raised, KeyboardInterrupt):
         raise raised
