@@ -23,13 +23,12 @@ CAPACITY = 8192   # steps buffered between writes: 2 x 64 KiB
 class StepRecorder:
     """`with recorder:` (or begin()/end()) times one step; `flush()` writes the buffered steps."""
 
-    __slots__ = ("epoch", "origin_ns", "sink", "gc_ns", "open_ns", "_n", "_capacity", "_starts", "_ends", "_gc_steps",
+    __slots__ = ("epoch", "origin_ns", "sink", "open_ns", "_n", "_capacity", "_starts", "_ends", "_gc_steps",
                  "_flushed")
 
     def __init__(self, origin_ns, sink, capacity=CAPACITY):
         self.origin_ns, self.sink = origin_ns, sink   # sink(bytes) appends packed records to steps.bin
         self.epoch = None        # index of the open epoch; steps happen only inside one
-        self.gc_ns = None        # [g0, g1, g2] pause inside the open step, set by the GC timer
         self._flushed = 0        # steps of the open epoch written already (the buffer filled)
         self.open_ns = 0         # perf_counter_ns at the start of the open step; 0 when none is open
         self._n = 0
@@ -37,6 +36,7 @@ class StepRecorder:
         self._starts = array.array("q", bytes(8 * capacity))
         self._ends = array.array("q", bytes(8 * capacity))
         self._gc_steps = {}      # buffer index -> [g0, g1, g2] ns, for the few steps a collection ran in
+                                 # (filled by the GC timer through add_gc, so a step itself never looks)
 
     def __enter__(self):
         if self.open_ns or self.epoch is None:
@@ -53,8 +53,6 @@ class StepRecorder:
         self._starts[n] = start
         self._ends[n] = end
         self.open_ns = 0
-        if self.gc_ns is not None:
-            self._gc_steps[n], self.gc_ns = self.gc_ns, None
         n += 1
         self._n = n
         if n == self._capacity:
@@ -72,13 +70,6 @@ class StepRecorder:
                              "(or between begin_epoch() and end_epoch())")
         raise UsageError("a step started inside another step: end it first (steps do not nest)")
 
-    def add_gc(self, generation, pause_ns):
-        """Called by the GC timer when a collection ends while a step is open."""
-        pauses = self.gc_ns
-        if pauses is None:
-            pauses = self.gc_ns = [0, 0, 0]
-        pauses[generation] += pause_ns
-
     @property
     def recorded(self):
         """Steps recorded in the open epoch."""
@@ -87,9 +78,18 @@ class StepRecorder:
     def start_epoch(self, index):
         self.epoch, self._flushed = index, 0
 
+    def add_gc(self, generation, pause_ns):
+        """Called by the GC timer when a collection ends while a step is open."""
+        pauses = self._gc_steps.get(self._n)
+        if pauses is None:
+            pauses = self._gc_steps[self._n] = [0, 0, 0]
+        pauses[generation] += pause_ns
+
     def abandon(self):
-        """Drop a step left open (its epoch raised) without recording it."""
-        self.open_ns, self.gc_ns = 0, None
+        """Drop a step left open (its epoch raised, or a framework's step did not finish)."""
+        if self.open_ns:
+            self.open_ns = 0
+            self._gc_steps.pop(self._n, None)
 
     def discard(self):
         """Drop the buffered steps (their epoch was abandoned, unwritten)."""
