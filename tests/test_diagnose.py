@@ -237,9 +237,10 @@ def test_the_axon_demo_runs_keep_their_diagnosis(tmp_path, history, cause):
     # the demo's seed-1 runs, smaller: a preallocated history walked by a full collection every
     # epoch is gc (steady share); the append history is clean
     out = tmp_path / history
-    subprocess.run([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "50000", "--halt-after", "12",
-                    "--history", history, "--gc-collect", "epoch", "--out", str(out), "--quiet"],
-                   check=True, timeout=300, capture_output=True)
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "50000", "--halt-after", "12",
+                           "--history", history, "--gc-collect", "epoch", "--out", str(out), "--quiet"],
+                          timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     d = analyze(out)
     assert d.primary_cause == cause, text.verdict(d)
     if cause == "gc":
