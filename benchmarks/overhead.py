@@ -55,7 +55,6 @@ out["import_profiler_s"] = time.perf_counter() - start
 out["after_import"] = tracked()
 start = time.perf_counter()
 from profiler import Session
-from profiler.capture.gc_timer import GcTimer
 out["import_session_s"] = time.perf_counter() - start
 out["after_session_import"] = tracked()
 session = Session(scratch + "/run")
