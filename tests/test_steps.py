@@ -171,9 +171,10 @@ def test_meta_ranks_are_null_outside_torchrun(tmp_path, monkeypatch):
 
 
 def grow(keep):
-    keep.extend([i] for i in range(3000))   # tracked lists that live on
+    keep.extend([i] for i in range(1000))   # tracked lists that live on
 
 
+@pytest.mark.slow
 def test_deep_capture_names_the_growing_type_and_where_it_is_allocated(tmp_path):
     keep = []
     with Session(tmp_path / "run", tracemalloc=True) as session:
@@ -182,7 +183,7 @@ def test_deep_capture_names_the_growing_type_and_where_it_is_allocated(tmp_path)
                 grow(keep)
     heap = read_run(tmp_path / "run").epochs[-1]["heap"]
     top = heap["top_types"][0]
-    assert top["type"] == "list" and top["count_diff"] >= 2500 and top["count"] >= top["count_diff"]
+    assert top["type"] == "list" and top["count_diff"] >= 900 and top["count"] >= top["count_diff"]
     assert top["site"].endswith(f"test_steps.py:{grow.__code__.co_firstlineno + 1}")
 
 
