@@ -16,7 +16,7 @@ from profiler.integrations.functions import Target, wrap_calls
 from profiler.integrations.gc_policy import GcPolicy
 from profiler.integrations.marks import Marks
 from profiler.integrations.script import run_script
-from tests.scripts import meta, profiler, records
+from tests.scripts import meta, profiler, records, report
 
 PLAIN = """
 import json, sys
@@ -191,14 +191,14 @@ def test_gc_policies_apply_at_training_start_and_restore():
 @pytest.mark.slow
 def test_windows_when_nothing_marks_epochs(tmp_path):
     script = tmp_path / "sleepy.py"
-    script.write_text("import time\nfor _ in range(12):\n    time.sleep(0.1)\n")
-    result = run_script(str(script), [], out=tmp_path / "run", window_s=0.25)
-    assert result.epochs_from == "windows" and 3 <= result.epochs <= 4      # 1.2 s in 0.25 s windows
-    assert all(0.2 < r["wall_s"] < 0.4 for r in records(tmp_path / "run"))
-    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-    from profiler import analyze
-    from profiler.report.text import verdict
-    assert "fixed time windows" in verdict(analyze(tmp_path / "run"))
+    script.write_text("import signal, time\nfor _ in range(12):\n    time.sleep(0.1)\n"
+                      "print(signal.getsignal(signal.SIGALRM))\n")
+    proc = profiler("run", "--window", "0.25", "--out", tmp_path / "run", script)
+    rows = records(tmp_path / "run")
+    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and 3 <= len(rows) <= 4   # 1.2 s
+    assert all(0.2 < r["wall_s"] < 0.4 for r in rows)
+    assert "epochs from windows" in proc.stderr and "Windows._tick" in proc.stdout   # while it ran
+    assert "fixed time windows" in report(tmp_path / "run")["verdict"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,6 @@ block ends, however it ends; the Session's meta gets "epochs_from".
 """
 
 import os
-import sys
 
 from . import functions
 from .gc_policy import GcPolicy
@@ -120,8 +119,7 @@ class Detection:
                 watcher.on_load("torch", lambda module: self._torch(epochs=False, on_orphan_step=None))
             return
         windows.start()
-        if "torch" not in sys.modules:   # imported already (a test session): its passes take over from windows
-            watcher.on_start("torch", windows.pause)
+        watcher.on_start("torch", windows.pause)   # at once if torch is imported already (a test session)
         watcher.on_load("torch", lambda module: self._torch(epochs=True, on_orphan_step=windows.start))
         watcher.on_load("keras", lambda module: self._keras())
         for package in lightning.PACKAGES:

@@ -20,6 +20,7 @@ epochs fail the test, since nothing can be judged from them. Run directories go 
 Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
 """
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -108,32 +109,39 @@ def profile_session(request):
         holder.close()
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)   # old-style: works with every pytest the plugin may meet
 def pytest_runtest_call(item):
     limits = _limits(item)
     if limits is None:
-        return (yield)
+        yield
+        return
     holder = item.stash.get(_session_key, None)
     if holder is not None:             # the test marks its epochs in profile_session
-        result = yield
+        outcome = yield
         holder.close()
         session = holder.session
     else:
         from profiler.capture import Session
         from profiler.integrations.detect import Detection
         session = Session(_run_dir(item), meta={"test": item.nodeid})
-        with session, Detection(session):
-            result = yield
-    _check(limits, session.run_dir)
-    return result
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(session)
+            stack.enter_context(Detection(session))
+            outcome = yield
+            stack.__exit__(*(outcome.excinfo or (None, None, None)))
+    if outcome.excinfo is None:        # a test that failed on its own is not judged
+        message = _breaches(limits, session.run_dir)
+        if message:
+            outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
 
 
-def _check(limits, run_dir):
+def _breaches(limits, run_dir):
+    """The failure message, or None when the run is within the limits."""
     from profiler import analyze
     from profiler.report import text
     diagnosis = analyze(run_dir)
     breaches = limits.breaches(diagnosis)
-    if breaches:
-        pytest.fail(f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"
-                    f"(run directory: {run_dir}; profiler report {run_dir} --html report.html for figures)",
-                    pytrace=False)
+    if not breaches:
+        return None
+    return (f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"
+            f"(run directory: {run_dir}; profiler report {run_dir} --html report.html for figures)")
