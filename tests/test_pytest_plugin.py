@@ -38,7 +38,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 def train(keep_graphs):
-    model = torch.nn.Sequential(torch.nn.Linear(32, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(32, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = DataLoader(TensorDataset(torch.randn(256, 32), torch.randint(0, 2, (256,))), batch_size=32)
     history = []
@@ -51,11 +51,11 @@ def train(keep_graphs):
         val = sum(torch.nn.functional.cross_entropy(model(x), y) for x, y in data)  # no torch.no_grad()
         history.append(val if keep_graphs else val.item())
 
-@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=500_000)
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
 def test_keeps_validation_graphs():
     train(keep_graphs=True)
 
-@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=500_000)
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
 def test_keeps_numbers():
     train(keep_graphs=False)
 """
