@@ -7,8 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
+from profiler.analysis import analyze
 from profiler.analysis import ranks as rank_analysis
 from profiler.analysis.ranks import analyze_ranks, rank_heatmap
+from profiler.report import text
 from profiler.rundir import RunDirError
 from profiler.rundir.ranks import is_multi_rank, rank_dirs
 
@@ -201,3 +203,18 @@ def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(t
     assert a.aligned == 200 and a.stragglers.rank == 2
     assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0}]
     assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]
+
+
+@pytest.mark.parametrize("cause", ["gc", "compute"])
+def test_gc_pauses_spread_over_every_rank_are_a_finding_of_their_own(tmp_path, cause):
+    # every rank collects now and then, each at its own steps: no straggler, but the job pays them all
+    synthetic_job(tmp_path, 4, 400, spread=0.05, pause_s=0.006, where="loader", cause=cause)
+    d = analyze(tmp_path)
+    assert d.ranks == 4 and d.stragglers is None
+    stalls = next(f for f in d.findings if f.pattern == "rank-stalls")
+    assert stalls.cause == cause and stalls.time_fraction == pytest.approx(d.rank_analysis.lost_fraction)
+    assert stalls.evidence.ranks_stalling == 4
+    explained = sum(stalls.evidence.gc_explained_by_generation)
+    assert explained > 0.95 if cause == "gc" else explained < 0.05
+    words = text.remedy(stalls)
+    assert ("--gc-policy manual:N" in words) == (cause == "gc")

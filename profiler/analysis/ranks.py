@@ -86,6 +86,18 @@ class Straggler:
 
 
 @dataclass
+class RankStalls:
+    """Lost time spread over the ranks, when no rank stands out: evidence of the rank-stalls finding."""
+    ranks: int
+    ranks_stalling: int
+    unit: str
+    steps: int                       # aligned steps with a stall above the floor
+    lost_s: float
+    lost_fraction: float
+    gc_explained_by_generation: list
+
+
+@dataclass
 class RankAnalysis:
     run_dir: str
     ranks: int
@@ -99,6 +111,8 @@ class RankAnalysis:
     lost_fraction: float
     straggled_steps: int         # aligned steps with a stall above the floor
     stragglers: Straggler | None
+    lost_gc_by_generation: list  # share of all the lost time the stalling ranks' own GC covers, by generation
+    ranks_stalling: int          # ranks that held the others back at least once
     per_rank: list = field(default_factory=list)   # RankSummary per rank, by rank
     unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs"}
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
@@ -302,15 +316,19 @@ def analyze_ranks(run_dir):
     for s, c, t in zip(per_rank, counts_by_rank, stall_by_rank):
         s.straggled, s.stall_s = int(c), float(t)
 
+    def gc_explained(steps):
+        """Share of the stalls at `steps` that the stalling rank's own GC covers, by generation (its GC
+        above the median rank's, scaled down where it exceeds the stall it explains)."""
+        gc = top_gc[:, steps]
+        cap = np.minimum(1.0, top_stall[steps] / np.maximum(gc.sum(axis=0), 1e-12))
+        return (gc * cap).sum(axis=1) / max(float(top_stall[steps].sum()), 1e-12)
+
     stragglers = None
     worst = int(stall_by_rank.argmax())
     if (lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
             and stall_by_rank[worst] >= STRAGGLER_MIN * job_time):
         mine = straggled & (top == worst)
-        gc_mine = top_gc[:, mine]
-        # its GC above the median rank's, scaled down where it exceeds the stall it explains
-        cap = np.minimum(1.0, top_stall[mine] / np.maximum(gc_mine.sum(axis=0), 1e-12))
-        by_gen = (gc_mine * cap).sum(axis=1) / stall_by_rank[worst]
+        by_gen = gc_explained(mine)
         others = [s.rss_growth_bytes_per_epoch for s in per_rank if s.rank != worst]
         half = len(np.flatnonzero(mine)) // 2
         stalls = top_stall[mine]
@@ -329,7 +347,9 @@ def analyze_ranks(run_dir):
         run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, aligned=aligned, warmup=first,
         job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
-        straggled_steps=int(straggled.sum()), stragglers=stragglers, per_rank=list(per_rank), unfinished=unfinished)
+        straggled_steps=int(straggled.sum()), stragglers=stragglers,
+        lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
+        ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished)
 
 
 def rank_heatmap(run_dir, bins=400):
@@ -356,7 +376,8 @@ def rank_heatmap(run_dir, bins=400):
 def diagnose_ranks(run_dir):
     """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
     diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
-    straggler as a finding ranked with that rank's own by the share of the job's time it costs."""
+    straggler (or, when no rank stands out, the stalls spread over the ranks) as a finding ranked
+    with that rank's own by the share of the job's time it costs."""
     merged = analyze_ranks(run_dir)
     finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
     base = merged.stragglers.rank if merged.stragglers else (finished or [0])[0]
@@ -367,7 +388,12 @@ def diagnose_ranks(run_dir):
         s = merged.stragglers
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
-        d.primary_cause = d.findings[0].cause
+    elif merged.lost_fraction >= STRAGGLER_MIN:   # stalls spread over the ranks: every rank's pauses add up
+        cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
+        stalls = RankStalls(merged.ranks, merged.ranks_stalling, merged.unit, merged.straggled_steps, merged.lost_s,
+                            merged.lost_fraction, merged.lost_gc_by_generation)
+        d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
+    d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished
     return d
 

@@ -54,6 +54,25 @@ def straggler_remedy(s):
             f"`profiler compare`.")
 
 
+def stalls_evidence(e):
+    """No rank stands out, but the ranks held each other back in turn (e: analysis.ranks.RankStalls)."""
+    by_gen = e.gc_explained_by_generation
+    return (f"No rank stands out, but {e.ranks_stalling} of the {e.ranks} ranks held the others back in turn: in "
+            f"{e.steps:,} {e.unit}s one of them was behind the median rank by over 10% of a {e.unit}, and the job "
+            f"waited {text.ms(e.lost_s)}, {text.pct(e.lost_fraction)} of its time. The stalling ranks' own GC pauses "
+            f"explain {text.pct(sum(by_gen))} of it{_generations(by_gen)}")
+
+
+def stalls_remedy(e):
+    if sum(e.gc_explained_by_generation) < 0.5:
+        return ("Most of it is the ranks' own work, not GC: uneven batches (sizes, sequence lengths), data loading, or "
+                "a noisy machine; look at the ranks' own reports for their ops.")
+    return ("Every rank pays its pauses at different steps, and the job pays them all, one after another: collect at "
+            "the same step on every rank (`--gc-policy manual:N`: automatic GC off, gc.collect() every N steps), so "
+            "the pauses overlap and the job pays one per N steps; freeze after set-up (`--gc-policy freeze`) so "
+            "those collections walk only what training creates. Compare the runs with `profiler compare`.")
+
+
 def unfinished(ra):
     """A line per rank that did not finish: its status and the last step it finished."""
     lines = []

@@ -104,6 +104,8 @@ def evidence(f):
     e = f.evidence
     if f.pattern == "rank-straggler":
         return rank_text.straggler_evidence(e)
+    if f.pattern == "rank-stalls":
+        return rank_text.stalls_evidence(e)
     if f.pattern == "gc-steady":
         spread = ("" if f.time_fraction >= e.share_total - 0.001 else
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
@@ -155,6 +157,8 @@ def remedy(f):
     e = f.evidence
     if f.pattern == "rank-straggler":
         return rank_text.straggler_remedy(e)
+    if f.pattern == "rank-stalls":
+        return rank_text.stalls_remedy(e)
     if f.pattern == "gc-steady":
         text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
