@@ -135,3 +135,25 @@ def test_flamegraph_from_the_first_epoch_of_a_script_with_none(tmp_path):
     assert proc.returncode == 1 and "before its first epoch began" in proc.stderr
     proc = profiler("flamegraph", "--from-first-epoch", "--", "ls", check=False)
     assert proc.returncode == 2 and "records a Python script" in proc.stderr
+
+
+def test_hooks_gone_after_a_script_that_fails_inside_a_pass(tmp_path):
+    from torch.optim.optimizer import _global_optimizer_post_hooks
+    from torch.utils.data import dataloader
+
+    from profiler.integrations.script import run_script
+
+    (tmp_path / "fails.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "model = torch.nn.Linear(4, 2)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=10)\n"
+        "for epoch in range(3):\n    for i, (x, y) in enumerate(data):\n"
+        "        if epoch == 1 and i == 2:\n            raise RuntimeError('diverged')\n"
+        "        optimizer.zero_grad()\n        torch.nn.functional.cross_entropy(model(x), y).backward()\n"
+        "        optimizer.step()\n")
+    iter_before, next_before = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
+    result = run_script(str(tmp_path / "fails.py"), [], out=tmp_path / "run")
+    assert isinstance(result.raised, RuntimeError) and (result.epochs, result.steps) == (1, 4)
+    assert meta(tmp_path / "run")["status"] == "failed" and meta(tmp_path / "run")["meta"]["epochs_from"] == "torch"
+    assert dataloader.DataLoader.__iter__ is iter_before and dataloader._BaseDataLoaderIter.__next__ is next_before
+    assert not _global_optimizer_post_hooks

@@ -34,7 +34,7 @@ class Marks:
         self.step_open = False
         self.steps_in_epoch = 0
         self.epochs = 0            # written
-        self.steps = 0             # written
+        self.steps = 0             # written, or in the open epoch
         self.training_started = False
         self.busy = False          # inside begin_step/end_step (a window's timer waits for the end)
         self.on_training_start = []
@@ -91,11 +91,13 @@ class Marks:
             self._drop()
 
     def _drop(self):
+        """The open epoch goes unwritten, and its steps with it."""
         if self.step_open:
             self.session.abandon_step()
             self.step_open = False
         self.session.abandon_epoch()
-        self.open = None
+        self.steps -= self.steps_in_epoch
+        self.open, self.steps_in_epoch = None, 0
 
     # -- steps ---------------------------------------------------------------------------------
     def _steps_from(self, source):
