@@ -113,6 +113,9 @@ def _run_scenario(args, scenario, rest):
     if args.halt_after is not None and args.halt_after > args.epochs:
         raise UsageError(f"--halt-after {args.halt_after} is more than --epochs {args.epochs}")
     if args.nproc_per_node:
+        if args.straggler_rank is not None and args.straggler_rank >= args.nproc_per_node:
+            raise UsageError(f"--straggler-rank {args.straggler_rank} is not a rank of --nproc-per-node "
+                             f"{args.nproc_per_node} (ranks 0-{args.nproc_per_node - 1})")
         argv = scenario_argv(args, scenario, "", args.epochs)
         del argv[2:4]   # --out: the launcher gives each rank its own
         argv += ["--gc-policy", args.gc_policy] + (["--straggler-rank", str(args.straggler_rank)]

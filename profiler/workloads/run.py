@@ -60,9 +60,9 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
     policy = GcPolicy.parse(gc_policy)
     ranks = rank_env()
     world = ranks["world_size"] if ranks else 1
-    if straggler_rank is not None and not straggler_rank < world:
-        raise UsageError(f"--straggler-rank {straggler_rank} needs a job of more ranks (world size {world}); run "
-                         f"it under torchrun or with --nproc-per-node")
+    if straggler_rank is not None and not (world > 1 and straggler_rank < world):
+        raise UsageError(f"--straggler-rank {straggler_rank} needs a data-parallel job with rank {straggler_rank} "
+                         f"(world size here: {world}); add --nproc-per-node N, or run under torchrun")
     options = {"layout": layout, "seed": seed}
     if samples is not None:
         options["samples"] = samples
