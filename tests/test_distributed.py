@@ -55,6 +55,16 @@ def test_launch_refuses_to_nest_or_to_mix_jobs(tmp_path, monkeypatch):
         rank_argv(["report", "x"], "job")
 
 
+def test_straggler_rank_outside_the_job_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["run", "--nproc-per-node", "2", "mlp", "--straggler-rank", "2", "--out", str(tmp_path / "a")]) == 2
+    assert "--straggler-rank 2 is not a rank of --nproc-per-node 2" in capsys.readouterr().err
+    assert main(["run", "mlp", "--straggler-rank", "0", "--out", str(tmp_path / "b")]) == 2
+    assert "needs a data-parallel job" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def _engine_worker(out, steps, world_size):
     """Train mlp (no dropout: the same function on every rank) for `steps` steps; save the weights."""
     from profiler.workloads import scenarios
