@@ -35,3 +35,12 @@ def test_profiler_callback_in_code_and_fit_unpatched_after_a_run(tmp_path):
         model.fit(x, y, epochs=2, batch_size=10, verbose=0, callbacks=[ProfilerCallback(session)])
     assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4]
     assert keras.Model.fit is fit_before
+
+
+def test_fit_restored_after_a_script_run_in_process(tmp_path):
+    from profiler.integrations.script import run_script
+
+    fit_before = keras.Model.fit
+    result = run_script(script("keras_fit.py"), ["2"], out=tmp_path / "run")
+    assert result.raised is None and (result.epochs, result.steps, result.epochs_from) == (2, 16, "keras")
+    assert keras.Model.fit is fit_before and "fit" not in keras.Model.__dict__

@@ -34,3 +34,12 @@ def test_profiler_callback_in_code(tmp_path):
         trainer.fit(Classifier(), data)
     assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4]
     assert pl.Trainer.__init__ is init_before
+
+
+def test_trainer_restored_after_a_script_run_in_process(tmp_path):
+    from profiler.integrations.script import run_script
+
+    init_before = pl.Trainer.__init__
+    result = run_script(script("lightning_fit.py"), ["2"], out=tmp_path / "run")
+    assert result.raised is None and (result.epochs, result.steps, result.epochs_from) == (2, 16, "lightning")
+    assert pl.Trainer.__init__ is init_before
