@@ -142,7 +142,8 @@ def test_a_session_used_from_two_threads_names_the_threads(tmp_path):
             thread = threading.Thread(target=other, name="loader")
             thread.start()
             thread.join()
-    assert len(errors) == 1 and "thread 'loader'" in errors[0] and "one thread's loop" in errors[0]
+    assert len(errors) == 1 and "thread 'loader'" in errors[0] and "opened in thread 'MainThread'" in errors[0]
+    assert "one thread's loop" in errors[0]
     assert "nest" not in errors[0]
 
 

@@ -133,6 +133,7 @@ class Session:
             self._writer = RunWriter(self.run_dir)
             _active = self
         self._state, self._thread = "open", threading.get_ident()
+        self._thread_name = threading.current_thread().name
         try:
             origin_ns, origin_unix = _now(), time.time()
             self._origin_ns = self._steps.origin_ns = origin_ns
@@ -259,7 +260,8 @@ class Session:
             raise UsageError(f"session.{what} used {when}: record epochs inside `with Session(...) as session:`")
         if threading.get_ident() != self._thread:
             raise UsageError(f"session.{what} called from thread {threading.current_thread().name!r}, but the "
-                             f"Session was opened in another thread: one Session records one thread's loop")
+                             f"Session was opened in thread {self._thread_name!r}: one Session records one "
+                             f"thread's loop (open a Session per process, in the thread that trains)")
 
     def epoch(self, index=None):
         """Context manager for one epoch; index None means the next one (0 first)."""
