@@ -123,6 +123,11 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
     assert not (tmp_path / "never").exists()
     result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r", epoch_fn="no_such")
     assert result.epochs == 0 and any("no_such: no such function" in n for n in result.notes)
+    result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r2", epoch_fn="Trainer.fit",
+                        step_fn="epochs")
+    assert result.raised is None and result.notes[:2] == [
+        "--epoch-fn Trainer.fit: Trainer has no attribute 'fit'; nothing was marked by it",
+        "--step-fn epochs: not a function (type int); nothing was marked by it"]
 
 
 def test_marks_drop_a_torch_pass_without_steps_and_yield_to_a_framework():

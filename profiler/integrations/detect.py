@@ -97,8 +97,7 @@ class Detection:
 
     def notes(self):
         """Lines for the user: what was not found, or not applied."""
-        notes = [f"{t.option} {t.module + ':' if t.module else ''}{t.qualname}: no such function was defined "
-                 f"while the code ran; nothing was marked by it" for t in self.targets if not t.done]
+        notes = [t.note() for t in self.targets if t.note()]
         if not self.marks.epochs:
             notes.append(NO_EPOCHS)
         if self.policy.kind != "default" and not self.marks.training_started:

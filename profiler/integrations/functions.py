@@ -50,31 +50,36 @@ class Target:
             raise UsageError(f"{option} {spec!r}: expected NAME, Class.NAME or module:qualname")
         self.parts = parts
         self.done = False
+        self.problem = None      # why the name, once bound, could not be wrapped
         self._undo = None
 
     @property
     def root(self):
         return self.parts[0]
 
+    @property
+    def name(self):
+        return f"{self.module}:{self.qualname}" if self.module else self.qualname
+
     def bind(self, namespace):
-        """Wrap the function if `namespace` (a module's dict) holds it now; True once wrapped."""
+        """Wrap the function if `namespace` (a module's dict) holds it now; True once settled
+        (wrapped, or found to be something that cannot be: see `problem`). Runs while the
+        script runs, so it never raises into the script."""
         if self.done or self.root not in namespace:
             return self.done
-        owner, name = None, self.root
-        value = namespace[name]
+        self.done = True
+        owner, name, value = None, self.root, namespace[self.root]
         for part in self.parts[1:]:
             owner, name = value, part
             value = getattr(value, part, None)
             if value is None:
-                raise UsageError(f"{self.option} {self.qualname}: {type(owner).__name__} "
-                                 f"{getattr(owner, '__name__', owner)!r} has no attribute {part!r}")
-        if owner is None:
-            raw = value
-        else:
-            raw = inspect.getattr_static(owner, name)
+                self.problem = f"{getattr(owner, '__name__', type(owner).__name__)} has no attribute {part!r}"
+                return True
+        raw = value if owner is None else inspect.getattr_static(owner, name)
         function = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
         if not callable(function):
-            raise UsageError(f"{self.option} {self.qualname}: {type(function).__name__} is not a function")
+            self.problem = f"not a function (type {type(function).__name__})"
+            return True
         wrapped = self.wrapper(function)
         if isinstance(raw, (staticmethod, classmethod)):
             wrapped = type(raw)(wrapped)
@@ -84,8 +89,16 @@ class Target:
         else:
             setattr(owner, name, wrapped)
             self._undo = lambda: setattr(owner, name, raw)
-        self.done = True
         return True
+
+    def note(self):
+        """A line for the user when nothing was marked through this name, else None."""
+        if not self.done:
+            return (f"{self.option} {self.name}: no such function was defined while the code ran; "
+                    f"nothing was marked by it")
+        if self.problem:
+            return f"{self.option} {self.name}: {self.problem}; nothing was marked by it"
+        return None
 
     def undo(self):
         if self._undo is not None:

@@ -5,7 +5,8 @@ between two bytecodes; a window never cuts a step in two: while a step is open t
 for the step's end. The last window, shorter than the others, is dropped unless it is the only
 one. Windows pause when the script starts importing torch, or at once when torch is imported
 already (a torch script marks its own epochs, and its set-up is no epoch; detect.py), and resume
-at an optimizer step that no DataLoader pass holds. A stronger source's first epoch drops the window in progress and ends the windows.
+at an optimizer step that no DataLoader pass holds. A stronger source's first epoch drops the
+window in progress and ends the windows.
 """
 
 import signal
