@@ -129,8 +129,9 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     from ..capture import Session
     if not window_s > 0:
         raise UsageError(f"--window {window_s}: expected a positive number of seconds")
-    session = Session(out, tracemalloc=tracemalloc,
-                      meta={"module" if module else "script": target, "args": list(args), "epochs_from": None})
+    label = f"{target if module else os.path.basename(target)} (gc {gc_policy})"   # compare's column names
+    session = Session(out, tracemalloc=tracemalloc, meta={"module" if module else "script": target, "args": list(args),
+                                                          "epochs_from": None, "label": label})
     detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
     session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
     main = load_main(target, module=module, watch=detection.watches_main)
