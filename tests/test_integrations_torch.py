@@ -67,12 +67,13 @@ def test_gc_policy_freeze_against_default_on_a_gc_heavy_script(tmp_path):
                  script("gc_heavy.py"), 10)
         assert meta(runs[policy])["options"]["gc_policy"] == policy
         assert len(records(runs[policy])) == 10
-    gc_ms = {p: sum(sum(r["gc"]["pause_s"]) for r in records(d)) * 1e3 / 10 for p, d in runs.items()}
-    # the full collections stop walking the 300,000 set-up dicts: measured 100 -> 9 ms per epoch
-    assert gc_ms["freeze"] < gc_ms["default"] / 3, gc_ms
+    tracked = {p: [r["gc"]["tracked"][2] for r in records(d) if r["gc"]["tracked"]] for p, d in runs.items()}
+    # the 300,000 set-up dicts (600,000 tracked objects with their lists) sit in generation 2, walked by
+    # every full collection; frozen, they are in the permanent generation and collections skip them
+    assert tracked["default"][0] > 600_000 and max(tracked["freeze"]) < 1_000, tracked
     compared = json.loads(profiler("compare", runs["default"], runs["freeze"], "--json").stdout)
     assert (compared["a"]["label"], compared["b"]["label"]) == ("gc_heavy.py (gc default)", "gc_heavy.py (gc freeze)")
-    assert compared["ratio"] > 1.5                      # measured 4.6-5.9x: the epochs are mostly GC
+    assert "gc_heavy.py (gc freeze)" in compared["verdict"]   # epochs 4.6-5.9x faster when measured today
 
 
 def test_gc_policy_manual_collects_every_n_steps(tmp_path):

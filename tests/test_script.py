@@ -200,8 +200,9 @@ def test_windows_when_nothing_marks_epochs(tmp_path):
                       "print(signal.getsignal(signal.SIGALRM))\n")
     proc = profiler("run", "--window", "0.25", "--out", tmp_path / "run", script)
     rows = records(tmp_path / "run")
-    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and 3 <= len(rows) <= 4   # 1.2 s
-    assert all(0.2 < r["wall_s"] < 0.4 for r in rows)
+    # 1.2 s of sleeps or more in windows of 0.25 s; the last, partial window is dropped
+    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(rows) >= 3
+    assert all(r["wall_s"] >= 0.24 for r in rows)
     assert "epochs from windows" in proc.stderr and "Windows._tick" in proc.stdout   # while it ran
     assert "fixed time windows" in report(tmp_path / "run")["verdict"]
 
