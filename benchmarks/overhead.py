@@ -189,29 +189,31 @@ def _gc_event_cost(rounds, n=5000):
 
 
 # -- A/B on workloads ------------------------------------------------------------------------------
-def _epoch_times(loop):
-    """Seconds from each epoch start to the next (the session's bookkeeping included)."""
-    stamps = []
-    loop.on(Events.EPOCH_STARTED, lambda state: stamps.append(_now()))
-    loop.on(Events.COMPLETED, lambda state: stamps.append(_now()))
-    loop.run()
-    return list(np.diff(stamps))
-
-
-def mlp_ab(rounds=7, epochs=30):
-    """Median mlp epoch (36 steps, 252 ops), no session vs light capture, alternating runs."""
+def mlp_ab(epochs=400):
+    """mlp epochs (36 steps, 252 ops), alternating epoch by epoch between no session and light
+    capture in one training run (the machine's slow phases last seconds: they hit both alike)."""
     sc = scenarios.build("mlp")
-    times = {"none": [], "light": []}
     tmp = _scratch()
+    stamps = []
     try:
-        for r in range(rounds):
-            times["none"] += _epoch_times(Loop(sc.model, sc.optimizer, sc.data, max_epochs=epochs))[2:]
-            with Session(f"{tmp}/run{r}") as session:
-                times["light"] += _epoch_times(Loop(sc.model, sc.optimizer, sc.data, max_epochs=epochs,
-                                                    session=session))[2:]
+        with Session(f"{tmp}/run") as session:
+            loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=epochs, session=session)
+
+            def switch(state):   # even epochs under the session, odd ones without it
+                stamps.append(_now())
+                loop.session = session if state.epoch % 2 == 0 else None
+                if loop.session:
+                    loop.model.instrument(session.op)
+                else:
+                    loop.model.instrument()
+            loop.on(Events.EPOCH_STARTED, switch)
+            loop.on(Events.COMPLETED, lambda state: stamps.append(_now()))
+            loop.run()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {k: (float(np.percentile(v, 10)), float(np.median(v))) for k, v in times.items()}
+    intervals = np.diff(stamps)[4:]   # each from one epoch's start to the next: bookkeeping included
+    light, none = intervals[0::2], intervals[1::2]
+    return {k: (float(np.percentile(v, 10)), float(np.median(v))) for k, v in (("none", none), ("light", light))}
 
 
 def _spin(seconds):
@@ -220,38 +222,35 @@ def _spin(seconds):
         pass
 
 
-def ops_ab(rounds=9, epochs=20, ops=250, op_s=15e-6):
-    """A loop of 250 ops of ~15 us (spinning on the clock, so the work itself does not vary):
-    no session, light capture with `with session.op("work"):` per op, and with a timer kept."""
+def ops_ab(epochs=300, ops=250, op_s=15e-6):
+    """Epochs of 250 ops of ~15 us (spinning on the clock, so the work itself does not vary),
+    alternating epoch by epoch: no session calls, `with session.op("work"):` per op, and a timer
+    kept; each light epoch is a session epoch, written as usual."""
     tmp = _scratch()
     times = {"none": [], "session.op()": [], "kept timer": []}
-
-    def run(mode, session):
-        timer = session.op("work") if session else None
-        for _ in range(epochs):
-            start = _now()
-            with (session.epoch() if session else contextlib.nullcontext()):
-                for _ in range(ops):
-                    if mode == "none":
-                        _spin(op_s)
-                    elif mode == "kept timer":
-                        with timer:
-                            _spin(op_s)
-                    else:
-                        with session.op("work"):
-                            _spin(op_s)
-            times[mode].append(_now() - start)
     try:
-        for r in range(rounds):
-            for mode in times:
+        with Session(f"{tmp}/run") as session:
+            timer = session.op("work")
+            for epoch in range(epochs):
+                mode = list(times)[epoch % 3]
+                start = _now()
                 if mode == "none":
-                    run(mode, None)
+                    for _ in range(ops):
+                        _spin(op_s)
+                elif mode == "kept timer":
+                    with session.epoch():
+                        for _ in range(ops):
+                            with timer:
+                                _spin(op_s)
                 else:
-                    with Session(f"{tmp}/{r}-{mode.replace(' ', '-')}") as session:
-                        run(mode, session)
+                    with session.epoch():
+                        for _ in range(ops):
+                            with session.op("work"):
+                                _spin(op_s)
+                times[mode].append(_now() - start)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {k: (float(np.percentile(v, 10)), float(np.median(v))) for k, v in times.items()}
+    return {k: (float(np.percentile(v[3:], 10)), float(np.median(v[3:]))) for k, v in times.items()}
 
 
 LEAK = []
@@ -320,8 +319,8 @@ def own_memory(epochs=100_000):
 def run(rounds=7):
     return {"counts": observer_counts(rounds=max(1, min(rounds, 3))),
             "instruments": instrument_costs(rounds=2 * rounds + 1),
-            "mlp": mlp_ab(rounds=rounds),
-            "ops": ops_ab(rounds=rounds),
+            "mlp": mlp_ab(epochs=60 * rounds),
+            "ops": ops_ab(epochs=45 * rounds),
             "auto": auto_ab(rounds=1 if rounds < 3 else 2),
             "memory": own_memory()}
 
@@ -374,10 +373,10 @@ def markdown(result):
             f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", "",
             f"From these, light capture of one mlp epoch (36 steps, 252 engine ops, one epoch record) costs "
             f"~{direct:.0f} us.", "",
-            "Side by side, whole epochs (10th percentile / median epoch; the 10th percentile is robust to this "
-            "machine's slow phases, which last seconds and hit either side):", "",
+            "Side by side, whole epochs, alternating epoch by epoch in one run (10th percentile / median epoch):",
+            "",
             "| workload | without a session | light capture | overhead |", "|---|---:|---:|---:|",
-            _ab_row("mlp epoch (36 steps, 252 ops, engine)", mlp["none"], mlp["light"])]
+            _ab_row("mlp epoch (36 steps, 252 ops, engine; epoch start to epoch start)", mlp["none"], mlp["light"])]
     for mode in ("session.op()", "kept timer"):
         out.append(_ab_row(f"250 ops of 15 us, `{mode}` per op, and the epoch", ops["none"], ops[mode]))
     out += ["", f"1,000 mlp epochs that leak 300 KB each under auto deep capture: its windows (tracing, snapshots, "
