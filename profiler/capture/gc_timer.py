@@ -22,13 +22,14 @@ class GcTimer:
         self.threshold_ns = int(event_threshold_s * 1e9)
         self.steps = steps           # a StepRecorder: collections inside an open step are added to it
         self.on_full = on_full       # on_full(bytes): the event buffer filled inside an epoch
-        self.events_dropped = 0      # events on_full could not write (the error is raised at epoch end)
+        self.events_dropped = 0      # events on_full could not write (meta.json: gc_events_dropped)
         self._events = bytearray(GC_EVENT.size * capacity)
         self._n_events = 0
         self._start = 0
-        self._reset()
+        self.reset()
 
-    def _reset(self):
+    def reset(self):
+        """Forget the collections counted so far (those between two epochs)."""
         self.pause_ns = [0, 0, 0]
         self.collections = [0, 0, 0]
         self.collected = [0, 0, 0]
@@ -83,7 +84,7 @@ class GcTimer:
             "uncollectable": self.uncollectable,
             "max_pause_s": self.max_pause_ns / 1e9,
         }
-        self._reset()
+        self.reset()
         return record
 
     def take_events(self):

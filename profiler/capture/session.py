@@ -277,8 +277,8 @@ class Session:
         index = options.epoch_index(index, self._last)
         self._epoch = index
         self._steps.start_epoch(index)
-        self.gc_timer.take()
-        self.ops.take()
+        self.gc_timer.reset()
+        self.ops.take()   # discard what ran between epochs
         self._start_ns = _now()
         return index
 
