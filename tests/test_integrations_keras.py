@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.scripts import meta, profiler, records, script
+from tests.scripts import meta, profiler, records, report, script
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras")
@@ -19,6 +19,7 @@ def test_fit_of_an_unmodified_script(tmp_path):
     assert [r["epoch"] for r in rows] == [0, 1, 2]
     assert [r["steps"] for r in rows] == [8, 8, 8]        # 256 training samples (validation_split 0.2) / 32
     assert meta(out)["meta"]["epochs_from"] == "keras" and meta(out)["status"] == "completed"
+    assert report(out)["findings"] == []                   # a small clean fit: nothing to fix
 
 
 def test_profiler_callback_in_code_and_fit_unpatched_after_a_run(tmp_path):

@@ -3,7 +3,7 @@ epochs and train batches; the sanity check and the validation batches are not st
 
 import pytest
 
-from tests.scripts import meta, profiler, records, script
+from tests.scripts import meta, profiler, records, report, script
 
 pl = pytest.importorskip("pytorch_lightning")
 pytestmark = pytest.mark.slow
@@ -16,6 +16,7 @@ def test_fit_with_validation_of_an_unmodified_script(tmp_path):
     assert [r["epoch"] for r in rows] == [0, 1, 2]
     assert [r["steps"] for r in rows] == [8, 8, 8]        # 256 samples / 32; validation adds none
     assert meta(out)["meta"]["epochs_from"] == "lightning" and meta(out)["status"] == "completed"
+    assert report(out)["findings"] == []                   # a small clean fit: nothing to fix
 
 
 def test_profiler_callback_in_code(tmp_path):
