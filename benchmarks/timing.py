@@ -46,6 +46,7 @@ def machine():
     import numba
     import torch
     from threadpoolctl import threadpool_info
+    isa = _kernel_isa()   # first: importing the kernels also sets numba's threading layer
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -58,4 +59,11 @@ def machine():
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
             "torch": torch.__version__, "blas": blas,
             "numba threading layer": numba.config.THREADING_LAYER,
+            "kernels ISA / block": "{isa} ({cpu}) / {block} ({block_source})".format(**isa),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
+
+
+def _kernel_isa():
+    import kernels
+    kernels.BLOCK   # imports the kernels, which settle the vector width and so the block
+    return kernels.isa_info()
