@@ -159,6 +159,8 @@ def test_meta_has_clock_origin_and_torchrun_ranks(tmp_path, monkeypatch):
     assert (meta["rank"], meta["local_rank"], meta["world_size"]) == (3, 1, 4)
     assert before - 1 <= meta["clock_origin_unix"] <= time.time()
     assert meta["options"]["gc_event_threshold_s"] == 0.001
+    import importlib.metadata   # the Session reads versions without it (and without importing numba)
+    assert meta["numba"] == importlib.metadata.version("numba") and meta["numpy"] == np.__version__
 
 
 def test_meta_ranks_are_null_outside_torchrun(tmp_path, monkeypatch):
