@@ -16,7 +16,7 @@ from profiler.integrations.functions import Target, wrap_calls
 from profiler.integrations.gc_policy import GcPolicy
 from profiler.integrations.marks import Marks
 from profiler.integrations.script import run_script
-from tests.scripts import meta, profiler, records, report
+from tests.scripts import meta, patterns, profiler, records, report, script
 
 PLAIN = """
 import json, sys
@@ -264,3 +264,17 @@ def test_worker_probe_sums_children_and_their_growth():
     assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
     assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
     assert probe.take()["count"] == 0
+
+
+@pytest.mark.slow
+def test_plain_loop_marked_with_epoch_fn_finds_its_growing_log(tmp_path):
+    runs = {}
+    for name, extra in (("leak", []), ("fixed", ["--no-leak"])):
+        runs[name] = tmp_path / name
+        profiler("run", "--quiet", "--epoch-fn", "train_epoch", "--out", runs[name],
+                 script("plain_loop.py"), 20, *extra)
+        assert len(records(runs[name])) == 20 and meta(runs[name])["meta"]["epochs_from"] == "epoch-fn"
+    leak, fixed = report(runs["leak"]), report(runs["fixed"])
+    assert "allocation-growth" in patterns(leak)
+    assert leak["allocation"]["rss_growth_bytes_per_epoch"] > 1e6        # 5,000 log entries per epoch
+    assert "allocation-growth" not in patterns(fixed)
