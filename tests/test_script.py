@@ -278,3 +278,12 @@ def test_plain_loop_marked_with_epoch_fn_finds_its_growing_log(tmp_path):
     assert "allocation-growth" in patterns(leak)
     assert leak["allocation"]["rss_growth_bytes_per_epoch"] > 1e6        # 5,000 log entries per epoch
     assert "allocation-growth" not in patterns(fixed)
+
+
+@pytest.mark.slow
+def test_nproc_per_node_runs_the_script_on_each_rank(plain, tmp_path):
+    profiler("run", "--nproc-per-node", 2, "--epoch-fn", "train_epoch", "--out", tmp_path / "job", plain, 3,
+             tmp_path / "seen.json", timeout=300)
+    for rank in (0, 1):
+        run = tmp_path / "job" / f"rank-{rank}"
+        assert (meta(run)["rank"], meta(run)["world_size"]) == (rank, 2) and len(records(run)) == 3
