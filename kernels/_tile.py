@@ -109,7 +109,7 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     return types.none(acc, out, o0, sop, pn, accumulate, rows, lanes), codegen
 
 
-def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate, wrap=(0, 0, 0)):
+def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate):
     """One P x J block of a product, held in registers over the whole reduction:
 
         out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + p*sap + r . a_steps] * b[b0 + r . b_steps + j]
@@ -117,9 +117,6 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
     for p < pn, j < jn, with r = (r1, r2, r3) a three-level reduction and a_steps, b_steps its
     strides. Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
     spare numba's negative-index fix-up, which would block vectorisation.
-
-    wrap = (o1, j2, jm) also stores lanes j2 <= j < jm at o1 + p*sop + (j - j2) (soj 1): a block
-    of lanes that runs on into the next image row (conv's flattened NCHW rows).
     """
     n1, n2, n3 = counts
     sa1, sa2, sa3 = a_steps
@@ -145,11 +142,6 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
             for j in range(jn):
                 o = uint64(o0 + p * sop + j * soj)
                 out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
-    o1, j2, jm = wrap
-    for p in range(pn):
-        for j in range(j2, jm):
-            o = uint64(o1 + p * sop + j - j2)
-            out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
 
 
 # numba's disk cache checks the source file of the function it compiled (conv.py, dense.py), not of

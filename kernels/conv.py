@@ -61,15 +61,17 @@ def _forward_nhwc(xp, wk, s, y):
 
 @tiled
 def _forward_nchw_rows(xp, wp, wr, flat, y):
-    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are 6
-    output channels x 16 positions of the planes, so x loads and y stores are contiguous vectors
-    (blocks of 6 pixels x 16 channels stored to 16 planes one float at a time: 1-channel layers
-    4x slower than NHWC). Positions run either row by row (16, 16, ... from each row's start) or,
-    with `flat`, straight through the planes, a block running on into the next row: the lanes
-    past a row's OW then compute the wp - OW padding columns, which are not stored. Flat blocks
-    waste fewer lanes when OW is just past a multiple of 16 (mnist-cnn's 24-pixel rows: 75% of
-    lanes used by row, 92% flat). wr holds w as (N/6, KH, KW, C, 6) panels, so a block's 6 weights
-    per step are adjacent; planes need J floats of slack (plane slots have them)."""
+    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are P
+    output channels x J positions of the planes, so x loads and y stores are contiguous vectors
+    (blocks of P pixels x J channels stored to J planes one float at a time: 1-channel layers
+    4x slower than NHWC). Positions run either row by row (J, J, ... from each row's start) or,
+    with `flat`, straight through the planes, a block running on over as many rows as it spans:
+    the lanes past a row's OW then compute the wp - OW padding columns, which are not stored.
+    Flat blocks waste fewer lanes when OW is just past a multiple of J (mnist-cnn's 24-pixel rows
+    with J = 32: 75% of lanes used by row, 92% flat; cifar conv3's 15-pixel rows: 47% and 88%);
+    they go through a scratch block and are stored lane by lane. wr holds w as (N/P, KH, KW, C, P)
+    panels, so a block's P weights per step are adjacent; planes need J floats of slack (plane
+    slots have them)."""
     bsz, c, plane = xp.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
@@ -79,23 +81,37 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
     lines = (blocks + per_row - 1) // per_row   # a row's worth of blocks per parallel iteration
     for it in prange(bsz * lines):
         b, line = it // lines, it % lines
+        scratch = np.empty(P * J, np.float32)
         for n0 in range(0, n, P):   # each P-channel weight panel serves the line's blocks
+            pn = min(P, n - n0)
+            y0 = (b * n + n0) * oh_ * ow_
             for i in range(line * per_row, min(blocks, (line + 1) * per_row)):
                 q0 = i * J if flat else i // per_row * wp + i % per_row * J
                 row, col = q0 // wp, q0 % wp
-                j2 = wp - col   # the first lane in the next row
-                wrap = (((b * n + n0) * oh_ + row + 1) * ow_, j2, min(J, j2 + ow_)) \
-                    if flat and j2 < J and row + 1 < oh_ else (0, 0, 0)
-                tile(wf, n0 * kh_ * kw_ * c, 1, min(P, n - n0), (kw_ * c * P, c * P, P),
-                     xf, b * c * plane + q0, (wp, 1, plane), (kh_, kw_, c),
-                     yf, ((b * n + n0) * oh_ + row) * ow_ + col, oh_ * ow_, 1, max(0, min(J, ow_ - col)), False, wrap)
+                if not flat:
+                    tile(wf, n0 * kh_ * kw_ * c, 1, pn, (kw_ * c * P, c * P, P), xf, b * c * plane + q0, (wp, 1, plane),
+                         (kh_, kw_, c), yf, y0 + row * ow_ + col, oh_ * ow_, 1, min(J, ow_ - col), False)
+                    continue
+                tile(wf, n0 * kh_ * kw_ * c, 1, pn, (kw_ * c * P, c * P, P), xf, b * c * plane + q0, (wp, 1, plane),
+                     (kh_, kw_, c), scratch, 0, J, 1, J, False)
+                for j in range(J):
+                    if col < ow_ and row < oh_:
+                        for p in range(pn):
+                            yf[uint64(y0 + p * oh_ * ow_ + row * ow_ + col)] = scratch[p * J + j]
+                    col += 1
+                    if col == wp:
+                        row, col = row + 1, 0
 
 
-def _flat_rows(blk, ow, wp):
-    """Whether flat blocks use more of their lanes than row blocks: a row of wp positions is
-    shorter than the row's whole lane blocks. Flat blocks need rows of >= J positions, so that a
-    block spans at most two rows."""
-    return blk.lanes <= wp < blk.padded(ow)
+def _flat_rows(blk, ow, wp, depth):
+    """Whether to run flat blocks: they use more of their lanes than row blocks when a row of wp
+    positions is shorter than the row's whole lane blocks, but store lane by lane, which costs
+    more than it saves on shallow reductions (mnist conv1's forward, depth 9: 1.9x slower flat;
+    cifar conv3's, depth 288: 1.8x faster)."""
+    return wp < blk.padded(ow) and depth >= _FLAT_DEPTH
+
+
+_FLAT_DEPTH = 64
 
 
 @tiled
@@ -387,7 +403,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
     if plan.nchw and stride == 1:
         _forward_nchw_rows[blk](plan.macs(), plan.x_planes(), plan.wp, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
-                                _flat_rows(blk, plan.ow, plan.wp), y)
+                                _flat_rows(blk, plan.ow, plan.wp, plan.kh * plan.kl), y)
         return y
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
@@ -437,7 +453,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         if plan.nchw:
             dyq = plan.planes(dy, qt, ql, hq, wq, "conv2d.dyq")
             wf = _row_panels(blk, plan.ws, "conv2d.wf", flipped)
-            _forward_nchw_rows[blk](plan.macs(), dyq, wq, wf, _flat_rows(blk, plan.wd, wq), dx)
+            _forward_nchw_rows[blk](plan.macs(), dyq, wq, wf, _flat_rows(blk, plan.wd, wq, kh * kw * cout), dx)
         else:
             dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
             wf = _lanes(blk, plan.ws, "conv2d.wf", flipped)
