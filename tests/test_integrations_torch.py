@@ -46,7 +46,7 @@ def test_dataloader_workers_copy_a_list_of_dicts(workers_run):
         # of private memory per worker; a worker over 1,000 records has 8 MB)
         assert r["workers"]["uss_bytes"] / 2 > 25e6
         assert r["workers"]["pss_bytes"] >= r["workers"]["uss_bytes"]
-        assert r["workers"]["uss_growth_bytes"] / 2 > 15e6            # grown while reading (measured 28-32 MB)
+        assert r["workers"]["uss_growth_bytes"] / 2 > 20e6            # grown while reading (measured 32-37 MB)
     assert report(workers_run)["workers"]["count"] == 2
 
 
@@ -122,7 +122,7 @@ def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):
         imports = sum(n for s, n in stacks.items() if any("importlib._bootstrap" in f for f in s))
         return imports / sum(stacks.values()), stacks
 
-    command = ["--", sys.executable, script("mnist_cnn.py"), 2, 512]
+    command = ["--", sys.executable, script("mnist_cnn.py"), 2, 256]
     profiler("flamegraph", "--out", tmp_path / "all.svg", *command)
     profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "first.svg", *command)
     share_all, _ = import_share(tmp_path / "all.folded")

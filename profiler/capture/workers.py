@@ -7,8 +7,8 @@ USS (pages only this process maps) and PSS (shared pages split between the share
 
 Workers of a non-persistent DataLoader exit when their pass is exhausted, before the epoch ends,
 so a background thread samples the live children every `interval` seconds (and the PyTorch hooks
-sample just before a DataLoader shuts its workers down), and an epoch keeps the sample with the
-most private memory. Children are listed from /proc/PID/task/TID/children where
+sample when a DataLoader has just started its workers and just before it shuts them down), and an
+epoch keeps the sample with the most private memory. Children are listed from /proc/PID/task/TID/children where
 Linux offers it (psutil's listing reads every process on the machine), and one child's memory is
 one read of /proc/PID/smaps_rollup.
 """
@@ -103,7 +103,7 @@ class WorkerProbe:
             self.sample()
 
     def sample(self):
-        """Read the children now (also called just before a DataLoader shuts its workers down)."""
+        """Read the children now (also called when a DataLoader starts and stops its workers)."""
         children = read(self._process)
         with self._lock:
             for pid, (uss, _) in children.items():

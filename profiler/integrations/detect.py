@@ -132,7 +132,7 @@ class Detection:
     def _torch(self, *, epochs, on_orphan_step):
         from .torch import TorchHooks
         hooks = TorchHooks(self.marks, epochs=epochs, on_orphan_step=on_orphan_step,
-                           before_workers_exit=self._probe.sample)
+                           sample_workers=self._probe.sample)
         self._undo.append(hooks.uninstall)
         hooks.install()
 

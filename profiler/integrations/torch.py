@@ -18,13 +18,14 @@ from .marks import Marks
 
 
 class TorchHooks:
-    def __init__(self, marks, *, epochs=True, on_orphan_step=None, before_workers_exit=None):
+    def __init__(self, marks, *, epochs=True, on_orphan_step=None, sample_workers=None):
         """epochs: DataLoader passes are epochs (False: only steps, for epochs marked otherwise).
         on_orphan_step: called when an optimizer steps outside any epoch (a loop that batches
-        without a DataLoader), before the step is marked. before_workers_exit: called when a
-        DataLoader is about to shut its worker processes down (their memory is largest then)."""
+        without a DataLoader), before the step is marked. sample_workers: called when a
+        DataLoader has just started its worker processes (their memory is smallest then) and
+        when it is about to shut them down (largest)."""
         self.marks, self.epochs = marks, epochs
-        self.on_orphan_step, self.before_workers_exit = on_orphan_step, before_workers_exit
+        self.on_orphan_step, self.sample_workers = on_orphan_step, sample_workers
         self._pass = None                   # weakref to the iterator of the pass in progress
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
@@ -37,6 +38,8 @@ class TorchHooks:
 
         def __iter__(loader):
             iterator = loader_iter(loader)
+            if hooks.sample_workers is not None and getattr(loader, "num_workers", 0):
+                hooks.sample_workers()
             hooks._pass_started(iterator)
             return iterator
 
@@ -49,18 +52,19 @@ class TorchHooks:
 
         self._handle = register_optimizer_step_post_hook(self._optimizer_stepped)
         workers = dataloader._MultiProcessingDataLoaderIter
-        if self.before_workers_exit is not None and "_shutdown_workers" in workers.__dict__:
+        if self.sample_workers is not None and "_shutdown_workers" in workers.__dict__:
             shutdown = workers._shutdown_workers
 
             def _shutdown_workers(iterator):
                 if not getattr(iterator, "_shutdown", True):
-                    hooks.before_workers_exit()
+                    hooks.sample_workers()
                 return shutdown(iterator)
 
             self._patch(workers, "_shutdown_workers", _shutdown_workers)
+        if self.epochs or self.sample_workers is not None:
+            self._patch(dataloader.DataLoader, "__iter__", __iter__)
         if not self.epochs:
             return
-        self._patch(dataloader.DataLoader, "__iter__", __iter__)
         self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
 
     def _patch(self, owner, name, value):
@@ -83,7 +87,7 @@ class TorchHooks:
         return self._pass() if self._pass is not None else None
 
     def _pass_started(self, iterator):
-        if not self.marks.in_thread():
+        if not self.epochs or not self.marks.in_thread():
             return
         current = self._current()
         if current is not None and current is not iterator:
