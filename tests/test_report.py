@@ -8,6 +8,7 @@ import pytest
 from profiler.analysis import analyze, series, step_series
 from profiler.report import html, json_out, text
 from profiler.rundir import read_run
+from profiler.rundir.format import STEP
 
 from .fixtures import epoch, stepped_run, write_run
 
@@ -75,3 +76,35 @@ def test_op_labels():
     assert text.op_label("conv", {"layout": "NCHW"}) == "conv (layout=NCHW)"
     assert text.op_label("conv", {"0": "NCHW", "1": "x"}) == "conv[NCHW,x]"
     assert text.op_label("conv[fast]", {}) != text.op_label("conv", {"layout": "fast"})
+
+
+def test_no_finding_verdict_says_why_from_the_tables_numbers(tmp_path):
+    """Nothing reported: each sentence gives the number the table shows and why it is not a finding."""
+    mib = 1 << 20
+    leak3 = analyze(write_run(tmp_path / "leak3", [epoch(i, 0.04, rss=(100 + 19 * i) * mib) for i in range(3)]))
+    words = text.verdict(leak3)
+    assert "memory is flat" not in words and "no epoch spikes" in words
+    assert "RSS grew 19.0 MiB per epoch over 3 epochs: too few epochs to call it a leak" in words
+    table = text.diagnosis(leak3)
+    assert "trend too few epochs to tell" in table and "± 0%" not in table
+    # 4 epochs after the warm-up, 3 x 4.5 MiB: under the 16 MiB that counts as growing memory
+    small = analyze(write_run(tmp_path / "small", [epoch(i, 0.04, rss=(100 + 4.5 * i) * mib) for i in range(5)]))
+    assert "RSS grew 4.5 MiB per epoch (13.5 MiB over the run), under the 16.0 MiB" in text.verdict(small)
+    flat = analyze(write_run(tmp_path / "flat", [epoch(i, 0.04) for i in range(12)]))
+    assert "memory does not grow (RSS 0 B per epoch). Nothing to fix here." in text.verdict(flat)
+    assert "trend +0% ± 0%" in text.diagnosis(flat)
+
+
+def test_no_finding_verdict_names_spikes_gc_does_not_explain(tmp_path):
+    """Slow steps without a GC pause inside are not a finding, and the verdict says they are there."""
+    path = stepped_run(tmp_path / "run", 12, 20, 0.005, lambda n: None)
+    steps = bytearray((path / "steps.bin").read_bytes())
+    for n in range(5, 240, 20):      # one step in 20 takes 10x as long, with no GC in it
+        e, start, wall, *gens = STEP.unpack_from(steps, n * STEP.size)
+        STEP.pack_into(steps, n * STEP.size, e, start, 10 * wall, *gens)
+    (path / "steps.bin").write_bytes(bytes(steps))
+    d = analyze(path)
+    assert d.findings == [] and d.spikes.count > 0
+    words = text.verdict(d)
+    assert "no step or epoch spikes" not in words
+    assert f"step spikes take {text.pct(d.spikes.time_fraction)} of the run, but GC pauses explain only 0.0%" in words

@@ -49,6 +49,9 @@ class Allocation:
     rss_start_bytes: float
     rss_end_bytes: float
     top_sites: list             # [findings.Site]
+    epochs: int                 # epochs the rates are fitted over (after the warm-up)...
+    span_epochs: float          # ...from the first index to the last
+    rss_limit_bytes: float      # RSS growth over the run that counts as growing memory
 
 
 @dataclass
@@ -143,7 +146,9 @@ def analyze(run_dir):
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],
                               rss_start_bytes=float(records[0]["rss_bytes"]),
-                              rss_end_bytes=float(records[-1]["rss_bytes"]), top_sites=sites),
+                              rss_end_bytes=float(records[-1]["rss_bytes"]), top_sites=sites,
+                              epochs=len(records), span_epochs=float(idx[-1] - idx[0]),
+                              rss_limit_bytes=fnd.rss_limit(records)),
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,

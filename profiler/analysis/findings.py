@@ -28,6 +28,7 @@ PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a
 MIN_EVENTS = 8               # full collections needed to fit their trend
 RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
+MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory growing
 TRACED_LEAK_BYTES = 4 << 20
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
@@ -276,16 +277,19 @@ def memory_rates(records):
     return {k: growth_rate(idx, v) for k, v in memory_series(records).items()}
 
 
+def rss_limit(records):
+    """RSS growth over the run that counts as growing memory."""
+    return max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(records[0]["rss_bytes"]))
+
+
 def memory_growth(records, sites):
     """Growing RSS, malloc or traced memory (the first that grows past its threshold)."""
     idx = np.array([r["epoch"] for r in records], float)
-    if len(idx) < 4:
+    if len(idx) < MEMORY_MIN_EPOCHS:
         return None
     series, rates = memory_series(records), memory_rates(records)
     span = idx[-1] - idx[0]
-    rss0 = float(records[0]["rss_bytes"])
-    limits = {"traced": TRACED_LEAK_BYTES, "malloc": RSS_LEAK_BYTES,
-              "rss": max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rss0)}
+    limits = {"traced": TRACED_LEAK_BYTES, "malloc": RSS_LEAK_BYTES, "rss": rss_limit(records)}
     for measure in ("traced", "malloc", "rss"):
         rate = rates[measure]
         if rate is None or rate * span < limits[measure]:

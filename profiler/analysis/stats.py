@@ -49,6 +49,7 @@ class Change:
     early: float           # median of the early window
     late: float            # median of the late window
     sustained: bool        # a sustained change in the direction of `relative`
+    fitted: bool = True    # False: fewer than MIN_POINTS points, no trend was fitted (relative is 0)
 
 
 def warmup(n):
@@ -119,7 +120,7 @@ def change(x, y):
     x, y = np.asarray(x, float), np.asarray(y, float)
     early, late = early_late(y)
     if len(y) < MIN_POINTS:
-        return Change(0.0, 0.0, 0.0, early, late, False)
+        return Change(0.0, 0.0, 0.0, early, late, False, fitted=False)
     bx, by = binned(x, y, TREND_BINS, QUANTILE)
     trend = theil_sen(bx, by)
     span = float(x[-1] - x[0])      # the trend over the whole run, not between the bins' centres

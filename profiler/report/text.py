@@ -222,6 +222,37 @@ def _headline(d):
     return f"Epoch time holds steady: {times} (no sustained trend; fitted change {change(et.change)})."
 
 
+def _spikes_not_found(s):
+    if s.count == 0:
+        return f"no {s.unit} spikes"
+    text = f"{s.unit} spikes take {pct(s.time_fraction)} of the run"
+    if s.time_fraction < fnd.SPIKE_FRACTION:
+        return text + f" (under the {pct(fnd.SPIKE_FRACTION)} that makes a finding)"
+    return (text + f", but GC pauses explain only {pct(s.gc_explained_fraction)} of their time (the workload or "
+            f"the machine slows them, not GC)")
+
+
+def _memory_not_found(a):
+    rate = a.rss_growth_bytes_per_epoch
+    if rate <= 0:
+        return f"memory does not grow (RSS {size(rate)} per epoch)"
+    text = f"RSS grew {size(rate)} per epoch"
+    if a.epochs < fnd.MEMORY_MIN_EPOCHS:
+        return text + f" over {a.epochs} epoch{'' if a.epochs == 1 else 's'}: too few epochs to call it a leak"
+    return (text + f" ({size(rate * a.span_epochs)} over the run), under the {size(a.rss_limit_bytes)} that counts "
+            f"as growing memory")
+
+
+def _no_finding(d):
+    """Why nothing was reported, from the numbers the tables show."""
+    gc = f"GC takes {pct(d.gc.share_total)} of the run's time"
+    if d.gc.share_total < fnd.MEANINGFUL:
+        gc += f" (under the {pct(fnd.MEANINGFUL)} that makes a finding)"
+    few = d.epochs - d.epoch_time.warmup_epochs_skipped < stats.MIN_POINTS
+    return (f"No finding: {gc}; {_spikes_not_found(d.spikes)}; {_memory_not_found(d.allocation)}. "
+            + ("Run more epochs to tell more." if few else "Nothing to fix here."))
+
+
 def verdict(d):
     """The diagnosis in a few sentences: the trend, the costliest finding with its remedy, the others."""
     text = _headline(d) + " "
@@ -231,8 +262,7 @@ def verdict(d):
         if len(d.findings) > 1:
             text += " Also: " + "; ".join(f"{f.pattern} ({pct(f.time_fraction)} of the run)" for f in d.findings[1:]) + "."
     else:
-        text += (f"No finding: GC takes {pct(d.gc.share_total)} of the run's time, no step or epoch spikes, "
-                 f"memory is flat. Nothing to fix here.")
+        text += _no_finding(d)
     if d.problems:
         text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
     if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
@@ -251,7 +281,7 @@ def diagnosis(d):
         lines += [f"finding {i}: {f.pattern} ({f.cause}, {pct(f.time_fraction)} of the run)",
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
-              f"   ratio {et.ratio:.2f}   trend {change(et.change)}",
+              f"   ratio {et.ratio:.2f}   trend {change(et.change) if et.change.fitted else 'too few epochs to tell'}",
               f"GC share     whole run {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change",
               f"memory       RSS {'+' if a.rss_growth_bytes_per_epoch >= 0 else ''}{size(a.rss_growth_bytes_per_epoch)}/epoch"
