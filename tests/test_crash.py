@@ -2,6 +2,7 @@
 run, and a 100,000-epoch run whose profiler memory stays flat."""
 
 import gc
+import json
 import os
 import random
 import shutil
@@ -143,3 +144,26 @@ def test_100k_epochs_flat_profiler_memory_linear_directory_fast_report(tmp_path)
     start = time.perf_counter()
     d = analyze(run_dir)
     assert d.epochs == 100_000 and time.perf_counter() - start < 30
+
+
+@pytest.mark.slow
+def test_a_forked_child_drops_the_sessions_hooks_and_writes_nothing(tmp_path):
+    """DataLoader workers and multiprocessing children are forks of the profiled process: they must
+    not record into, or finish, the parent's run."""
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:   # the child: report what it inherited, then try to end the Session
+                hooked = any(getattr(cb, "__self__", None) is session.gc_timer for cb in gc.callbacks)
+                os.write(write, f"{hooked} {signal.getsignal(signal.SIGTERM) is signal.SIG_DFL}".encode())
+                session.__exit__(None, None, None)
+                os._exit(0)
+            os.close(write)
+            child = os.read(read, 100).decode()
+            os.close(read)
+            os.waitpid(pid, 0)
+            assert json.loads((tmp_path / "run" / "meta.json").read_text())["status"] == "running"
+    assert child == "False True"
+    run = read_run(tmp_path / "run")
+    assert run.status == "completed" and len(run.epochs) == 1

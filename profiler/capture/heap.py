@@ -1,7 +1,7 @@
 """Deep memory capture with tracemalloc: traced/peak bytes and the lines whose memory grows.
 
-tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plus compare_to:
-~70x), so it is a policy, not always-on:
+tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot and its per-line
+totals: ~70x), so it is a policy, not always-on:
   mode True    trace from the start; diff snapshots every `every` epochs.
   mode "auto"  trace nothing until the light signals (memory in use, GC pauses) grow,
                then trace a window of `window` epochs, long enough to pin the growing lines, and
@@ -12,8 +12,9 @@ tracemalloc is expensive here (1 frame: ~3x a Python-heavy epoch; a snapshot plu
 Each snapshot (in auto mode, the last of each window) also counts GC-tracked objects by type
 (objects.TypeGrowth, a walk over every tracked object): the types that grew most since the
 previous count (the window's start) and where their newest objects were allocated ("top_types").
-Only the previous snapshot is kept, so memory stays constant. Snapshots exclude the profiler's own
-frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
+Only per-line totals of the previous snapshot are kept (not the snapshot), so memory stays
+constant and the profiler's own objects do not grow between counts. Snapshots exclude the
+profiler's own frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
 Python objects. Each block is attributed to the innermost frame outside the standard library and
 installed packages (8 frames by default), i.e. the user's line that called np.ones, not numpy's.
 """
@@ -56,14 +57,20 @@ def user_frame(traceback):
     return traceback[-1]
 
 
-def _growth(now, before, domain_filter, kind, sites):
-    stats = now.filter_traces([domain_filter]).compare_to(before.filter_traces([domain_filter]), "traceback")
-    for s in stats:
-        frame = user_frame(s.traceback)
-        key = (f"{frame.filename}:{frame.lineno}", kind)
-        entry = sites.setdefault(key, {"site": key[0], "size_diff": 0, "count_diff": 0, "kind": kind})
-        entry["size_diff"] += s.size_diff
-        entry["count_diff"] += s.count_diff
+def site_totals():
+    """{(site, kind): [bytes, blocks]} of every traced block, by the user line that allocated it.
+    Only these totals are kept between snapshots, not the snapshot itself: a snapshot holds a few
+    GC-tracked tuples per traced block (and ~185 MiB with torch imported)."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+    totals = {}
+    for kind, keep in (("numpy", True), ("python", False)):
+        domain = tracemalloc.DomainFilter(keep, NUMPY_DOMAIN)
+        for stat in snapshot.filter_traces([domain]).statistics("traceback"):
+            frame = user_frame(stat.traceback)
+            total = totals.setdefault((f"{frame.filename}:{frame.lineno}", kind), [0, 0])
+            total[0] += stat.size
+            total[1] += stat.count
+    return totals
 
 
 def allocation_site(obj):
@@ -78,12 +85,13 @@ def allocation_site(obj):
 
 
 def top_growth(now, before, n=TOP):
-    """The n user lines whose traced bytes grew most between two snapshots, numpy buffers marked."""
-    sites = {}
-    _growth(now, before, tracemalloc.DomainFilter(True, NUMPY_DOMAIN), "numpy", sites)
-    _growth(now, before, tracemalloc.DomainFilter(False, NUMPY_DOMAIN), "python", sites)
-    grown = sorted((s for s in sites.values() if s["size_diff"] > 0), key=lambda s: -s["size_diff"])
-    return grown[:n]
+    """The n user lines whose traced bytes grew most between two site_totals(), numpy buffers marked."""
+    grown = []
+    for (site, kind), (size, count) in now.items():
+        old_size, old_count = before.get((site, kind), (0, 0))
+        if size > old_size:
+            grown.append({"site": site, "size_diff": size - old_size, "count_diff": count - old_count, "kind": kind})
+    return sorted(grown, key=lambda g: -g["size_diff"])[:n]
 
 
 class GrowthDetector:
@@ -140,7 +148,7 @@ class HeapTracker:
         if not tracemalloc.is_tracing():
             tracemalloc.start(self.frames)
             self._owned = True
-        self._previous = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+        self._previous = site_totals()
         self.types.sample()
         tracemalloc.reset_peak()
 
@@ -174,11 +182,11 @@ class HeapTracker:
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
         if (epoch + 1) % self.every == 0 or self.mode == "auto":
-            if self.mode is True or self._window_left == 1:   # auto: once per window, at its last epoch
-                record["top_types"] = self.types.sample()   # before the snapshot adds objects of its own
-            now = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+            now = site_totals()
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now
+            if self.mode is True or self._window_left == 1:   # auto: once per window, at its last epoch
+                record["top_types"] = self.types.sample()
         if self.trigger:
             record["trigger"] = self.trigger
         return record

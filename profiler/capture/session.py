@@ -76,6 +76,19 @@ def _rank_fields():
     return fields
 
 
+def _forget_in_child():
+    """A process forked while a Session is open (DataLoader workers, multiprocessing) is not the
+    profiled loop: it drops the Session's hooks and never writes to the parent's run directory."""
+    global _active
+    session, _active = _active, None
+    if session is not None:
+        session._orphan()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class _Epoch:
     """The context manager returned by Session.epoch()."""
 
@@ -169,6 +182,8 @@ class Session:
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self._state != "open":   # ended already: a SIGTERM, or a forked child's copy
+            return False
         if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             status, error = ("halted" if self._halted else "completed"), None
         elif issubclass(exc_type, KeyboardInterrupt):
@@ -197,6 +212,15 @@ class Session:
             self._writer.write_meta(self._meta)
         finally:
             self._teardown()
+
+    def _orphan(self):
+        """In a forked child: remove the hooks and write nothing (the files are the parent's)."""
+        self._state = "closed"
+        self._restore_sigterm()
+        if self.gc_timer is not None:
+            self.gc_timer.uninstall()
+        if self.heap is not None:
+            self.heap.stop()
 
     def _teardown(self):
         global _active
