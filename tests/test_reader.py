@@ -43,8 +43,14 @@ def record(**changes):
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
     (record(heap={"traced_bytes": 1, "top_types": [{"count": 1, "count_diff": 1}]}), ["line 2", "heap.top_types"]),
+    (record(wall_s=1e308), ["line 2", "wall_s 1e+308, not a number of seconds between 0 and 1e+07"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], pause_s=[1e300, 0, 0])), ["line 2", "gc.pause_s [1e+300, 0, 0]"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], pause_s=[0.03, 0.02, 0])), ["line 2", "GC pauses of 0.05 s in an epoch of 0.01 s"]),
+    (record(rss_bytes=2 ** 63 - 1), ["line 2", "rss_bytes 9223372036854775807, not a number of bytes"]),
+    (record(ops={"f": {"calls": 1, "total_s": 1e300}}), ["line 2", "ops['f']"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative", "top-type-unnamed"])
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative",
+        "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
     first, _, last = lines(run)
@@ -119,4 +125,17 @@ def test_step_with_a_non_finite_time_is_one_clear_error(tmp_path):
     steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, float("nan"), 0.0, 0.0, 0.0)]
     run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
     with pytest.raises(RunDirError, match="steps.bin record 1"):
+        analyze(run)
+
+
+def test_gc_pause_within_clock_slack_of_the_wall_time_is_accepted(tmp_path):
+    """An epoch that is nearly all GC pause reads its clocks twice: 1% + 1 ms over its wall time is fine."""
+    run = write_run(tmp_path / "run", [epoch(0, 0.1, pause=(0.0, 0.0, 0.1005)), epoch(1, 0.0, pause=(0.0009, 0, 0))])
+    assert [sum(r["gc"]["pause_s"]) for r in read_run(run).epochs] == [0.1005, 0.0009]
+
+
+def test_step_with_a_finite_but_impossible_time_is_one_clear_error(tmp_path):
+    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, 0.1, 0.0, 0.0, 1e30)]
+    run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
+    with pytest.raises(RunDirError, match=r"steps.bin record 1 has gc2_s 1e\+30, not a time between 0 and 1e\+07 s"):
         analyze(run)

@@ -74,3 +74,12 @@ def test_non_finite_step_is_one_clear_error(tmp_path):
     with pytest.raises(RunDirError, match="steps.bin record 1 has wall_s inf"):
         trace.write_run(run, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_huge_finite_step_start_is_one_clear_error_and_no_file(tmp_path):
+    """A start_s JSON cannot hold in microseconds (1e308 s) is refused by name, not a ValueError from json."""
+    from profiler.errors import RunDirError
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 1e308, 0.01, 0, 0, 0)])
+    with pytest.raises(RunDirError, match=r"steps.bin record 1 has start_s 1e\+308, not a time"):
+        trace.write_run(run, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import RunDirError
+from ..rundir.reader import check_times
 from . import stats
 
 CHUNK = 1 << 18
 SPIKE_OVER_MEDIAN = 1.5   # a spike lasts at least 1.5x the median, and either passes the far-out
 FENCE_IQRS = 3.0          # fence (Q3 + 3 IQR: far above the run's own spread) or holds a GC pause
+FIELDS = ("wall_s", "gc0_s", "gc1_s", "gc2_s")   # of each item, as steps.bin names them
 GC_OVER_MEDIAN = 0.5      # of at least half the median (frequent pauses widen the spread they hide in)
 
 
@@ -43,15 +44,6 @@ class Spikes:
     generation: int                 # the generation with the most pause inside the spikes
 
 
-def _check(chunk, offset, source):
-    bad = ~(np.isfinite(chunk[0]) & (chunk[0] >= 0))
-    for g in chunk[1:]:
-        bad |= ~(np.isfinite(g) & (g >= 0))
-    if bad.any():
-        raise RunDirError(f"{source} record {offset + int(np.argmax(bad))} holds a negative or non-finite time: "
-                          f"not written by this profiler")
-
-
 def find(chunks, unit, source, totals=None):
     """Spikes over `chunks()`, a function returning an iterator of (offset, wall, gc0, gc1, gc2) arrays.
     `totals` (wall seconds, [g0, g1, g2] pause seconds) is the run's time when the items do not
@@ -59,7 +51,7 @@ def find(chunks, unit, source, totals=None):
     quantiles = stats.Quantiles()
     wall_s, gc = 0.0, np.zeros(3)
     for offset, *chunk in chunks():
-        _check(chunk, offset, source)
+        check_times(dict(zip(FIELDS, chunk)), FIELDS, source, offset)
         quantiles.add(chunk[0])
         wall_s += float(chunk[0].sum())
         gc += [float(g.sum()) for g in chunk[1:]]
@@ -94,8 +86,9 @@ def of_steps(steps, source, first_epoch, totals):
     def chunks():
         for a in range(0, len(steps), CHUNK):
             block = steps[a:a + CHUNK]
-            block = block[block["epoch"] >= first_epoch]
-            yield (a, np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
+            kept = block["epoch"] >= first_epoch
+            block = block[kept]
+            yield (a + int(np.argmax(kept)), np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
                    np.asarray(block["gc1_s"], float), np.asarray(block["gc2_s"], float))
     return find(chunks, "step", source, totals)
 

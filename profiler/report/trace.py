@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..errors import RunDirError, RunWriteError
+from ..errors import RunWriteError
 from ..rundir import ranks
+from ..rundir.reader import check_times
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
 CHUNK = 1 << 16
@@ -69,19 +70,11 @@ def _gc_counter(pid, at, offset_s, values_ms):
             "args": {f"gen{g}": round(float(v), 6) for g, v in enumerate(values_ms)}}
 
 
-def _finite(block, fields, source, offset):
-    for name in fields:
-        bad = ~np.isfinite(block[name])
-        if bad.any():
-            raise RunDirError(f"{source} record {offset + int(np.argmax(bad))} has {name} "
-                              f"{block[name][np.argmax(bad)]}: not written by this profiler")
-
-
 def _steps(run, pid, offset_s):
     steps = run.steps()
     for a in range(0, len(steps), CHUNK):
         block = np.array(steps[a:a + CHUNK])
-        _finite(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / rundir.STEPS, a)
+        check_times(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / rundir.STEPS, a)
         for i, s in enumerate(block.tolist(), start=a):
             epoch, start, wall, g0, g1, g2 = s
             yield {"name": "step", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID, "ts": _us(start, offset_s),
@@ -95,7 +88,7 @@ def _gc_events(run, pid, offset_s):
     events = run.gc_events()
     for a in range(0, len(events), CHUNK):
         block = np.array(events[a:a + CHUNK])
-        _finite(block, ("start_s", "duration_s"), run.path / rundir.GC_EVENTS, a)
+        check_times(block, ("start_s", "duration_s"), run.path / rundir.GC_EVENTS, a)
         for start, duration, generation, collected in block.tolist():
             yield {"name": f"gc gen {generation}", "cat": "gc", "ph": "X", "pid": pid, "tid": GC_TID + generation,
                    "ts": _us(start, offset_s), "dur": _us(duration, 0.0), "args": {"collected": collected}}

@@ -17,6 +17,9 @@ from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, RANK_PREFI
 
 STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
+MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
+MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
+PAUSE_SLACK = (0.01, 1e-3)   # an epoch's GC pauses may exceed its wall time by 1% + 1 ms (clock reads)
 
 
 @dataclass
@@ -46,6 +49,18 @@ class Run:
     def gc_events(self):
         """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
         return _records(self.path / GC_EVENTS, GC_EVENT_DTYPE)
+
+
+def check_times(block, fields, source, offset):
+    """RunDirError naming the first record of `block` (a structured array read from `source`, its
+    first record at index `offset`) whose `fields` hold a time that is not in 0..MAX_SECONDS."""
+    for name in fields:
+        values = block[name]
+        bad = ~(np.isfinite(values) & (values >= 0) & (values <= MAX_SECONDS))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise RunDirError(f"{source} record {offset + i} has {name} {float(values[i]):.6g}, not a time between 0 and "
+                              f"{MAX_SECONDS:.0e} s: not written by this profiler")
 
 
 def _records(file, dtype):
@@ -87,35 +102,48 @@ def read_run(path):
     return Run(path, meta, epochs, problems)
 
 
-def _number(value, nonneg=True):
+def _number(value, nonneg=True, limit=math.inf):
     # type(), not isinstance(): JSON gives int, float or bool, and a bool is not a number here
-    return type(value) in (int, float) and math.isfinite(value) and (value >= 0 or not nonneg)
+    return type(value) in (int, float) and math.isfinite(value) and (value >= 0 or not nonneg) and value <= limit
 
 
-def _numbers(values, count=3):
-    return type(values) is list and len(values) == count and all(map(_number, values))
+def _seconds(value):
+    return _number(value, limit=MAX_SECONDS)
+
+
+def _bytes(value):
+    return _number(value, limit=MAX_BYTES)
+
+
+def _numbers(values, count=3, check=_number):
+    return type(values) is list and len(values) == count and all(map(check, values))
+
+
+SECONDS = f"a number of seconds between 0 and {MAX_SECONDS:.0e}"
+BYTES = "a number of bytes between 0 and 1 PiB"
 
 
 def _check_optional(record):
     """Why an optional field of `record` is unusable, or None (absent fields are fine)."""
-    for key in ("start_s", "malloc_bytes", "steps"):
-        if record.get(key) is not None and not _number(record[key]):
-            return f"has {key} {record[key]!r}, not a finite non-negative number"
+    for key, check, what in (("start_s", _seconds, SECONDS), ("malloc_bytes", _bytes, BYTES),
+                             ("steps", _number, "a non-negative number")):
+        if record.get(key) is not None and not check(record[key]):
+            return f"has {key} {record[key]!r}, not {what}"
     gc = record["gc"]
     for key in ("collected", "tracked"):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
-    if gc.get("max_pause_s") is not None and not _number(gc["max_pause_s"]):
-        return f"has gc.max_pause_s {gc['max_pause_s']!r}, not a finite non-negative number"
+    if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
+        return f"has gc.max_pause_s {gc['max_pause_s']!r}, not {SECONDS}"
     for key, op in record.get("ops", {}).items():
-        if not (isinstance(op, dict) and _number(op.get("calls")) and _number(op.get("total_s"))):
+        if not (isinstance(op, dict) and _number(op.get("calls")) and _seconds(op.get("total_s"))):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
         if not isinstance(op.get("name", ""), str) or not isinstance(op.get("tags", {}), dict):
             return f"has ops[{key!r}] whose name is not a string or whose tags are not an object"
     heap = record.get("heap")
     if heap is not None:
-        if not isinstance(heap, dict) or not _number(heap.get("traced_bytes")):
-            return f"has heap {heap!r}, not an object with traced_bytes"
+        if not isinstance(heap, dict) or not _bytes(heap.get("traced_bytes")):
+            return f"has heap {heap!r}, not an object with traced_bytes ({BYTES})"
         for key, name, fields in (("top_growth", "site", ("size_diff",)), ("top_types", "type", ("count", "count_diff"))):
             items = heap.get(key) or []
             if not isinstance(items, list) or not all(
@@ -124,9 +152,11 @@ def _check_optional(record):
                 return f"has heap.{key} that is not a list of objects with {name}, {', '.join(fields)}"
     workers = record.get("workers")
     if workers is not None and not (isinstance(workers, dict)
-                                    and all(_number(workers.get(k)) for k in ("count", "uss_bytes", "pss_bytes"))
-                                    and _number(workers.get("uss_growth_bytes", 0))):
-        return f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes']}} numbers"
+                                    and _number(workers.get("count"))
+                                    and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
+                                    and _bytes(workers.get("uss_growth_bytes", 0))):
+        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes']}} "
+                f"(sizes {BYTES})")
     return None
 
 
@@ -137,16 +167,20 @@ def _check_epoch(record):
     epoch = record.get("epoch")
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
         return f"has epoch {epoch!r}, not a non-negative integer"
-    if not _number(record.get("wall_s")):
-        return f"has wall_s {record.get('wall_s')!r}, not a finite non-negative number"
+    wall = record.get("wall_s")
+    if not _seconds(wall):
+        return f"has wall_s {wall!r}, not {SECONDS}"
     gc = record.get("gc")
     if not isinstance(gc, dict):
         return "has no 'gc' object"
-    for key in ("pause_s", "collections"):
-        if not _numbers(gc.get(key)):
-            return f"has gc.{key} {gc.get(key)!r}, not three non-negative numbers"
-    if not _number(record.get("rss_bytes")):
-        return f"has rss_bytes {record.get('rss_bytes')!r}, not a non-negative number"
+    if not _numbers(gc.get("collections")):
+        return f"has gc.collections {gc.get('collections')!r}, not three non-negative numbers"
+    if not _numbers(gc.get("pause_s"), check=_seconds):
+        return f"has gc.pause_s {gc.get('pause_s')!r}, not three numbers of seconds between 0 and {MAX_SECONDS:.0e}"
+    if sum(gc["pause_s"]) > wall * (1 + PAUSE_SLACK[0]) + PAUSE_SLACK[1]:
+        return f"has GC pauses of {sum(gc['pause_s']):.6g} s in an epoch of {wall:.6g} s (wall_s), more than it lasted"
+    if not _bytes(record.get("rss_bytes")):
+        return f"has rss_bytes {record.get('rss_bytes')!r}, not {BYTES}"
     if not isinstance(record.get("ops", {}), dict):
         return "has 'ops' that is not an object"
     return _check_optional(record)
