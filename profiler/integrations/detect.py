@@ -33,7 +33,6 @@ class Detection:
         """UsageError for a bad function name or policy, before anything is installed."""
         self.session = session
         self.policy = GcPolicy.parse(gc_policy)
-        self.window_s = window_s
         self.marks = marks = Marks(session)
         self.targets = []
         if epoch_fn:
