@@ -50,6 +50,31 @@ def test_duplicate_rank_names_both_directories(tmp_path):
         rank_dirs(tmp_path)
 
 
+def test_two_directories_recording_one_rank_say_it_appears_twice_not_rename(tmp_path):
+    """rank-1/ records rank 0 while rank-0/ exists: renaming it to rank-0 cannot work."""
+    for name in ("rank-0", "rank-1"):
+        write_rank(tmp_path / name, 0, 2, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"rank 0 appears twice, in .*rank-0 and in .*rank-1 \(both meta.json") as info:
+        rank_dirs(tmp_path)
+    assert "rename" not in str(info.value)
+
+
+def test_clock_origin_that_is_no_unix_time_is_an_error(tmp_path):
+    write_rank(tmp_path / "rank-0", 0, 1, np.full(10, 0.01))
+    meta = tmp_path / "rank-0" / "meta.json"
+    meta.write_text(meta.read_text().replace('"clock_origin_unix": 1800000000.0', '"clock_origin_unix": 1e308'))
+    with pytest.raises(RunDirError, match=r"clock_origin_unix 1e\+308, not a Unix time"):
+        rank_dirs(tmp_path)
+
+
+def test_world_size_one_says_one_rank_not_no_step_clocks(tmp_path):
+    write_rank(tmp_path / "rank-0", 0, 1, np.full(40, 0.01), steps_per_epoch=4)
+    a = analyze_ranks(tmp_path)
+    assert a.unit == "step" and a.collective == "one-rank"
+    words = text.diagnosis(analyze(tmp_path))
+    assert "one rank: there is no other rank to wait for" in words and "no step clocks" not in words
+
+
 def test_missing_rank_says_which_and_what_to_do(tmp_path):
     for rank in (0, 1, 3):
         write_rank(tmp_path / f"rank-{rank}", rank, 4, np.full(10, 0.01))
@@ -145,6 +170,7 @@ def test_ranks_without_steps_align_epochs(tmp_path):
         (tmp_path / f"rank-{rank}" / "steps.bin").unlink()
     a = analyze_ranks(tmp_path)
     assert a.unit == "epoch" and a.collective == "unknown" and a.aligned == 10 and a.warmup == 1
+    assert "unknown (a rank recorded no steps): epochs compared by wall time" in text.diagnosis(analyze(tmp_path))
     assert a.per_rank[0].gc_pause_s[2] == pytest.approx(0.4, rel=1e-6)
     assert a.stragglers.rank == 0 and a.stragglers.steps == 9       # every epoch holds two of its pauses
 

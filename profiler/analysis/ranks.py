@@ -102,7 +102,7 @@ class RankAnalysis:
     run_dir: str
     ranks: int
     unit: str                    # "step" or "epoch": what was aligned across ranks
-    collective: str              # "in-step", "between-steps", or "unknown" (epochs, or no clocks)
+    collective: str              # "in-step", "between-steps", "one-rank", or "unknown" (epochs, or no clocks)
     aligned: int                 # indices every rank finished
     warmup: int                  # of those, left out at the start
     job_time_s: float            # the aligned steps' time: per step the longest, with the time before it
@@ -234,7 +234,9 @@ def _collective(sources, first, stop_at):
     Measured as how much each rank's step ends (or beginnings) move against rank 0's, so a constant
     clock offset between ranks or hosts does not count. Inside the step unless the beginnings are
     clearly steadier (the ends of a step are not exact on a loaded machine)."""
-    if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources) or len(sources) < 2:
+    if len(sources) < 2:
+        return "one-rank"
+    if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources):
         return "unknown"
     stop = min(stop_at, first + min(PROBE_STEPS, max(1, BLOCK_VALUES // len(sources))))
     block = next(_blocks(sources, first, stop))

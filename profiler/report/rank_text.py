@@ -5,7 +5,16 @@ from . import text
 
 COLLECTIVE = {"in-step": "steps end together: the collective is inside the step",
               "between-steps": "steps begin together: the collective is between steps",
-              "unknown": "where the collective lies is unknown (no step clocks): epochs compared by wall time"}
+              "one-rank": "one rank: there is no other rank to wait for"}
+
+
+def _collective(ra):
+    if ra.collective != "unknown":
+        return COLLECTIVE[ra.collective]
+    if ra.unit == "epoch":
+        return "where the collective lies is unknown (a rank recorded no steps): epochs compared by wall time"
+    return ("where the collective lies is unknown (a rank's meta.json has no clock_origin_unix): steps compared by "
+            "wall time")
 
 
 STOPPED = {"running": "killed, crashed, or still running",
@@ -88,7 +97,7 @@ def unfinished(ra):
 def summary(ra):
     """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
     lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
-             f"{COLLECTIVE[ra.collective]}",
+             f"{_collective(ra)}",
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
              f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s "
              f"(median {ra.unit} {text.ms(ra.median_s)})"]

@@ -17,6 +17,7 @@ from ..errors import RunDirError
 from .format import META, RANK_PREFIX
 
 _NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
+MAX_UNIX = 1e11   # clock_origin_unix above this (the year 5138) is not a time.time() reading
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,11 @@ def _read_rank(path):
     if not isinstance(meta, dict):
         raise RunDirError(f"{file} is not a JSON object: not written by this profiler")
     rank, world = _int_field(meta, "rank", file), _int_field(meta, "world_size", file)
-    named = int(_NAME.match(path.name).group(1))
-    if named != rank:
-        raise RunDirError(f"{path} is named for rank {named} but its {META} records rank {rank}; "
-                          f"rename the directory to {RANK_PREFIX}{rank}")
     local, origin = meta.get("local_rank"), meta.get("clock_origin_unix")
+    if origin is not None and not (type(origin) in (int, float) and 0 <= origin <= MAX_UNIX):
+        raise RunDirError(f"{file} has clock_origin_unix {origin!r}, not a Unix time: not written by this profiler")
     return RankDir(rank, local if isinstance(local, int) else None, world, meta.get("host"),
-                   float(origin) if isinstance(origin, (int, float)) and not isinstance(origin, bool) else None, path)
+                   None if origin is None else float(origin), path)
 
 
 def rank_dirs(path):
@@ -90,8 +89,14 @@ def rank_dirs(path):
                           f"directories per directory")
     for a, b in zip(ranks, ranks[1:]):
         if a.rank == b.rank:
-            raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path}: these come from different "
-                              f"jobs (or one was copied twice); keep one of them")
+            raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path} (both {META} files record "
+                              f"rank {a.rank}): these come from different jobs (or one was copied twice); keep one "
+                              f"of them")
+    for r in ranks:   # after the duplicates: renaming a copy of another rank's directory would not help
+        named = int(_NAME.match(r.path.name).group(1))
+        if named != r.rank:
+            raise RunDirError(f"{r.path} is named for rank {named} but its {META} records rank {r.rank}; "
+                              f"rename the directory to {RANK_PREFIX}{r.rank}")
     world = ranks[0].world_size
     beyond = [r for r in ranks if r.rank >= world]
     if beyond:
