@@ -1,7 +1,8 @@
 """The `profiler` command: parse, call one command, print; errors become one line and an exit code.
 
 Exit codes: 0 done, 1 the work failed (a ProfilerError with exit_code 1, or any other exception),
-2 bad input (usage, options, unreadable run directories), 130 interrupted (Ctrl-C).
+2 bad input (usage, options, unreadable run directories), 130 interrupted (Ctrl-C), 141 (128 +
+SIGPIPE) quietly when the reader of the output went away (`profiler report RUN | head`).
 PROFILER_DEBUG=1 shows tracebacks instead of one line.
 """
 
@@ -55,6 +56,15 @@ def _message(error):
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _stdout_to_devnull():
+    """Point stdout at os.devnull so the interpreter's flush at exit does not fail on the closed pipe
+    again (the Python documentation's "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout is not a file descriptor: nothing is flushed to it at exit
+        pass
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(os.environ.get("PROFILER_DEBUG"))
@@ -65,6 +75,12 @@ def main(argv=None):
             raise UsageError(f"`profiler {args.command_name}` takes no -- COMMAND")
         args.command = command
         args.handler.run(args)
+        sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        if debug:
+            raise
+        _stdout_to_devnull()
+        return 141
     except KeyboardInterrupt:
         if debug:
             raise

@@ -1,7 +1,10 @@
 """Renderers: report --json keeps the contract fields and is strict, the verdict and each finding's
 words come from the text renderer, and the HTML page holds the findings table and the step figure."""
 
+import io
 import json
+import os
+import sys
 
 import pytest
 
@@ -108,3 +111,23 @@ def test_no_finding_verdict_names_spikes_gc_does_not_explain(tmp_path):
     words = text.verdict(d)
     assert "no step or epoch spikes" not in words
     assert f"step spikes take {text.pct(d.spikes.time_fraction)} of the run, but GC pauses explain only 0.0%" in words
+
+
+def test_report_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch):
+    """`profiler report RUN | head`: the reader went away; no error line, exit 141 (128 + SIGPIPE),
+    and stdout now leads to os.devnull, so the interpreter's flush at exit does not fail again."""
+    from profiler import cli
+    run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(12)])
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    out, err = os.fdopen(write_end, "w"), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        assert cli.main(["report", str(run)]) == 141
+        out.write("after")
+        out.flush()
+    finally:
+        monkeypatch.undo()
+        out.close()
+    assert err.getvalue() == ""
