@@ -131,3 +131,29 @@ def test_report_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch):
         monkeypatch.undo()
         out.close()
     assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize("command,target,words", [
+    (["report", "{run}", "--html"], "{dir}", "--html {dir} is a directory: give a file name, e.g. --html {dir}/report.html"),
+    (["compare", "{run}", "{run}", "--html"], "{dir}", "--html {dir} is a directory"),
+    (["timeline", "{run}", "--out"], "{dir}", "--out {dir} is a directory: give a file name, e.g. --out {dir}/trace.json"),
+    (["timeline", "{run}", "--out"], "{file}/x.json", "--out {file}/x.json: {file} is a file, not a directory"),
+    (["report", "{run}", "--html"], "{file}/x.html", "{file} is a file, not a directory; choose another path"),
+], ids=["report-dir", "compare-dir", "timeline-dir", "timeline-under-file", "report-under-file"])
+def test_output_path_in_the_way_is_one_clear_line(tmp_path, capsys, command, target, words):
+    from profiler import cli
+    names = {"run": str(write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(3)])),
+             "dir": str(tmp_path / "out"), "file": str(tmp_path / "afile")}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "afile").write_text("x")
+    assert cli.main([a.format(**names) for a in command + [target]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("profiler: error: ") and err.count("\n") == 1 and words.format(**names) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "out", "run"] and not any((tmp_path / "out").iterdir())
+
+
+def test_html_report_creates_its_directory(tmp_path, capsys):
+    from profiler import cli
+    run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(3)])
+    assert cli.main(["report", str(run), "--html", str(tmp_path / "new" / "r.html")]) == 0
+    assert (tmp_path / "new" / "r.html").read_text().startswith("<!")

@@ -83,3 +83,12 @@ def test_huge_finite_step_start_is_one_clear_error_and_no_file(tmp_path):
     with pytest.raises(RunDirError, match=r"steps.bin record 1 has start_s 1e\+308, not a time"):
         trace.write_run(run, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_directory_as_the_trace_path_is_one_clear_error_and_stays(tmp_path):
+    from profiler.errors import RunWriteError
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)])
+    (tmp_path / "d").mkdir()
+    with pytest.raises(RunWriteError, match="cannot write the trace to"):
+        trace.write_run(run, tmp_path / "d")
+    assert (tmp_path / "d").is_dir()

@@ -1,6 +1,6 @@
 """`profiler compare RUN_A RUN_B`: two runs op by op, with what-if projections."""
 
-from .html_out import write_html
+from .output import output_file, write_html
 
 
 class CompareCommand:
@@ -19,12 +19,13 @@ class CompareCommand:
         from ..analysis import compare
         from ..analysis.ranks import RankComparison
         from ..report import json_out, rank_text, text
+        html_path = output_file(args.html, "--html", "compare.html") if args.html else None
         comparison = compare(args.run_a, args.run_b)
         jobs = isinstance(comparison, RankComparison)   # two multi-rank runs
         print(json_out.render(comparison) if args.json else
               rank_text.comparison(comparison) if jobs else text.comparison(comparison))
-        if args.html and jobs:
-            write_html(args.html, title="profiler compare", sections=[
+        if html_path and jobs:
+            write_html(html_path, title="profiler compare", sections=[
                 (rank_text.comparison_verdict(comparison), f"<pre>{rank_text.comparison(comparison)}</pre>")])
-        elif args.html:
-            write_html(args.html, title="profiler compare", comparisons=[comparison])
+        elif html_path:
+            write_html(html_path, title="profiler compare", comparisons=[comparison])

@@ -1,6 +1,6 @@
 """`profiler report RUN_DIR`: the diagnosis as text, JSON or HTML."""
 
-from .html_out import write_html
+from .output import output_file, write_html
 
 
 class ReportCommand:
@@ -19,9 +19,10 @@ class ReportCommand:
     def run(args):
         from ..analysis import analyze, series, step_series
         from ..report import json_out, text
+        html_path = output_file(args.html, "--html", "report.html") if args.html else None
         diagnosis = analyze(args.run_dir)
         print(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
-        if args.html:
+        if html_path:
             from ..rundir import read_run
             from ..rundir.ranks import rank_dirs
             run_dir, sections = args.run_dir, []
@@ -31,6 +32,6 @@ class ReportCommand:
                 ra = diagnosis.rank_analysis
                 run_dir = str(next(r.path for r in rank_dirs(args.run_dir) if r.rank == ra.diagnosed))
                 sections = [(None, ranks_section(ra, rank_heatmap(args.run_dir)))]
-            write_html(args.html, title=f"profiler report: {args.run_dir}", sections=sections,
+            write_html(html_path, title=f"profiler report: {args.run_dir}", sections=sections,
                        diagnoses=[(diagnosis, series(run_dir), step_series(read_run(run_dir)))],
                        meta=diagnosis.meta)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .html_out import write_html
+from .output import output_file, write_html
 from .options import add_scenario_options, int_list, scenario_argv, timestamp
 
 
@@ -31,10 +31,11 @@ class ScalingCommand:
         out = Path(args.out or f"runs/scaling-{args.scenario}-{timestamp()}")
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
+        html_path = output_file(args.html, "--html", "scaling.html") if args.html else None
         runs = {n: out / f"max-{n}" for n in args.max_epochs}
         run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")
         result = scaling(runs)
         figures.save(figures.scaling(result), out / "scaling.png")
         print(json_out.render(result) if args.json else text.scaling(result))
-        if args.html:
-            write_html(args.html, title=f"profiler scaling: {args.scenario}", scalings=[result])
+        if html_path:
+            write_html(html_path, title=f"profiler scaling: {args.scenario}", scalings=[result])

@@ -1,5 +1,7 @@
 """`profiler timeline RUN_DIR`: the run as Chrome trace event JSON (open it in ui.perfetto.dev)."""
 
+from .output import output_file
+
 
 class TimelineCommand:
     name = "timeline"
@@ -15,5 +17,5 @@ class TimelineCommand:
     @staticmethod
     def run(args):
         from ..report import trace
-        count = trace.write_run(args.run_dir, args.out)
+        count = trace.write_run(args.run_dir, output_file(args.out, "--out", "trace.json"))
         print(f"wrote {args.out} ({count:,} events): open it in https://ui.perfetto.dev")

@@ -117,7 +117,8 @@ def write(path, streams):
                     n += 1
             out.write("\n]}\n")
     except BaseException as e:
-        path.unlink(missing_ok=True)
+        if path.is_file():   # not a directory given as the path: that is the error to report
+            path.unlink()
         if isinstance(e, OSError):
             raise RunWriteError(f"cannot write the trace to {path}: {e}") from e
         raise

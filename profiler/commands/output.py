@@ -1,0 +1,37 @@
+"""The files a command writes (--html, --out): each path is checked before the work starts, so a
+directory or a file in the way is one clear line, not an OSError after minutes of work."""
+
+import sys
+from pathlib import Path
+
+from ..errors import RunWriteError, UsageError
+
+
+def output_file(path, flag, example):
+    """`path` (given with `flag`, e.g. "--html") as a file to write, its parent directories created;
+    UsageError when it is a directory (`example`: a file name to suggest in it) or a file stands
+    where a parent directory belongs."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory: give a file name, e.g. {flag} {path / example}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{flag} {path}: {parent} is a file, not a directory; choose another path")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunWriteError(f"cannot create {path.parent} for {flag} {path}: {e.strerror or e}") from e
+    return path
+
+
+def write_html(path, **sections):
+    """Render an HTML page (report.html.render(**sections)) to `path`, checked by output_file."""
+    from ..report import html
+    page = html.render(**sections)
+    try:
+        Path(path).write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise RunWriteError(f"cannot write the HTML page to {path}: {e.strerror or e}") from e
+    print(f"wrote {path}", file=sys.stderr)
