@@ -107,3 +107,21 @@ def test_meta_meta_that_is_not_an_object_labels_by_directory(tmp_path):
     (a / "meta.json").write_text(json.dumps(meta))
     c = compare(a, b)
     assert (c.a.label, c.b.label) == ("first", "second")
+
+
+def test_runs_without_ops_say_none_were_recorded(tmp_path):
+    a = write_run(tmp_path / "a", [epoch(i, 0.02) for i in range(8)])
+    b = write_run(tmp_path / "b", [epoch(i, 0.01) for i in range(8)])
+    words = text.comparison_verdict(compare(a, b))
+    assert "Neither run recorded op timers" in words and "No op that both runs time" not in words
+    assert "warm-up" not in words
+
+
+def test_a_run_whose_only_epoch_is_its_warm_up_says_so(tmp_path):
+    a = write_run(tmp_path / "a", [epoch(0, 0.36)])
+    b = write_run(tmp_path / "b", [epoch(i, 0.01) for i in range(8)])
+    c = compare(a, b)
+    assert c.a.epochs == 1 and c.a.warmup_included and not c.b.warmup_included and c.ratio == pytest.approx(36)
+    words = text.comparison_verdict(c)
+    assert "Note: a has only one epoch (its warm-up): too few to leave the warm-up out" in words
+    assert "so the epoch time includes it; compare runs of 4 or more epochs" in words

@@ -23,6 +23,8 @@ class RunSide:
     label: str
     epoch_s: float          # median epoch time after the warm-up
     tags: dict              # the tags that tell this run apart from the other
+    epochs: int             # epochs the median is over
+    warmup_included: bool   # too few epochs to leave out the warm-up (load.load skipped none)
 
 
 @dataclass
@@ -103,6 +105,8 @@ def compare(run_a, run_b):
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     return Comparison(
-        a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}),
-        b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}),
+        a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
+                  len(la.records), la.skipped == 0),
+        b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
+                  len(lb.records), lb.skipped == 0),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_POINTS = 8        # change(): fewer points tell no trend
+WARMUP_MIN_EPOCHS = 4  # warmup(): runs this long leave their first epochs out
 MAX_POINTS = 200      # slope(): Theil-Sen is O(n^2), so long series are reduced to bin medians first
 TREND_BINS = 15       # change(): bins whose lower quartiles the trend is fitted to
 QUANTILE = 0.25
@@ -53,8 +54,9 @@ class Change:
 
 
 def warmup(n):
-    """Epochs to skip at the start (JIT compilation, first-touch of buffers, cache warm-up)."""
-    return 0 if n < 4 else max(1, min(5, n // 10))
+    """Epochs to skip at the start (JIT compilation, first-touch of buffers, cache warm-up): none
+    in a run of fewer than WARMUP_MIN_EPOCHS, whose warm-up stays in."""
+    return 0 if n < WARMUP_MIN_EPOCHS else max(1, min(5, n // 10))
 
 
 def window(n):

@@ -327,13 +327,23 @@ def comparison_verdict(c):
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
-    if not best:
+    if not c.rows:
+        text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
+                 "differs.")
+    elif both and not best:
         text += " No op that both runs time is faster in the faster run."
     one_side = [r for r in c.rows if r.only_in is not None]
     for side, run in (("a", a), ("b", b)):
         names = [op_label(r.op, r.tags) for r in one_side if r.only_in == side]
         if names:
             text += f" Only {run.label} runs {', '.join(names)} (no what-if: the other run has no time for it)."
+    short = [run for run in (a, b) if run.warmup_included]
+    if short:
+        has = " and ".join(f"{run.label} has " + ("only one epoch (its warm-up)" if run.epochs == 1 else
+                                                  f"{run.epochs} epochs") for run in short)
+        text += (f" Note: {has}: too few to leave the warm-up out (compilation and the first touch of memory and "
+                 f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
+                 f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
     return text
 
 
