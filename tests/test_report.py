@@ -94,7 +94,7 @@ def test_no_finding_verdict_says_why_from_the_tables_numbers(tmp_path):
     small = analyze(write_run(tmp_path / "small", [epoch(i, 0.04, rss=(100 + 4.5 * i) * mib) for i in range(5)]))
     assert "RSS grew 4.5 MiB per epoch (13.5 MiB over the run), under the 16.0 MiB" in text.verdict(small)
     flat = analyze(write_run(tmp_path / "flat", [epoch(i, 0.04) for i in range(12)]))
-    assert "memory does not grow (RSS 0 B per epoch). Nothing to fix here." in text.verdict(flat)
+    assert "memory is flat (RSS +0 B per epoch). Nothing to fix here." in text.verdict(flat)
     assert "trend +0% ± 0%" in text.diagnosis(flat)
 
 
@@ -157,3 +157,23 @@ def test_html_report_creates_its_directory(tmp_path, capsys):
     run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(3)])
     assert cli.main(["report", str(run), "--html", str(tmp_path / "new" / "r.html")]) == 0
     assert (tmp_path / "new" / "r.html").read_text().startswith("<!")
+
+
+def test_terminated_run_is_read_and_rendered_everywhere(tmp_path):
+    """status "terminated" (SIGTERM) is incomplete with its reason in every renderer; a status this
+    profiler never writes is a problem of its own."""
+    from profiler.analysis import compare
+    from profiler.report import trace
+    run = stepped_run(tmp_path / "run", 6, 5, 0.005, lambda n: None)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(dict(meta, status="terminated", error="SIGTERM")))
+    d = analyze(run)
+    assert d.status == "terminated" and not d.complete and d.problems == ["the run terminated: SIGTERM"]
+    assert "(6 epochs, terminated, INCOMPLETE)" in text.diagnosis(d)
+    assert "the run is incomplete (the run terminated: SIGTERM)" in json.loads(json_out.render(d))["verdict"]
+    assert "status terminated (incomplete)" in html.render(title="t", diagnoses=[(d, series(run), None)])
+    assert trace.write_run(run, tmp_path / "t.json") > 30
+    assert compare(run, run).ratio == 1.0
+    (run / "meta.json").write_text(json.dumps(dict(meta, status="paused")))
+    assert read_run(run).problems == ["meta.json has status 'paused', not one this profiler writes (running, "
+                                      "completed, halted, failed, interrupted, terminated)"]

@@ -232,10 +232,13 @@ def _spikes_not_found(s):
             f"the machine slows them, not GC)")
 
 
+FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
+
+
 def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
-    if rate <= 0:
-        return f"memory does not grow (RSS {size(rate)} per epoch)"
+    if rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES:
+        return f"memory is flat (RSS {'+' if rate >= 0 else ''}{size(rate)} per epoch)"
     text = f"RSS grew {size(rate)} per epoch"
     if a.epochs < fnd.MEMORY_MIN_EPOCHS:
         return text + f" over {a.epochs} epoch{'' if a.epochs == 1 else 's'}: too few epochs to call it a leak"

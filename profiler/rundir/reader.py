@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, RANK_PREFIX, STEP_FIELDS, STEPS
+from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, RANK_PREFIX, STATUSES, STEP_FIELDS, STEPS
 
 STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
@@ -98,6 +98,8 @@ def read_run(path):
         problems.append("the run never finished (status still 'running'): it crashed, was killed, or is live")
     elif status in ("failed", "interrupted", "terminated"):
         problems.append(f"the run {status}" + (f": {meta['error']}" if meta.get("error") else ""))
+    elif status not in STATUSES:
+        problems.append(f"{META} has status {status!r}, not one this profiler writes ({', '.join(STATUSES)})")
     epochs = _read_epochs(path / EPOCHS, problems)
     return Run(path, meta, epochs, problems)
 
