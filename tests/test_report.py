@@ -177,3 +177,7 @@ def test_terminated_run_is_read_and_rendered_everywhere(tmp_path):
     (run / "meta.json").write_text(json.dumps(dict(meta, status="paused")))
     assert read_run(run).problems == ["meta.json has status 'paused', not one this profiler writes (running, "
                                       "completed, halted, failed, interrupted, terminated)"]
+
+
+def test_sizes_up_to_the_readers_bound_read_in_their_unit():
+    assert text.size(1 << 50) == "1.0 PiB" and text.size(3 << 40) == "3.0 TiB" and text.size(-(5 << 30)) == "-5.0 GiB"

@@ -38,6 +38,15 @@ def test_quantiles_of_a_stream():
         assert q.quantile(p) == pytest.approx(np.quantile(values, p), rel=0.01)
 
 
+def test_quantiles_cover_every_time_the_reader_accepts():
+    """Steps of hours up to the reader's bound (1e7 s) keep their size, not a 3-hour cap."""
+    from profiler.rundir.reader import MAX_SECONDS
+    q = stats.Quantiles()
+    q.add([5 * 3600.0, 5 * 3600.0, MAX_SECONDS])
+    assert q.quantile(0.5) == pytest.approx(5 * 3600.0, rel=0.006)
+    assert q.quantile(1.0) == pytest.approx(MAX_SECONDS, rel=0.006)
+
+
 def test_change_reports_its_uncertainty():
     x = np.arange(100)
     c = stats.change(x, 0.01 * (1 + 0.3 * x / 99))

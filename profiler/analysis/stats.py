@@ -142,7 +142,7 @@ def change(x, y):
 
 # -- quantiles of long series in constant memory -----------------------------------------------
 
-HIST_EDGES = np.geomspace(1e-7, 1e4, 4097)   # 0.6% wide bins from 0.1 us to 3 h
+HIST_EDGES = np.geomspace(1e-7, 1e7, 5462)   # 0.6% wide bins from 0.1 us to 1e7 s (rundir.reader.MAX_SECONDS)
 
 
 class Quantiles:
