@@ -217,6 +217,15 @@ def _transpose(s, s0, ls, d, d0, ld, rows, cols):
             d[uint64(d0 + j * ld + i)] = s[uint64(s0 + i * ls + j)]
 
 
+@helper
+def _copy(s, s0, d, d0, n):
+    """d[d0:d0+n] = s[s0:s0+n] on flat arrays. A loop rather than a slice assignment: numba's
+    array-to-array setitem compiles its shape-mismatch message, ~4 s of string code on a cold
+    start (half the compile time of a conv in both layouts)."""
+    for j in range(n):
+        d[uint64(d0 + j)] = s[uint64(s0 + j)]
+
+
 @kernel
 def _pack(src, nchw, pt, pl, dst):
     """dst (B, Hp, Wp, Cp) = src (NCHW or NHWC) placed at row pt, column pl; zero elsewhere
@@ -234,8 +243,11 @@ def _pack(src, nchw, pt, pl, dst):
         for ih in range(h):
             if nchw:   # a (C, W) block of channel rows -> (W, C)
                 _transpose(sf, (b * c * sh + ih) * sw, sh * sw, df, ((b * hp + pt + ih) * wp + pl) * cp, cp, c, w)
+            elif cp == c:   # the row's pixels are one run in both
+                _copy(sf, (b * sh + ih) * sw * c, df, ((b * hp + pt + ih) * wp + pl) * c, w * c)
             else:
-                d[pt + ih, pl:pl + w, :c] = src[b, ih, :w]
+                for iw in range(w):
+                    _copy(sf, ((b * sh + ih) * sw + iw) * c, df, ((b * hp + pt + ih) * wp + pl + iw) * cp, c)
 
 
 @kernel
@@ -251,21 +263,25 @@ def _unpack(src, pt, pl, nchw, h, w, dst):
         for ih in range(h):
             if nchw:   # a (W, C) block of pixels -> (C, W)
                 _transpose(sf, ((b * hs + pt + ih) * ws + pl) * cs, cs, df, (b * c * dh + ih) * dw_, dh * dw_, w, c)
+            elif cs == c:
+                _copy(sf, ((b * hs + pt + ih) * ws + pl) * c, df, (b * dh + ih) * dw_ * c, w * c)
             else:
-                dst[b, ih, :w] = src[b, pt + ih, pl:pl + w, :c]
+                for iw in range(w):
+                    _copy(sf, ((b * hs + pt + ih) * ws + pl + iw) * cs, df, ((b * dh + ih) * dw_ + iw) * c, c)
 
 
 @kernel
 def _planes(src, pt, pl, hp, wp, dst):
     """dst (B, C, plane) = NCHW src zero-padded to hp x wp at (pt, pl), each plane's hp*wp floats
-    at the start of its `plane`-float slot. Row copies: memcpy speed."""
-    _, c, h, w = src.shape
-    h, w = min(h, hp - pt), min(w, wp - pl)
+    at the start of its `plane`-float slot."""
+    _, c, sh, sw = src.shape
+    h, w = min(sh, hp - pt), min(sw, wp - pl)
+    sf, slot = src.reshape(-1), dst.shape[2]
+    df = dst.reshape(-1)
     for r in prange(dst.shape[0] * c):
-        d = dst[r // c, r % c]
-        d[:] = 0.0
-        img = d[:hp * wp].reshape(hp, wp)
-        img[pt:pt + h, pl:pl + w] = src[r // c, r % c, :h, :w]
+        dst[r // c, r % c] = 0.0
+        for ih in range(h):
+            _copy(sf, (r * sh + ih) * sw, df, r * slot + (pt + ih) * wp + pl, w)
 
 
 # NHWC stride-1 input grads go through the full correlation unless C_in fills under a quarter of

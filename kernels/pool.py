@@ -110,8 +110,9 @@ def _pool_nhwc(x, p, y, arg):
         b, oh = r // oh_, r % oh_
         best, at = np.empty(c, np.float32), np.empty(c, np.int32)
         for ow in range(ow_):
-            best[:] = x[b, oh * p, ow * p]
-            at[:] = 0
+            first = x[b, oh * p, ow * p]
+            for k in range(c):   # loops, not slice assignments: see conv._copy
+                best[k], at[k] = first[k], 0
             for i in range(p):
                 for j in range(p):
                     v, q = x[b, oh * p + i, ow * p + j], i * p + j
@@ -119,8 +120,9 @@ def _pool_nhwc(x, p, y, arg):
                         better = _wins(v[k], best[k])
                         best[k] = v[k] if better else best[k]
                         at[k] = q if better else at[k]
-            y[b, oh, ow] = best
-            arg[b, oh, ow] = at
+            yo, ao = y[b, oh, ow], arg[b, oh, ow]
+            for k in range(c):
+                yo[k], ao[k] = best[k], at[k]
 
 
 @kernel
