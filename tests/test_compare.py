@@ -125,3 +125,32 @@ def test_a_run_whose_only_epoch_is_its_warm_up_says_so(tmp_path):
     words = text.comparison_verdict(c)
     assert "Note: a has only one epoch (its warm-up): too few to leave the warm-up out" in words
     assert "so the epoch time includes it; compare runs of 4 or more epochs" in words
+
+
+
+def _gc_run(path, pause, policy):
+    records = [epoch(i, 0.020 + pause, pause=(0.0, 0.0, pause), collections=(5, 1, 1)) for i in range(8)]
+    path = write_run(path, records, meta={"label": f"gc {policy}"})
+    meta = json.loads((path / "meta.json").read_text())
+    meta["options"] = {"gc_policy": policy}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_gc_per_epoch_and_the_policy_are_compared(tmp_path):
+    c = compare(_gc_run(tmp_path / "a", 0.070, "default"), _gc_run(tmp_path / "b", 0.005, "freeze"))
+    assert c.a.gc.pause_s == pytest.approx(0.070) and c.b.gc.pause_s == pytest.approx(0.005)
+    assert c.a.gc.share_total == pytest.approx(0.070 / 0.090) and c.a.gc.full_collections == 1.0
+    assert (c.a.gc.policy, c.b.gc.policy) == ("default", "freeze")
+    verdict = text.comparison_verdict(c)
+    assert "the collector accounts for 100.0% of the difference" in verdict, verdict
+    table = text.comparison(c).splitlines()
+    assert any(line.startswith("GC per epoch (ms)") and "70.00" in line and "5.00" in line for line in table)
+    assert any(line.startswith("--gc-policy") and "default" in line and "freeze" in line for line in table)
+
+
+def test_runs_where_gc_costs_nothing_say_nothing_of_it(tmp_path):
+    c = compare(write_run(tmp_path / "a", [epoch(i, 0.02) for i in range(8)]),
+                write_run(tmp_path / "b", [epoch(i, 0.01) for i in range(8)]))
+    assert c.a.gc.pause_s == 0.0 and "GC takes" not in text.comparison_verdict(c)
+    assert not any(line.startswith("--gc-policy") for line in text.comparison(c).splitlines())

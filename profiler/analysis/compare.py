@@ -25,6 +25,15 @@ class RunSide:
     tags: dict              # the tags that tell this run apart from the other
     epochs: int             # epochs the median is over
     warmup_included: bool   # too few epochs to leave out the warm-up (load.load skipped none)
+    gc: "GcSide"            # what the collector cost this run
+
+
+@dataclass
+class GcSide:
+    pause_s: float               # median GC pause per epoch
+    share_total: float           # all GC pause / all wall time
+    full_collections: float      # median generation-2 collections per epoch
+    policy: str | None           # the --gc-policy the run used, when it recorded one
 
 
 @dataclass
@@ -53,6 +62,16 @@ def _label(loaded):
     meta = loaded.run.user_meta
     label = meta.get("label") or meta.get("layout")
     return str(label) if label else loaded.run.path.name
+
+
+def _gc_side(loaded):
+    records = loaded.records
+    pauses = [sum(r["gc"]["pause_s"]) for r in records]
+    wall = sum(r["wall_s"] for r in records)
+    policy = (loaded.run.meta.get("options") or {}).get("gc_policy")
+    return GcSide(pause_s=float(np.median(pauses)), share_total=sum(pauses) / wall if wall > 0 else 0.0,
+                  full_collections=float(np.median([r["gc"]["collections"][2] for r in records])),
+                  policy=str(policy) if policy is not None else None)
 
 
 def _tag_values(series):
@@ -106,7 +125,7 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     return Comparison(
         a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
-                  len(la.records), la.skipped == 0),
+                  len(la.records), la.skipped == 0, _gc_side(la)),
         b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
-                  len(lb.records), lb.skipped == 0),
+                  len(lb.records), lb.skipped == 0, _gc_side(lb)),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)

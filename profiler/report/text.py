@@ -315,6 +315,18 @@ def relative(value, base):
 
 # -- compare and scaling -------------------------------------------------------------------------
 
+def _gc_comparison(slow, fast):
+    """How much of the epoch-time difference the collector's difference accounts for."""
+    delta, gc_delta = slow.epoch_s - fast.epoch_s, slow.gc.pause_s - fast.gc.pause_s
+    if max(slow.gc.pause_s, fast.gc.pause_s) < 0.01 * slow.epoch_s:
+        return ""
+    text = (f" GC takes {ms(slow.gc.pause_s)} per epoch in {slow.label} ({pct(slow.gc.share_total)} of its time) and "
+            f"{ms(fast.gc.pause_s)} in {fast.label} ({pct(fast.gc.share_total)})")
+    if delta > 0 and gc_delta > 0:
+        text += f": the collector accounts for {pct(min(gc_delta / delta, 1.0))} of the difference"
+    return text + "."
+
+
 def comparison_verdict(c):
     a, b = c.a, c.b
     slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
@@ -330,6 +342,7 @@ def comparison_verdict(c):
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
+    text += _gc_comparison(slow, fast)
     if not c.rows:
         text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
                  "differs.")
@@ -355,7 +368,13 @@ def comparison(c):
     width = max(len(a), len(b), 10)
     lines = [_wrap(comparison_verdict(c)), "",
              f"{'op':34s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
-             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
+             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}",
+             f"{'GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
+             f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
+             f"{'full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
+    policies = [side.gc.policy for side in (c.a, c.b)]
+    if any(policies):
+        lines.append(f"{'--gc-policy':34s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
     for r in c.rows:
         label = op_label(r.op, r.tags)
         if r.only_in is not None:
