@@ -5,10 +5,11 @@ register file: AVX2 has 16 256-bit registers, so 6 x 16 is twelve 8-float accumu
 B row and the broadcast; AVX-512 has 32 512-bit registers, where 6 x 16 is only six accumulators,
 too few independent FMAs to cover two FMA pipes' latency, and 8 x 32 is sixteen (12 x 32 and
 14 x 32, 24 and 28, measured no faster: the seed models' channel counts and row widths are
-multiples of 8, not of 12 or 14). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32) overrides the choice; any shape computes the right answer on any ISA, only the speed
-differs. The ISA follows what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when the
-user set them (e.g. NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2 code on an
-AVX-512 host), else the host CPU as LLVM sees it.
+multiples of 8, not of 12 or 14). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32) overrides the
+choice; any shape computes the right answer on any ISA, only the speed differs. The ISA follows
+what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when the user set them (e.g.
+NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2 code on an AVX-512 host), else
+the host CPU as LLVM sees it.
 """
 
 import os

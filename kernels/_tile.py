@@ -30,6 +30,11 @@ from . import _isa
 from ._jit import Kernel, helper
 
 
+# The block shape and its tile, as tiled loop nests see them: each Block compiles them with its own
+# values in place of these (Tiled below), so a nest never runs with the placeholders.
+P = J = PJ = tile = None
+
+
 @intrinsic
 def _block(typingctx, size):
     """A `size`-float float32 accumulator on the stack: LLVM keeps it in registers over the
@@ -59,8 +64,9 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         accp, av, aov, sapv, pnv, bv, bov = args[:7]
         i64, f32 = ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, j_)
-        idx = [context.cast(builder, v, t, types.int64) for v, t in zip((aov, sapv, pnv, bov), signature.args[2:5] + (signature.args[6],))]
-        ao64, sap64, pn64, bo64 = idx
+        types_ = signature.args[2:5] + (signature.args[6],)
+        ao64, sap64, pn64, bo64 = [context.cast(builder, v, t, types.int64)
+                                   for v, t in zip((aov, sapv, pnv, bov), types_)]
         adata = context.make_array(signature.args[1])(context, builder, av).data
         bdata = context.make_array(signature.args[5])(context, builder, bv).data
         bptr = builder.bitcast(builder.gep(bdata, [bo64]), vec.as_pointer())
@@ -94,7 +100,8 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
         accp, outv, o0v, sopv, pnv, accum = args[:6]
         i64 = ir.IntType(64)
         vec = ir.VectorType(ir.FloatType(), j_)
-        o0_, sop_, pn_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sopv, pnv), signature.args[2:5])]
+        o0_, sop_, pn_ = [context.cast(builder, v, t, types.int64)
+                          for v, t in zip((o0v, sopv, pnv), signature.args[2:5])]
         odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[5], types.boolean)
         for p in range(p_):

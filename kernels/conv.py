@@ -14,8 +14,9 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 (blocks: 6 of t x 16 output channels, summed over bands of ~64 output pixels)
 - input grad:   stride 1: the forward kernel on dy padded by K-1-pad with w flipped and C_in, C_out
                 swapped (a full correlation: a 9*C_out-deep reduction per block). Stride > 1, and
-                C_in below a quarter of the lanes (first layers): a scatter, dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for
-                oh*s + kh = i, row by row (each row owned by one thread: no races), then cropped.
+                C_in below a quarter of the lanes (first layers): a scatter,
+                dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
+                row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
 (contiguous loads and stores in NCHW), row by row or straight through the planes, whichever wastes
@@ -40,7 +41,7 @@ from numba import prange, uint64
 
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
-from ._tile import block as block_of, tiled
+from ._tile import J, P, block as block_of, tile, tiled
 
 
 @tiled
@@ -457,7 +458,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     full = (plan.n, plan.hp, plan.wp, plan.c)
     xf = plan.x_nhwc(slack=blk.lanes if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if plan.nchw else plan.dyp(dy)
-    parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + ((cout, blk.padded(kl)) if plan.nchw else (kl, blk.padded(cout))))
+    part_shape = (cout, blk.padded(kl)) if plan.nchw else (kl, blk.padded(cout))
+    parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw

@@ -17,7 +17,7 @@ import numpy as np
 from numba import prange
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
-from ._tile import block as block_of, panels, tiled
+from ._tile import J, P, block as block_of, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
