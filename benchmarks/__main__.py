@@ -20,8 +20,8 @@ from .timing import machine  # noqa: E402
 SECTIONS = {
     "kernels": ("Kernels vs PyTorch (median of interleaved calls)", kernels),
     "engine": ("Training steps vs PyTorch eager", engine),
-    "drift": ("Seed 1 on our engine: drift and max_epochs", drift),
-    "overhead": ("Profiler overhead", overhead),
+    "drift": ("The Axon report on our engine: drift and max_epochs", drift),
+    "overhead": ("Profiler overhead: the observer effect", overhead),
     "startup": ("Compile and start-up", startup),
     "detection": ("Analysis: false alarms, detection and speed on simulated runs", detection),
     "ranks": ("Multi-rank runs: merged analysis against the number of ranks", ranks),
