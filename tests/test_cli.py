@@ -43,6 +43,12 @@ def test_run_report_json_and_html(two_runs, tmp_path):
     assert page.count("data:image/png;base64") >= 2 and out["verdict"][:40] in page.replace("&#x27;", "'")
 
 
+def test_scenario_runs_record_the_kernels_isa_and_block(two_runs):
+    import kernels
+    meta = json.loads((two_runs["NHWC"] / "meta.json").read_text())["meta"]
+    assert meta["kernels"] == kernels.isa_info() and meta["kernels"]["block"].count("x") == 1
+
+
 def test_compare_names_ops_by_layout(two_runs):
     out = json.loads(profiler("compare", two_runs["NCHW"], two_runs["NHWC"], "--json").stdout)
     assert out["a"]["label"] == "mnist-cnn NCHW" and out["b"]["label"] == "mnist-cnn NHWC"

@@ -6,6 +6,7 @@ rank takes its shard of every global batch and the ranks average their gradients
 
 import sys
 
+import kernels
 import psutil
 from tqdm import tqdm
 
@@ -72,7 +73,7 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
     meta = {"scenario": name, "layout": layout, "max_epochs": epochs, "halt_after": halt_after,
             "history": history, "gc_collect": gc_collect, "samples": len(scenario.x),
             "batch_size": scenario.data.batch_size, "label": f"{name} {layout}", "gc_policy": str(policy),
-            "straggler_rank": straggler_rank}
+            "straggler_rank": straggler_rank, "kernels": kernels.isa_info()}
     data, optimizer, parallel = scenario.data, scenario.optimizer, None
     if world > 1:
         from .engine import distributed
