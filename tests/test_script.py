@@ -203,7 +203,7 @@ def test_windows_when_nothing_marks_epochs(tmp_path):
     # 1.2 s of sleeps or more in windows of 0.25 s; the last, partial window is dropped
     assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(rows) >= 3
     assert all(r["wall_s"] >= 0.24 for r in rows)
-    assert "epochs from windows" in proc.stderr and "Windows._tick" in proc.stdout   # while it ran
+    assert "epochs from windows" in proc.stderr and proc.stdout == f"{int(signal.SIG_DFL)}\n"   # the script's own
     assert "fixed time windows" in report(tmp_path / "run")["verdict"]
 
 
@@ -287,3 +287,28 @@ def test_nproc_per_node_runs_the_script_on_each_rank(plain, tmp_path):
     for rank in (0, 1):
         run = tmp_path / "job" / f"rank-{rank}"
         assert (meta(run)["rank"], meta(run)["world_size"]) == (rank, 2) and len(records(run)) == 3
+
+
+@pytest.mark.slow
+def test_windows_leave_the_scripts_alarm_alone_and_survive_deep_capture(tmp_path):
+    # the script's SIGALRM handler is never called by the windows, alarm() does not turn them off,
+    # and --tracemalloc on closes each window once (no boundary inside another)
+    proc = profiler("run", "--window", "0.2", "--tracemalloc", "on", "--out", tmp_path / "run",
+                    script("own_alarm.py"), timeout=120)
+    assert "handler calls 0" in proc.stdout
+    rows = records(tmp_path / "run")
+    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(rows) >= 3
+    assert [r["epoch"] for r in rows] == list(range(len(rows))) and all(r["heap"] for r in rows)
+    assert "RecursionError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_window_shorter_than_the_minimum_is_refused(tmp_path):
+    proc = profiler("run", "--window", "0.001", "--out", tmp_path / "run", script("own_alarm.py"), check=False,
+                    timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "profiler: error: --window 0.001: give a window of at least 0.1 s (a boundary closes an epoch and "
+        "samples memory)"]
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="at least 0.1 s"):
+        run_script(script("own_alarm.py"), out=tmp_path / "run", window_s=1e-9)

@@ -22,16 +22,6 @@ from ..workloads.names import SCENARIO_NAMES
 from .options import TRACEMALLOC, add_scenario_options, non_negative, positive, scenario_argv, timestamp
 
 
-def _seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
 class _ScenarioParser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message)
@@ -62,8 +52,8 @@ class RunCommand:
         p.add_argument("--gc-policy", default="default", metavar="POLICY",
                        help="default | freeze (gc.freeze() when training starts) | manual:N (automatic GC off from "
                             "then on, gc.collect() every N steps) | off (automatic GC off from then on)")
-        p.add_argument("--window", type=_seconds, metavar="SECONDS",
-                       help="epochs as fixed time windows of this length when nothing marks them (default 1)")
+        p.add_argument("--window", type=float, metavar="SECONDS",
+                       help="epochs as fixed time windows of this length when nothing marks them (default 1, at least 0.1)")
         p.add_argument("--nproc-per-node", type=positive, metavar="N", help="start N ranks with torchrun on this host")
         p.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT|SCENARIO ...")
 
@@ -95,7 +85,7 @@ def _launch(args, argv, stem):
 def _run_scenario(args, scenario, rest):
     from ..integrations.launch import rank_out_dir
     given = [flag for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn),
-                                      ("--window", args.window)) if value]
+                                      ("--window", args.window)) if value is not None]
     if given:
         raise UsageError(f"{', '.join(given)} apply to scripts, not to the built-in scenario {scenario}")
     parser = _ScenarioParser(prog=f"profiler run {scenario}")
@@ -140,7 +130,7 @@ def _script_argv(args, target, rest):
     """`profiler run` arguments that repeat this run for each rank (without --out)."""
     argv = ["run", "--tracemalloc", args.tracemalloc, "--gc-policy", args.gc_policy]
     for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn), ("--window", args.window)):
-        if value:
+        if value is not None:
             argv += [flag, str(value)]
     if args.quiet:
         argv.append("--quiet")
@@ -150,17 +140,20 @@ def _script_argv(args, target, rest):
 def _run_script(args, target, rest):
     from ..integrations.launch import rank_out_dir
     from ..integrations.script import run_script
+    from ..integrations.windows import check_seconds
     if not args.as_module and not os.path.isfile(target):
         raise UsageError(f"{target!r} is neither a script file nor a scenario (invalid choice: give SCRIPT.py, "
                          f"-m MODULE or one of {', '.join(SCENARIO_NAMES)})")
     stem = target.rsplit(".", 1)[-1] if args.as_module else Path(target).stem
+    if args.window is not None:
+        check_seconds(args.window)   # before the ranks start
     if args.nproc_per_node:
         return _launch(args, _script_argv(args, target, rest), stem)
     out = str(rank_out_dir(args.out or _default_out(stem)))
     try:
         result = run_script(target, rest, out=out, module=args.as_module, tracemalloc=TRACEMALLOC[args.tracemalloc],
                             epoch_fn=args.epoch_fn, step_fn=args.step_fn, gc_policy=args.gc_policy,
-                            window_s=args.window or 1.0)
+                            window_s=1.0 if args.window is None else args.window)
     except SyntaxError as e:   # the script does not compile: Python's own message, nothing run or written
         traceback.print_exception(type(e), e, None)
         raise SystemExit(1) from None

@@ -97,6 +97,8 @@ class Detection:
     def notes(self):
         """Lines for the user: what was not found, or not applied."""
         notes = [t.note() for t in self.targets if t.note()]
+        if self._windows.error:
+            notes.append(f"time windows stopped early: {self._windows.error}")
         if not self.marks.epochs:
             notes.append(NO_EPOCHS)
         if self.policy.kind != "default" and not self.marks.training_started:

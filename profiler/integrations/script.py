@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from . import functions
 from .detect import Detection
+from .windows import check_seconds
 
 
 @dataclass
@@ -127,8 +128,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     writing `out`. Returns a Result; the script's exception (SystemExit and KeyboardInterrupt
     included) is in Result.raised, after the run directory has recorded it."""
     from ..capture import Session
-    if not window_s > 0:
-        raise UsageError(f"--window {window_s}: expected a positive number of seconds")
+    check_seconds(window_s)
     label = f"{target if module else os.path.basename(target)} (gc {gc_policy})"   # compare's column names
     session = Session(out, tracemalloc=tracemalloc, meta={"module" if module else "script": target, "args": list(args),
                                                           "epochs_from": None, "label": label})

@@ -1,78 +1,156 @@
 """Fixed time windows as epochs, for a script in which nothing marks epochs.
 
-A real-time interval timer (SIGALRM) ends one window and begins the next in the main thread,
-between two bytecodes; a window never cuts a step in two: while a step is open the change waits
-for the step's end. The last window, shorter than the others, is dropped unless it is the only
-one. Windows pause when the script starts importing torch, or at once when torch is imported
-already (a torch script marks its own epochs, and its set-up is no epoch; detect.py), and resume
-at an optimizer step that no DataLoader pass holds. A stronger source's first epoch drops the
-window in progress and ends the windows.
+Design: a daemon thread only measures time. When a window is due it asks the main thread to
+run `_tick` between two bytecodes through CPython's pending-call queue (Py_AddPendingCall), the
+queue signal handlers use, but without any signal: the script's SIGALRM, alarm() and itimers stay
+its own. CPython never runs a pending call inside another, so a boundary cannot re-enter itself
+while the Session closes an epoch (heap snapshots, GC callbacks). A boundary is taken only at a
+safe point: no step open (it waits for the step's end) and none of the profiler's own code on
+the stack (a GC callback, a hook); otherwise the thread asks again 10 ms later. A window is at
+least MIN_SECONDS long.
+
+The last, shorter window is written only if it is the only one and the script finished; a window
+cut by a crash is dropped. Windows pause when the script starts importing torch, or at once when
+torch is imported already (a torch script marks its own epochs, and its set-up is no epoch;
+detect.py), and resume at an optimizer step that no DataLoader pass holds. A stronger source's
+first epoch drops the window in progress and ends the windows.
 """
 
-import signal
+import ctypes
+import sys
 import threading
+import time
+
+from ..errors import UsageError
+
+MIN_SECONDS = 0.1
+RETRY_SECONDS = 0.01
+# frames of these modules run the script: a boundary may be taken under them
+_RUNNERS = ("profiler.cli", "profiler.__main__", "profiler.commands.", "profiler.integrations.script",
+            "profiler.integrations.pytest_plugin")
+
+_current = None   # the running Windows; the pending call below finds it here
+
+
+@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+def _pending_call(_):
+    windows = _current
+    if windows is not None:
+        try:
+            windows._tick(sys._getframe(1))
+        except Exception as e:   # never raised into the script: the windows end, the run says why
+            windows.error = f"{type(e).__name__}: {e}"
+            windows.pause()
+    return 0
+
+
+_add_pending_call = ctypes.pythonapi.Py_AddPendingCall
+_add_pending_call.argtypes = (type(_pending_call), ctypes.c_void_p)
+_add_pending_call.restype = ctypes.c_int
+
+
+def check_seconds(seconds):
+    if not (isinstance(seconds, (int, float)) and MIN_SECONDS <= seconds < float("inf")):
+        raise UsageError(f"--window {seconds}: give a window of at least {MIN_SECONDS} s "
+                         f"(a boundary closes an epoch and samples memory)")
+    return float(seconds)
+
+
+def _in_profiler_code(frame):
+    """Whether the profiler's own code (other than the runner) is on the stack from `frame` out."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if name.startswith("profiler.") and not name.startswith(_RUNNERS):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Windows:
     def __init__(self, marks, seconds):
-        self.marks, self.seconds = marks, seconds
+        self.marks, self.seconds = marks, check_seconds(seconds)
         self.running = False
-        self._pending = False
-        self._previous = None
+        self.error = None          # why the windows ended early, if they did
+        self._due = False          # a boundary is owed and not yet taken
+        self._stop = threading.Event()
+        self._thread = None
+        self._window_start = 0.0
         marks.on_step_end.append(self._after_step)
 
     def start(self):
-        """Start the windows; False where no timer is free (not the main thread, or the script's
-        own SIGALRM handler)."""
+        """Start the windows; False where they cannot run (the Session is not in the main thread,
+        or another Windows is running)."""
+        global _current
         if self.running or not self.marks.allows("windows"):
             return self.running
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() or _current not in (None, self):
             return False
-        previous = signal.getsignal(signal.SIGALRM)
-        if previous not in (signal.SIG_DFL, None) and previous != self._tick:
-            return False
-        self._previous = previous
-        signal.signal(signal.SIGALRM, self._tick)
+        _current = self
         self.marks.begin_epoch("windows")
-        signal.setitimer(signal.ITIMER_REAL, self.seconds, self.seconds)
+        self._due, self._window_start = False, time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._clock, args=(self._stop,), name="profiler-windows", daemon=True)
         self.running = True
+        self._thread.start()
         return True
 
     def pause(self):
-        """Stop the timer and drop the window in progress."""
+        """Stop the clock and drop the window in progress."""
+        global _current
         if not self.running:
             return
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, self._previous if self._previous is not None else signal.SIG_DFL)
-        self.running, self._pending = False, False
+        self.running, self._due = False, False
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        if _current is self:
+            _current = None
         self.marks.drop_epoch("windows")
 
     def stop(self):
-        """At the end of the run: the last, partial window is written only if no other was."""
+        """At the end of a run that finished: the last, partial window is written only if no
+        other was."""
         if not self.running:
             return
         if self.marks.open == "windows" and self.marks.epochs == 0:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             self.marks.end_epoch("windows")
         self.pause()
 
-    def _tick(self, signum, frame):
+    def _clock(self, stop):
+        """The daemon thread: wait out the window, then ask the main thread for a boundary until
+        it is taken."""
+        while not stop.wait(max(0.0, self._window_start + self.seconds - time.monotonic())):
+            self._due = True
+            while self._due:
+                if not self.marks.step_open:   # an open step ends with _after_step
+                    _add_pending_call(_pending_call, None)
+                if stop.wait(RETRY_SECONDS):
+                    return
+
+    def _tick(self, frame):
+        """In the main thread, at the bytecode `frame` was about to run."""
+        if not self.running or not self._due or _in_profiler_code(frame):
+            return
         if self.marks.open != "windows":
             if not self.marks.allows("windows"):   # a framework took over
                 self.pause()
             elif self.marks.open is None:           # a dropped torch pass left no epoch open
                 self.marks.begin_epoch("windows")
+                self._restart_clock()
             return
         if self.marks.step_open or self.marks.busy:
-            self._pending = True
             return
         self._roll()
 
     def _after_step(self, steps):
-        if self._pending and self.marks.open == "windows":
+        if self._due and self.running and self.marks.open == "windows":
             self._roll()
 
     def _roll(self):
-        self._pending = False
         self.marks.end_epoch("windows")
         self.marks.begin_epoch("windows")
+        self._restart_clock()
+
+    def _restart_clock(self):
+        self._window_start = time.monotonic()
+        self._due = False
