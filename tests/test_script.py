@@ -4,6 +4,7 @@ function watch on their own (no Session needed)."""
 
 import gc
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -312,3 +313,18 @@ def test_a_window_shorter_than_the_minimum_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
     with pytest.raises(UsageError, match="at least 0.1 s"):
         run_script(script("own_alarm.py"), out=tmp_path / "run", window_s=1e-9)
+
+
+@pytest.mark.slow
+def test_relative_out_survives_a_chdir_and_file_is_absolute_as_python_sets_it(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "work.py").write_text(open(script("chdir_work.py")).read())
+    python = subprocess.run([sys.executable, "./work.py", "elsewhere"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "--window", "0.1", "--out", "run", "./work.py",
+                           "elsewhere"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == python.stdout == f"file {tmp_path}/./work.py\nargv0 ./work.py\n"
+    assert meta(tmp_path / "run")["status"] == "completed" and records(tmp_path / "run")
+    assert not (tmp_path / "elsewhere" / "run").exists()

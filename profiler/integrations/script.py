@@ -74,10 +74,11 @@ def load_main(target, *, module, watch):
                 source = f.read()
         except (OSError, SyntaxError, UnicodeDecodeError) as e:
             raise UsageError(f"cannot read {target}: {e}") from None
-        filename = argv0 = target
+        argv0 = target
+        filename = os.path.join(os.getcwd(), target)   # as python sets __file__: joined, not normalised
         path0 = os.path.dirname(os.path.realpath(target))   # python resolves a symlinked script's directory
-        namespace = {"__name__": "__main__", "__file__": target, "__spec__": None, "__package__": None,
-                     "__loader__": importlib.machinery.SourceFileLoader("__main__", target), "__cached__": None}
+        namespace = {"__name__": "__main__", "__file__": filename, "__spec__": None, "__package__": None,
+                     "__loader__": importlib.machinery.SourceFileLoader("__main__", filename), "__cached__": None}
     module = types.ModuleType("__main__")
     module.__dict__.update(namespace, __builtins__=__builtins__)
     if watch:
@@ -129,6 +130,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     included) is in Result.raised, after the run directory has recorded it."""
     from ..capture import Session
     check_seconds(window_s)
+    out = os.path.abspath(out)   # the script may chdir
     label = f"{target if module else os.path.basename(target)} (gc {gc_policy})"   # compare's column names
     session = Session(out, tracemalloc=tracemalloc, meta={"module" if module else "script": target, "args": list(args),
                                                           "epochs_from": None, "label": label})
