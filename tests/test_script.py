@@ -328,3 +328,9 @@ def test_relative_out_survives_a_chdir_and_file_is_absolute_as_python_sets_it(tm
     assert proc.stdout == python.stdout == f"file {tmp_path}/./work.py\nargv0 ./work.py\n"
     assert meta(tmp_path / "run")["status"] == "completed" and records(tmp_path / "run")
     assert not (tmp_path / "elsewhere" / "run").exists()
+
+
+def test_epoch_fn_in_a_script_with_a_docstring_and_future_imports(tmp_path):
+    result = run_script(script("future_annotations.py"), ["4"], out=tmp_path / "run", epoch_fn="train_epoch")
+    assert result.raised is None and result.epochs == 4
+    assert [r["epoch"] for r in records(tmp_path / "run")] == [0, 1, 2, 3]

@@ -124,7 +124,15 @@ class _InsertWatch(ast.NodeTransformer):
         return out
 
     def visit_Module(self, node):
-        node.body = self._body(node.body)
+        """No call between the docstring and the __future__ imports, which must come first."""
+        head = 0
+        for statement in node.body:
+            docstring = (head == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                         and isinstance(statement.value.value, str))
+            if not (docstring or isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+                break
+            head += 1
+        node.body = node.body[:head] + self._body(node.body[head:])
         return node
 
     def generic_visit(self, node):
