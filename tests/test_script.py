@@ -334,3 +334,12 @@ def test_epoch_fn_in_a_script_with_a_docstring_and_future_imports(tmp_path):
     result = run_script(script("future_annotations.py"), ["4"], out=tmp_path / "run", epoch_fn="train_epoch")
     assert result.raised is None and result.epochs == 4
     assert [r["epoch"] for r in records(tmp_path / "run")] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_forked_child_exits_with_its_code_and_leaves_the_run_to_its_parent(tmp_path):
+    proc = profiler("run", "--window", "0.1", "--out", tmp_path / "run", script("fork_child.py"), timeout=120)
+    assert proc.stdout == "child exit 7\n"
+    assert proc.stderr.count("profiler: wrote") == 1 and "no epoch was found" not in proc.stderr
+    m = meta(tmp_path / "run")
+    assert m["status"] == "completed" and m["epochs"] == len(records(tmp_path / "run")) >= 1

@@ -162,6 +162,8 @@ def _run_script(args, target, rest):
         raise raised
     if raised is not None and not isinstance(raised, SystemExit):
         _print_script_traceback(raised, result.code)
+    if result.forked:   # a child the script forked and that returned: it exits as the script would
+        raise raised if isinstance(raised, SystemExit) else SystemExit(0 if raised is None else 1)
     for note in result.notes:
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:

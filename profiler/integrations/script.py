@@ -121,6 +121,7 @@ class Result:
     raised: BaseException | None
     code: types.CodeType
     notes: list          # lines for the user: what was not found or not applied
+    forked: bool         # returned in a child the script forked: the run is its parent's, not to report
 
 
 def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_fn=None, step_fn=None,
@@ -139,7 +140,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     main = load_main(target, module=module, watch=detection.watches_main)
     if detection.watches_main:
         detection.bind_main(main.namespace)
-    raised = None
+    raised, pid = None, os.getpid()
     try:
         with session, detection:
             run_main(main, args)
@@ -147,4 +148,4 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
         raised = e
     marks = detection.marks
     return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
-                  detection.notes())
+                  detection.notes(), os.getpid() != pid)
