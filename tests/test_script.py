@@ -343,3 +343,15 @@ def test_a_forked_child_exits_with_its_code_and_leaves_the_run_to_its_parent(tmp
     assert proc.stderr.count("profiler: wrote") == 1 and "no epoch was found" not in proc.stderr
     m = meta(tmp_path / "run")
     assert m["status"] == "completed" and m["epochs"] == len(records(tmp_path / "run")) >= 1
+
+
+@pytest.mark.slow
+def test_an_out_that_cannot_hold_the_run_is_one_line_and_nothing_runs(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    profiler("run", "--quiet", "--window", "0.1", "--out", tmp_path / "run", script("chdir_work.py"), tmp_path,
+             timeout=120)
+    for out in (tmp_path / "file", tmp_path / "run"):
+        proc = profiler("run", "--out", out, script("chdir_work.py"), tmp_path, check=False, timeout=60)
+        assert proc.returncode in (1, 2) and proc.stdout == ""
+        [line] = proc.stderr.splitlines()
+        assert line.startswith("profiler: error: ") and str(out) in line

@@ -142,10 +142,16 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
         detection.bind_main(main.namespace)
     raised, pid = None, os.getpid()
     try:
-        with session, detection:
-            run_main(main, args)
-    except BaseException as e:
-        raised = e
+        with session:
+            try:
+                with detection:
+                    run_main(main, args)
+            except BaseException as e:
+                raised = e
+                raise
+    except BaseException:
+        if raised is None:   # the profiler's own failure (the run directory), not the script's
+            raise
     marks = detection.marks
     return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
                   detection.notes(), os.getpid() != pid)
