@@ -170,7 +170,7 @@ def test_gc_policies_apply_at_training_start_and_restore():
     was_enabled = gc.isenabled()
 
     class Listeners:
-        on_training_start, on_step_end = [], []
+        on_training_start, on_step_end, on_epoch_written = [], [], []
 
     policy = GcPolicy.parse("manual:3")
     policy.attach(Listeners)
@@ -298,7 +298,7 @@ def test_windows_leave_the_scripts_alarm_alone_and_survive_deep_capture(tmp_path
                     script("own_alarm.py"), timeout=120)
     assert "handler calls 0" in proc.stdout
     rows = records(tmp_path / "run")
-    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(rows) >= 3
+    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(rows) >= 2   # snapshots take seconds
     assert [r["epoch"] for r in rows] == list(range(len(rows))) and all(r["heap"] for r in rows)
     assert "RecursionError" not in proc.stderr and "Traceback" not in proc.stderr
 
@@ -355,3 +355,32 @@ def test_an_out_that_cannot_hold_the_run_is_one_line_and_nothing_runs(tmp_path):
         assert proc.returncode in (1, 2) and proc.stdout == ""
         [line] = proc.stderr.splitlines()
         assert line.startswith("profiler: error: ") and str(out) in line
+
+
+@pytest.mark.parametrize("args, note", [
+    (["fail"], "no epoch was written: the code failed (KeyError) before its first --epoch-fn epoch ended"),
+    (["exit", "3"], "no epoch was written: the code exited with code 3 before its first --epoch-fn epoch ended"),
+    (["none"], "--epoch-fn train_epoch: the function was never called, so no epoch was marked"),
+])
+def test_notes_say_why_no_epoch_was_written(tmp_path, args, note):
+    result = run_script(script("epoch_stops.py"), args, out=tmp_path / "run", epoch_fn="train_epoch")
+    assert result.epochs == 0 and [n for n in result.notes if "epoch" in n] == [note + (
+        " (an epoch cut short is not written)" if "cut" not in note and args != ["none"] else "")]
+
+
+def test_manual_gc_without_steps_collects_after_each_epoch(tmp_path, capsys):
+    was_enabled = gc.isenabled()
+    result = run_script(script("epoch_stops.py"), [], out=tmp_path / "run", epoch_fn="train_epoch",
+                        gc_policy="manual:5")
+    full = json.loads(capsys.readouterr().out)
+    assert result.epochs == 3 and full[2] - full[0] >= 2   # one full collection after each epoch
+    assert result.notes == ["--gc-policy manual:5: no step was found, so gc.collect() ran after each epoch instead"]
+    assert gc.isenabled() == was_enabled
+
+
+@pytest.mark.slow
+def test_windows_only_run_notes_agree_with_what_was_written(tmp_path):
+    proc = profiler("run", "--window", "0.1", "--gc-policy", "freeze", "--out", tmp_path / "run",
+                    script("chdir_work.py"), tmp_path, timeout=120)
+    assert "profiler: --gc-policy freeze: only time windows were found, so it was never applied" in proc.stderr
+    assert "no epoch was found" not in proc.stderr and "epochs from windows" in proc.stderr

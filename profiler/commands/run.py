@@ -177,8 +177,12 @@ def _run_script(args, target, rest):
 
 
 def _print_script_traceback(error, code):
-    """The traceback as `python SCRIPT.py` prints it: from the script's first frame on."""
+    """The traceback as `python SCRIPT.py` prints it: from the script's first frame on, without the
+    profiler's own frames."""
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb if tb is not None else error.__traceback__)
+    shown = traceback.TracebackException(type(error), error, tb if tb is not None else error.__traceback__)
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # the wrappers --epoch-fn adds
+    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if not f.filename.startswith(ours)])
+    print("".join(shown.format()), end="", file=sys.stderr)

@@ -28,6 +28,17 @@ def succeeded(error):
     return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
 
 
+def how_it_stopped(error):
+    """'ended', 'exited with code 3', 'was interrupted' or 'failed (ValueError)'."""
+    if succeeded(error):
+        return "ended"
+    if isinstance(error, SystemExit):
+        return f"exited with code {error.code}"
+    if isinstance(error, KeyboardInterrupt):
+        return "was interrupted"
+    return f"failed ({type(error).__name__})"
+
+
 class Detection:
     def __init__(self, session, *, epoch_fn=None, step_fn=None, gc_policy="default", window_s=1.0):
         """UsageError for a bad function name or policy, before anything is installed."""
@@ -46,6 +57,7 @@ class Detection:
         self._watcher, self._windows = ImportWatcher(), Windows(marks, window_s)
         self._probe = self._signal = None
         self._undo = []
+        self._error = None   # what the code raised
 
     @property
     def watches_main(self):
@@ -73,6 +85,7 @@ class Detection:
         return self.marks
 
     def __exit__(self, exc_type, exc, tb):
+        self._error = exc
         self._restore(write=succeeded(exc))
         return False
 
@@ -99,10 +112,25 @@ class Detection:
         notes = [t.note() for t in self.targets if t.note()]
         if self._windows.error:
             notes.append(f"time windows stopped early: {self._windows.error}")
-        if not self.marks.epochs:
+        marks = self.marks
+        uncalled = [t for t in self.targets if t.done and not t.problem and t.option == "--epoch-fn"]
+        if marks.epochs:
+            pass
+        elif marks.begun is not None:
+            what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
+            notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
+                         f"ended (an epoch cut short is not written)")
+        elif uncalled:
+            notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
+        elif not any(t.note() for t in self.targets):
             notes.append(NO_EPOCHS)
-        if self.policy.kind != "default" and not self.marks.training_started:
-            notes.append(f"--gc-policy {self.policy}: no epoch or step was found, so it was never applied")
+        if self.policy.kind != "default":
+            if not marks.training_started:
+                found = "only time windows were" if marks.epochs else "no epoch or step was"
+                notes.append(f"--gc-policy {self.policy}: {found} found, so it was never applied")
+            elif self.policy.kind == "manual" and not marks.steps:
+                notes.append(f"--gc-policy {self.policy}: no step was found, so gc.collect() ran after each "
+                             f"epoch instead")
         return notes
 
     def _install(self):

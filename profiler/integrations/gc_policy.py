@@ -4,7 +4,8 @@
     freeze     gc.freeze() when training starts: what set-up created (modules, the model, the
                data set) moves to a permanent generation that no collection walks again
     manual:N   automatic collection off when training starts, gc.collect() every N steps at the
-               boundary between two steps (every rank at the same step: no straggler)
+               boundary between two steps (every rank at the same step: no straggler); in a run
+               with no steps, gc.collect() after each epoch instead (never automatic GC off for good)
     off        automatic collection off when training starts (memory held by cycles grows)
 
 "Training starts" is the first epoch (or step) found: after imports and set-up. The state of the
@@ -45,6 +46,7 @@ class GcPolicy:
         marks.on_training_start.append(self.start)
         if self.kind == "manual":
             marks.on_step_end.append(self._after_step)
+            marks.on_epoch_written.append(lambda: self._after_epoch(marks.steps))
 
     def start(self):
         self._was_enabled = gc.isenabled()
@@ -56,6 +58,10 @@ class GcPolicy:
 
     def _after_step(self, steps):
         if steps % self.every == 0:
+            gc.collect()
+
+    def _after_epoch(self, steps):
+        if steps == 0 and self._was_enabled is not None:
             gc.collect()
 
     def restore(self):

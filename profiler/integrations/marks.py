@@ -36,6 +36,7 @@ class Marks:
         self.epochs = 0            # written
         self.steps = 0             # written, or in the open epoch
         self.training_started = False
+        self.begun = None          # the source of the last epoch begun (finished or not)
         self.busy = False          # inside begin_step/end_step (a window's timer waits for the end)
         self.on_training_start = []
         self.on_step_end = []
@@ -64,7 +65,7 @@ class Marks:
         if source != "windows":
             self._start_training()
         self.session.begin_epoch()
-        self.open, self.steps_in_epoch = source, 0
+        self.open, self.steps_in_epoch, self.begun = source, 0, source
         return True
 
     def end_epoch(self, source):

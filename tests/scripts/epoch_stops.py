@@ -1,0 +1,24 @@
+"""A loop whose epoch function can stop the script in its first epoch: `fail` raises, `exit N`
+calls sys.exit(N), `none` never calls it; otherwise it trains 3 epochs and prints how many full
+collections ran before each one."""
+
+import gc
+import sys
+
+
+def train_epoch(epoch, how):
+    garbage = []
+    for _ in range(200):
+        node = {}
+        node["self"] = node   # cycles: only a collection frees them
+        garbage.append(node)
+    if how == "fail":
+        raise KeyError("bad batch")
+    if how == "exit":
+        sys.exit(int(sys.argv[2]))
+    return gc.get_stats()[2]["collections"]
+
+
+how = sys.argv[1] if len(sys.argv) > 1 else "train"
+if how != "none":
+    print([train_epoch(epoch, how) for epoch in range(3)])
