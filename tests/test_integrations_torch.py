@@ -160,3 +160,28 @@ def test_hooks_gone_after_a_script_that_fails_inside_a_pass(tmp_path):
     assert meta(tmp_path / "run")["status"] == "failed" and meta(tmp_path / "run")["meta"]["epochs_from"] == "torch"
     assert dataloader.DataLoader.__iter__ is iter_before and dataloader._BaseDataLoaderIter.__next__ is next_before
     assert not _global_optimizer_post_hooks
+
+
+def test_a_new_iter_over_the_same_loader_is_a_new_epoch(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(80, 4), torch.randint(0, 2, (80,))), batch_size=8)
+    val = DataLoader(TensorDataset(torch.randn(16, 4), torch.randint(0, 2, (16,))), batch_size=8)
+    with Session(tmp_path / "run") as session, track(session) as marks:
+        for epoch in range(3):
+            it = iter(train)                               # the previous pass's iterator is still alive
+            for _ in range(5):
+                x, y = next(it)
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                with torch.no_grad():
+                    for xv, _yv in val:                    # another loader inside the pass: nested
+                        model(xv)
+    assert marks.epochs == 3
+    assert [r["steps"] for r in records(tmp_path / "run")] == [5, 5, 5]

@@ -6,9 +6,11 @@
 Steps come from torch's global optimizer-step hook: a step runs from the end of one
 optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
 backward and the update are in it. A pass begins when a DataLoader's iteration starts and ends
-when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass started while
-another one is still being iterated (a validation pass in the middle of a training pass) belongs
-to the outer one. Two optimizers stepping on each batch make two steps per batch.
+when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass over another
+DataLoader started while one is still being iterated (a validation pass in the middle of a
+training pass) belongs to the outer one; a new pass over the same DataLoader ends the one in
+progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each batch make
+two steps per batch.
 """
 
 import contextlib
@@ -27,6 +29,7 @@ class TorchHooks:
         self.marks, self.epochs = marks, epochs
         self.on_orphan_step, self.sample_workers = on_orphan_step, sample_workers
         self._pass = None                   # weakref to the iterator of the pass in progress
+        self._loader = None                 # weakref to its DataLoader
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
 
@@ -40,7 +43,7 @@ class TorchHooks:
             iterator = loader_iter(loader)
             if hooks.sample_workers is not None and getattr(loader, "num_workers", 0):
                 hooks.sample_workers()
-            hooks._pass_started(iterator)
+            hooks._pass_started(loader, iterator)
             return iterator
 
         def __next__(iterator):
@@ -86,17 +89,19 @@ class TorchHooks:
     def _current(self):
         return self._pass() if self._pass is not None else None
 
-    def _pass_started(self, iterator):
+    def _pass_started(self, loader, iterator):
         if not self.epochs or not self.marks.in_thread():
             return
         current = self._current()
-        if current is not None and current is not iterator:
+        same_loader = self._loader is not None and self._loader() is loader
+        if current is not None and current is not iterator and not same_loader:
             return                                          # nested in the pass in progress
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
-        self._pass = None
+        self._pass = self._loader = None
         if self.marks.begin_epoch("torch"):
             self._pass = weakref.ref(iterator, self._pass_abandoned)
+            self._loader = weakref.ref(loader)
             self.marks.begin_step("torch")
 
     def _pass_ended(self, iterator):
