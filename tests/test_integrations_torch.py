@@ -185,3 +185,10 @@ def test_a_new_iter_over_the_same_loader_is_a_new_epoch(tmp_path):
                         model(xv)
     assert marks.epochs == 3
     assert [r["steps"] for r in records(tmp_path / "run")] == [5, 5, 5]
+
+
+def test_torch_without_an_optimizer_falls_back_to_time_windows(tmp_path):
+    proc = profiler("run", "--window", "0.2", "--out", tmp_path / "run", script("torch_inference.py"), "2.5",
+                    timeout=180)
+    assert "epochs from windows" in proc.stderr
+    assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(records(tmp_path / "run")) >= 2

@@ -148,7 +148,8 @@ class Detection:
             return
         windows.start()
         watcher.on_start("torch", windows.pause)   # at once if torch is imported already (a test session)
-        watcher.on_load("torch", lambda module: self._torch(epochs=True, on_orphan_step=windows.start))
+        watcher.on_load("torch", lambda module: (self._torch(epochs=True, on_orphan_step=windows.start),
+                                                 windows.resume_later()))
         watcher.on_load("keras", lambda module: self._keras())
         for package in lightning.PACKAGES:
             watcher.on_load(package, lambda module: self._undo.append(

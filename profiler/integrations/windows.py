@@ -12,8 +12,10 @@ least MIN_SECONDS long.
 The last, shorter window is written only if it is the only one and the script finished; a window
 cut by a crash is dropped. Windows pause when the script starts importing torch, or at once when
 torch is imported already (a torch script marks its own epochs, and its set-up is no epoch;
-detect.py), and resume at an optimizer step that no DataLoader pass holds. A stronger source's
-first epoch drops the window in progress and ends the windows.
+detect.py). They resume at an optimizer step that no DataLoader pass holds, or, when torch has
+marked no epoch and no step GRACE_WINDOWS windows after its import (inference, a loop with no
+optimizer), at the first moment no DataLoader pass is open. A stronger source's first epoch drops
+the window in progress and ends the windows.
 """
 
 import ctypes
@@ -25,6 +27,7 @@ from ..errors import UsageError
 
 MIN_SECONDS = 0.1
 RETRY_SECONDS = 0.01
+GRACE_WINDOWS = 3
 # frames of these modules run the script: a boundary may be taken under them
 _RUNNERS = ("profiler.cli", "profiler.__main__", "profiler.commands.", "profiler.integrations.script",
             "profiler.integrations.pytest_plugin")
@@ -72,22 +75,39 @@ class Windows:
         self.running = False
         self.error = None          # why the windows ended early, if they did
         self._due = False          # a boundary is owed and not yet taken
+        self._waiting = False      # the clock runs, no window is open yet (resume_later)
         self._stop = threading.Event()
         self._thread = None
         self._window_start = 0.0
         marks.on_step_end.append(self._after_step)
 
     def start(self):
-        """Start the windows; False where they cannot run (the Session is not in the main thread,
-        or another Windows is running)."""
-        global _current
-        if self.running or not self.marks.allows("windows"):
+        """Start the windows now; False where they cannot run (the Session is not in the main
+        thread, or another Windows is running)."""
+        if self.running and self._waiting and self.marks.allows("windows"):
+            self._waiting = False
+            self.marks.begin_epoch("windows")
+            self._restart_clock()
+        if self.running or not self._launch(0.0, waiting=False):
             return self.running
+        self.marks.begin_epoch("windows")
+        return True
+
+    def resume_later(self):
+        """Start the windows GRACE_WINDOWS windows from now unless torch marks an epoch or a step
+        by then."""
+        if not self.running:
+            self._launch((GRACE_WINDOWS - 1) * self.seconds, waiting=True)
+
+    def _launch(self, delay, *, waiting):
+        """Start the clock; its first boundary is due `delay` + one window from now."""
+        global _current
+        if not self.marks.allows("windows"):
+            return False
         if threading.current_thread() is not threading.main_thread() or _current not in (None, self):
             return False
         _current = self
-        self.marks.begin_epoch("windows")
-        self._due, self._window_start = False, time.monotonic()
+        self._due, self._waiting, self._window_start = False, waiting, time.monotonic() + delay
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._clock, args=(self._stop,), name="profiler-windows", daemon=True)
         self.running = True
@@ -99,7 +119,7 @@ class Windows:
         global _current
         if not self.running:
             return
-        self.running, self._due = False, False
+        self.running, self._due, self._waiting = False, False, False
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
@@ -130,6 +150,12 @@ class Windows:
     def _tick(self, frame):
         """In the main thread, at the bytecode `frame` was about to run."""
         if not self.running or not self._due or _in_profiler_code(frame):
+            return
+        if self._waiting:
+            if self.marks.epochs or self.marks.steps:   # torch marks this run
+                self.pause()
+            elif self.marks.open is None:
+                self.start()
             return
         if self.marks.open != "windows":
             if not self.marks.allows("windows"):   # a framework took over
