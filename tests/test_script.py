@@ -384,3 +384,15 @@ def test_windows_only_run_notes_agree_with_what_was_written(tmp_path):
                     script("chdir_work.py"), tmp_path, timeout=120)
     assert "profiler: --gc-policy freeze: only time windows were found, so it was never applied" in proc.stderr
     assert "no epoch was found" not in proc.stderr and "epochs from windows" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_script_with_its_own_session_under_profiler_run_is_one_line(tmp_path):
+    proc = profiler("run", "--out", tmp_path / "runner", script("own_session.py"), tmp_path / "own2", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("profiler: error: ") and "opens its own profiler Session" in line
+    assert meta(tmp_path / "runner")["status"] == "failed"
+    python = subprocess.run([sys.executable, script("own_session.py"), tmp_path / "own3"], capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert python.returncode == 0 and len(records(tmp_path / "own3")) == 3

@@ -160,6 +160,9 @@ def _run_script(args, target, rest):
     raised = result.raised
     if isinstance(raised, KeyboardInterrupt):
         raise raised
+    if isinstance(raised, UsageError) and str(raised).startswith("another profiler Session is active"):
+        raise UsageError(f"{target} opens its own profiler Session, which records the run itself: run it with "
+                         f"python, not profiler run ({out} holds only the failed attempt)") from None
     if raised is not None and not isinstance(raised, SystemExit):
         _print_script_traceback(raised, result.code)
     if result.forked:   # a child the script forked and that returned: it exits as the script would
