@@ -70,6 +70,9 @@ def test_registered_as_a_pytest11_entry_point():
     ({}, ["give max_slowdown"]),
     ({"max_slowdown": -0.1}, ["max_slowdown=-0.1"]),
     ({"max_growth_bytes_per_epoch": "1MB"}, ["max_growth_bytes_per_epoch='1MB'"]),
+    ({"max_slowdown": float("nan")}, ["max_slowdown=nan"]),
+    ({"max_slowdown": 0.2, "min_epochs": "x"}, ["min_epochs='x'"]),
+    ({"max_slowdown": 0.2, "min_epochs": 0}, ["min_epochs=0"]),
 ])
 def test_limits_refused(kwargs, words):
     with pytest.raises(pytest.UsageError) as e:
@@ -103,3 +106,51 @@ def test_loading_the_plugin_imports_nothing_heavy():
             "print([m for m in ('numpy', 'psutil', 'scipy', 'matplotlib', 'numba', 'torch') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert out.strip() == "[]"
+
+
+MARKERS = """
+import pytest
+kept = []
+
+@pytest.mark.profile_epochs()
+def test_no_limits():
+    pass
+
+@pytest.mark.profile_epochs(max_slow=0.2)
+def test_misspelt():
+    pass
+
+@pytest.mark.profile_epochs(max_slowdown=0.2, min_epochs="x")
+def test_min_epochs_text():
+    pass
+
+@pytest.mark.profile_epochs(max_slowdown=float("nan"))
+def test_nan():
+    pass
+
+@pytest.mark.profile_epochs(max_slowdown=0.2)
+def test_no_epochs(profile_session):
+    pass
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
+def test_python_objects_leak(profile_session):
+    for epoch in range(8):
+        with profile_session.epoch():
+            kept.append([(i, str(i)) for i in range(60_000)])   # pymalloc arenas, ~9 MiB per epoch
+"""
+
+
+@pytest.mark.slow
+def test_bad_markers_and_no_epochs_fail_with_one_line_and_a_python_object_leak_fails(pytester):
+    pytester.makepyfile(test_markers=MARKERS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::pytest.PytestWarning",
+                                           "-rA", timeout=300)
+    out = result.stdout.str()
+    result.assert_outcomes(failed=2, errors=4)
+    for test, words in (("test_no_limits", "give max_slowdown"), ("test_misspelt", "unknown argument 'max_slow'"),
+                        ("test_min_epochs_text", "min_epochs='x'"), ("test_nan", "max_slowdown=nan")):
+        assert f"ERROR test_markers.py::{test} - Failed: " in out and words in out
+    assert "FAILED test_markers.py::test_no_epochs - Failed: profile_epochs: nothing to" in out
+    assert "profile_epochs: nothing to judge" in out
+    assert "FAILED test_markers.py::test_python_objects_leak" in out and "profile_epochs: memory grows" in out
+    assert "Traceback" not in out and "pytest_plugin.py" not in out and "PluggyTeardownRaisedWarning" not in out

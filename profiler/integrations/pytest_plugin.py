@@ -12,10 +12,12 @@ memory grows, with the profiler's finding in the failure message.
                 step(batch_set)
 
 max_slowdown: the largest sustained rise in epoch time allowed, as a fraction (0.2: 20% slower
-at the end than at the start). max_growth_bytes_per_epoch: the largest memory growth per epoch
-(malloc's bytes in use where glibc reports them, else RSS). min_epochs (default 3): fewer
-epochs fail the test, since nothing can be judged from them. Run directories go to
---profile-runs DIR (default: a temporary directory, named in the failure message).
+at the end than at the start). max_growth_bytes_per_epoch: the largest memory growth per epoch,
+judged as `profiler report` judges it: the fastest-growing of RSS, malloc's bytes in use and
+traced bytes, per epoch after the warm-up. min_epochs (default 3, at least 1): fewer epochs fail
+the test, since nothing can be judged from them. Bad marker arguments and a test with no epoch
+fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
+directory, named in the failure message).
 
 Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
 """
@@ -42,13 +44,29 @@ def pytest_configure(config):
 
 
 class Limits:
+    NAMES = ("max_slowdown", "max_growth_bytes_per_epoch", "min_epochs")
+
     def __init__(self, max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3):
         for name, value in (("max_slowdown", max_slowdown), ("max_growth_bytes_per_epoch", max_growth_bytes_per_epoch)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not 0 <= value < float("inf")):
                 raise pytest.UsageError(f"@pytest.mark.{MARKER}({name}={value!r}): expected a number >= 0")
         if max_slowdown is None and max_growth_bytes_per_epoch is None:
             raise pytest.UsageError(f"@pytest.mark.{MARKER}: give max_slowdown and/or max_growth_bytes_per_epoch")
+        if isinstance(min_epochs, bool) or not isinstance(min_epochs, int) or min_epochs < 1:
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}(min_epochs={min_epochs!r}): expected a whole number >= 1")
         self.max_slowdown, self.max_growth, self.min_epochs = max_slowdown, max_growth_bytes_per_epoch, min_epochs
+
+    @classmethod
+    def from_marker(cls, marker):
+        unknown = [name for name in marker.kwargs if name not in cls.NAMES]
+        if unknown or len(marker.args) > len(cls.NAMES):
+            what = f"unknown argument {unknown[0]!r}" if unknown else f"{len(marker.args)} positional arguments"
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}: {what} (it takes {', '.join(cls.NAMES)})")
+        try:
+            return cls(*marker.args, **marker.kwargs)
+        except TypeError as e:   # a name given twice, positionally and by keyword
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}: {e}") from None
 
     def breaches(self, diagnosis):
         """What went past the limits, as lines; empty when the run is within them."""
@@ -66,14 +84,23 @@ class Limits:
 
 
 def growth_per_epoch(diagnosis):
+    """The fastest of RSS, malloc and traced growth (pymalloc's arenas are in RSS, not malloc)."""
     a = diagnosis.allocation
-    malloc = a.malloc_growth_bytes_per_epoch
-    return malloc if malloc is not None else a.rss_growth_bytes_per_epoch
+    rates = (a.rss_growth_bytes_per_epoch, a.malloc_growth_bytes_per_epoch, a.traced_growth_bytes_per_epoch)
+    return max(rate for rate in rates if rate is not None)
 
 
 def _limits(item):
     marker = item.get_closest_marker(MARKER)
-    return Limits(*marker.args, **marker.kwargs) if marker is not None else None
+    return Limits.from_marker(marker) if marker is not None else None
+
+
+def pytest_runtest_setup(item):
+    """Bad marker arguments fail the test with one line, before it runs."""
+    try:
+        _limits(item)
+    except pytest.UsageError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 def _run_dir(item):
@@ -137,9 +164,13 @@ def pytest_runtest_call(item):
 
 def _breaches(limits, run_dir):
     """The failure message, or None when the run is within the limits."""
-    from profiler import analyze
+    from profiler import ProfilerError, analyze
     from profiler.report import text
-    diagnosis = analyze(run_dir)
+    try:
+        diagnosis = analyze(run_dir)
+    except ProfilerError as e:   # no epoch written: nothing to judge
+        return (f"profile_epochs: nothing to judge: {e} (mark epochs with profile_session.epoch(), or train with "
+                f"PyTorch, Keras or Lightning)")
     breaches = limits.breaches(diagnosis)
     if not breaches:
         return None
