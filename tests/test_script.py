@@ -396,3 +396,17 @@ def test_a_script_with_its_own_session_under_profiler_run_is_one_line(tmp_path):
     python = subprocess.run([sys.executable, script("own_session.py"), tmp_path / "own3"], capture_output=True,
                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert python.returncode == 0 and len(records(tmp_path / "own3")) == 3
+
+
+@pytest.mark.slow
+def test_under_torchrun_out_is_required(tmp_path):
+    env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", script("chdir_work.py"), tmp_path], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 2 and proc.stdout == "" and not (tmp_path / "runs").exists()
+    assert proc.stderr.splitlines() == ["profiler: error: under torchrun, give --out DIR: every rank writes "
+                                        "DIR/rank-<RANK>/ (a default name holds the time, which differs between ranks)"]
+    profiler("run", "--window", "0.1", "--out", tmp_path / "job", script("chdir_work.py"), tmp_path, env=env,
+             timeout=120)
+    assert meta(tmp_path / "job" / "rank-1")["rank"] == 1

@@ -71,6 +71,11 @@ class RunCommand:
 
 
 def _default_out(stem):
+    """runs/STEM-TIMESTAMP; under torchrun --out is required, since each rank would pick its own time."""
+    from ..integrations.launch import rank_env
+    if rank_env() is not None:
+        raise UsageError("under torchrun, give --out DIR: every rank writes DIR/rank-<RANK>/ (a default name "
+                         "holds the time, which differs between ranks)")
     return f"runs/{stem}-{timestamp()}"
 
 
