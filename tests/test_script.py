@@ -360,6 +360,8 @@ def test_an_out_that_cannot_hold_the_run_is_one_line_and_nothing_runs(tmp_path):
 @pytest.mark.parametrize("args, note", [
     (["fail"], "no epoch was written: the code failed (KeyError) before its first --epoch-fn epoch ended"),
     (["exit", "3"], "no epoch was written: the code exited with code 3 before its first --epoch-fn epoch ended"),
+    (["exit", "bad batch"], "no epoch was written: the code exited with 'bad batch' before its first --epoch-fn "
+                            "epoch ended"),
     (["none"], "--epoch-fn train_epoch: the function was never called, so no epoch was marked"),
 ])
 def test_notes_say_why_no_epoch_was_written(tmp_path, args, note):

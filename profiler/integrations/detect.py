@@ -29,11 +29,11 @@ def succeeded(error):
 
 
 def how_it_stopped(error):
-    """'ended', 'exited with code 3', 'was interrupted' or 'failed (ValueError)'."""
+    """'ended', 'exited with code 3', "exited with 'a message'", 'was interrupted' or 'failed (ValueError)'."""
     if succeeded(error):
         return "ended"
     if isinstance(error, SystemExit):
-        return f"exited with code {error.code}"
+        return f"exited with code {error.code}" if isinstance(error.code, int) else f"exited with {error.code!r}"
     if isinstance(error, KeyboardInterrupt):
         return "was interrupted"
     return f"failed ({type(error).__name__})"

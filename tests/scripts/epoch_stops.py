@@ -1,5 +1,5 @@
 """A loop whose epoch function can stop the script in its first epoch: `fail` raises, `exit N`
-calls sys.exit(N), `none` never calls it; otherwise it trains 3 epochs and prints how many full
+calls sys.exit(N) (or sys.exit(MESSAGE)), `none` never calls it; otherwise it trains 3 epochs and prints how many full
 collections ran before each one."""
 
 import gc
@@ -15,7 +15,7 @@ def train_epoch(epoch, how):
     if how == "fail":
         raise KeyError("bad batch")
     if how == "exit":
-        sys.exit(int(sys.argv[2]))
+        sys.exit(int(sys.argv[2]) if sys.argv[2].isdigit() else sys.argv[2])
     return gc.get_stats()[2]["collections"]
 
 
