@@ -30,9 +30,11 @@ class RunSide:
 
 @dataclass
 class GcSide:
-    pause_s: float               # median GC pause per epoch
+    """Means, not medians: a GC policy moves the rare long pauses (spikes), which medians hide."""
+    epoch_s: float               # mean epoch time, spikes included
+    pause_s: float               # mean GC pause per epoch
     share_total: float           # all GC pause / all wall time
-    full_collections: float      # median generation-2 collections per epoch
+    full_collections: float      # mean generation-2 collections per epoch
     policy: str | None           # the --gc-policy the run used, when it recorded one
 
 
@@ -69,8 +71,9 @@ def _gc_side(loaded):
     pauses = [sum(r["gc"]["pause_s"]) for r in records]
     wall = sum(r["wall_s"] for r in records)
     policy = (loaded.run.meta.get("options") or {}).get("gc_policy")
-    return GcSide(pause_s=float(np.median(pauses)), share_total=sum(pauses) / wall if wall > 0 else 0.0,
-                  full_collections=float(np.median([r["gc"]["collections"][2] for r in records])),
+    return GcSide(epoch_s=wall / len(records), pause_s=sum(pauses) / len(records),
+                  share_total=sum(pauses) / wall if wall > 0 else 0.0,
+                  full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
                   policy=str(policy) if policy is not None else None)
 
 

@@ -243,7 +243,7 @@ def pause_growth(events, records, spikes, objs, site):
     full_s = spikes.gc_by_generation_s[2]
     in_spikes = spikes.spike_gc_by_generation_s[2] / full_s if full_s > 0 and spike_counted(spikes) else 0.0
     wall_s = spikes.wall_s
-    return Finding("gc", "gc-growing-pauses", excess * (1 - in_spikes) / wall_s if wall_s > 0 else 0.0,
+    return Finding("gc", "gc-growing-pauses", excess * max(1 - in_spikes, 0.0) / wall_s if wall_s > 0 else 0.0,
                    PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
                                growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
                                hours_to_one_second=hours, excess_s=excess, objects=objs, site=site))

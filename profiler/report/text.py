@@ -18,7 +18,7 @@ def ms(seconds):
 
 
 def pct(x):
-    return f"{100 * x:.1f}%"
+    return f"{round(100 * x, 1) + 0.0:.1f}%"   # + 0.0 turns -0.0 into 0.0: no "-0.0%"
 
 
 def size(n):
@@ -256,6 +256,14 @@ def _no_finding(d):
             + ("Run more epochs to tell more." if few else "Nothing to fix here."))
 
 
+def _cost(finding):
+    """A finding's time, or that it has none of its own yet (memory growth; pause growth that lies
+    inside the spikes already counted)."""
+    if finding.time_fraction < 0.0005:
+        return "no time of its own yet"
+    return f"{pct(finding.time_fraction)} of the run"
+
+
 def verdict(d):
     """The diagnosis in a few sentences: the trend, the costliest finding with its remedy, the others."""
     text = _headline(d) + " "
@@ -263,7 +271,7 @@ def verdict(d):
         first = d.findings[0]
         text += f"{CAUSES[first.cause]}: {evidence(first)}. Fix: {remedy(first)}"
         if len(d.findings) > 1:
-            text += " Also: " + "; ".join(f"{f.pattern} ({pct(f.time_fraction)} of the run)" for f in d.findings[1:]) + "."
+            text += " Also: " + "; ".join(f"{f.pattern} ({_cost(f)})" for f in d.findings[1:]) + "."
     else:
         text += _no_finding(d)
     if d.problems:
@@ -281,7 +289,7 @@ def diagnosis(d):
     if d.rank_analysis is not None:
         lines += rank_text.summary(d.rank_analysis) + [""]
     for i, f in enumerate(d.findings, 1):
-        lines += [f"finding {i}: {f.pattern} ({f.cause}, {pct(f.time_fraction)} of the run)",
+        lines += [f"finding {i}: {f.pattern} ({f.cause}, {_cost(f)})",
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
               f"   ratio {et.ratio:.2f}   trend {change(et.change) if et.change.fitted else 'too few epochs to tell'}",
@@ -296,7 +304,7 @@ def diagnosis(d):
         s = d.steps
         lines.append(f"steps        {s.count:,}   median {ms(s.median_s)}   p99 {ms(s.p99_s)}   spikes "
                      f"{pct(s.spike_time_fraction)} of the run, GC explains {pct(s.gc_explained_fraction)} of it")
-    if d.workers:
+    if d.workers and d.workers.count:
         lines.append(f"workers      {d.workers.count}, {size(d.workers.private_bytes)} private")
     if a.top_sites:
         lines += ["", "growing lines (traced):"]
@@ -315,13 +323,16 @@ def relative(value, base):
 
 # -- compare and scaling -------------------------------------------------------------------------
 
-def _gc_comparison(slow, fast):
-    """How much of the epoch-time difference the collector's difference accounts for."""
-    delta, gc_delta = slow.epoch_s - fast.epoch_s, slow.gc.pause_s - fast.gc.pause_s
-    if max(slow.gc.pause_s, fast.gc.pause_s) < 0.01 * slow.epoch_s:
+def _gc_comparison(a, b):
+    """What the collector cost each run, on average (spikes included), and how much of the
+    difference in mean epoch time it accounts for."""
+    if max(a.gc.share_total, b.gc.share_total) < 0.01:
         return ""
-    text = (f" GC takes {ms(slow.gc.pause_s)} per epoch in {slow.label} ({pct(slow.gc.share_total)} of its time) and "
-            f"{ms(fast.gc.pause_s)} in {fast.label} ({pct(fast.gc.share_total)})")
+    slow, fast = (a, b) if a.gc.epoch_s >= b.gc.epoch_s else (b, a)
+    text = (f" On average, spikes included, an epoch takes {ms(slow.gc.epoch_s)} in {slow.label} and "
+            f"{ms(fast.gc.epoch_s)} in {fast.label}; GC takes {ms(slow.gc.pause_s)} of it ({pct(slow.gc.share_total)} "
+            f"of the run) and {ms(fast.gc.pause_s)} ({pct(fast.gc.share_total)})")
+    delta, gc_delta = slow.gc.epoch_s - fast.gc.epoch_s, slow.gc.pause_s - fast.gc.pause_s
     if delta > 0 and gc_delta > 0:
         text += f": the collector accounts for {pct(min(gc_delta / delta, 1.0))} of the difference"
     return text + "."
@@ -342,7 +353,7 @@ def comparison_verdict(c):
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
-    text += _gc_comparison(slow, fast)
+    text += _gc_comparison(a, b)
     if not c.rows:
         text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
                  "differs.")
@@ -369,9 +380,10 @@ def comparison(c):
     lines = [_wrap(comparison_verdict(c)), "",
              f"{'op':34s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
              f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}",
-             f"{'GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
+             f"{'mean epoch, spikes included (ms)':34s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
+             f"{'mean GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
              f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
-             f"{'full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
+             f"{'mean full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
     policies = [side.gc.policy for side in (c.a, c.b)]
     if any(policies):
         lines.append(f"{'--gc-policy':34s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
