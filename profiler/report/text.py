@@ -323,10 +323,15 @@ def relative(value, base):
 
 # -- compare and scaling -------------------------------------------------------------------------
 
+def _gc_matters(a, b):
+    """GC is worth a line of a comparison when it takes 1% of either run."""
+    return max(a.gc.share_total, b.gc.share_total) >= 0.01
+
+
 def _gc_comparison(a, b):
     """What the collector cost each run, on average (spikes included), and how much of the
     difference in mean epoch time it accounts for."""
-    if max(a.gc.share_total, b.gc.share_total) < 0.01:
+    if not _gc_matters(a, b):
         return ""
     slow, fast = (a, b) if a.gc.epoch_s >= b.gc.epoch_s else (b, a)
     text = (f" On average, spikes included, an epoch takes {ms(slow.gc.epoch_s)} in {slow.label} and "
@@ -379,11 +384,13 @@ def comparison(c):
     width = max(len(a), len(b), 10)
     lines = [_wrap(comparison_verdict(c)), "",
              f"{'op':34s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
-             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}",
-             f"{'mean epoch, spikes included (ms)':34s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
-             f"{'mean GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
-             f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
-             f"{'mean full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
+             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
+    if _gc_matters(c.a, c.b):
+        lines += [
+            f"{'mean epoch, spikes included (ms)':34s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
+            f"{'mean GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
+            f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
+            f"{'mean full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
     policies = [side.gc.policy for side in (c.a, c.b)]
     if any(policies):
         lines.append(f"{'--gc-policy':34s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))

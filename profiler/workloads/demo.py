@@ -22,7 +22,7 @@ def demo(out, quick=False):
     out = Path(out)
     max_epochs = [50, 20_000] if quick else [100, 10_000, 100_000]
     halt = 8 if quick else 30
-    samples, cnn_epochs = (128, 2) if quick else (512, 3)
+    samples, cnn_epochs = (128, 2) if quick else (512, 5)   # 5: the warm-up epoch is left out from 4 on
     policies = {}
     for history in ("preallocated", "append"):
         policies[history] = {n: out / f"axon-{history}" / f"max-{n}" for n in max_epochs}
