@@ -82,7 +82,7 @@ def _forget_in_child():
     global _active
     session, _active = _active, None
     if session is not None:
-        session._orphan()
+        session._unhook()
 
 
 if hasattr(os, "register_at_fork"):
@@ -213,8 +213,8 @@ class Session:
         finally:
             self._teardown()
 
-    def _orphan(self):
-        """In a forked child: remove the hooks and write nothing (the files are the parent's)."""
+    def _unhook(self):
+        """Remove the hooks; all a forked child does (the files are its parent's), and the first part of _teardown."""
         self._state = "closed"
         self._restore_sigterm()
         if self.gc_timer is not None:
@@ -224,12 +224,7 @@ class Session:
 
     def _teardown(self):
         global _active
-        self._state = "closed"
-        self._restore_sigterm()
-        if self.gc_timer is not None:
-            self.gc_timer.uninstall()
-        if self.heap is not None:
-            self.heap.stop()
+        self._unhook()
         if self.memory is not None:
             self.memory.close()
         if self._writer is not None:
