@@ -21,6 +21,7 @@ _PUBLIC = {
     "Diagnosis": "profiler.analysis",
     "Comparison": "profiler.analysis",
     "Scaling": "profiler.analysis",
+    "Finding": "profiler.analysis",
     "ProfilerError": "profiler.errors",
     "UsageError": "profiler.errors",
     "RunDirError": "profiler.errors",

@@ -1,0 +1,46 @@
+"""The public API: every name in profiler.__all__ resolves lazily to what docs/api.md says, and the
+version is the installed package's."""
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+
+import profiler
+
+
+def test_every_public_name_resolves():
+    from profiler.analysis import Comparison, Diagnosis, Finding, Scaling, analyze, compare, scaling
+    from profiler.capture.session import Session
+    from profiler.errors import ProfilerError, RunDirError, RunWriteError, UsageError
+    from profiler.rundir import Run, read_run
+    expected = {"Session": Session, "analyze": analyze, "compare": compare, "scaling": scaling, "read_run": read_run,
+                "Run": Run, "Diagnosis": Diagnosis, "Comparison": Comparison, "Scaling": Scaling, "Finding": Finding,
+                "ProfilerError": ProfilerError, "UsageError": UsageError, "RunDirError": RunDirError,
+                "RunWriteError": RunWriteError}
+    assert set(profiler.__all__) == set(expected) | {"__version__"}
+    for name, value in expected.items():
+        assert getattr(profiler, name) is value, name
+    assert issubclass(UsageError, ProfilerError) and issubclass(RunDirError, ProfilerError)
+
+
+def test_version_is_the_installed_packages():
+    assert profiler.__version__ == importlib.metadata.version("profiler")
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    try:
+        profiler.nothing_here
+    except AttributeError as e:
+        assert "nothing_here" in str(e)
+    else:
+        raise AssertionError("profiler.nothing_here resolved")
+
+
+@pytest.mark.slow
+def test_import_alone_loads_no_submodule():
+    out = subprocess.run([sys.executable, "-c", "import sys, profiler; "
+                          "print(sorted(m for m in sys.modules if m.startswith('profiler.')))"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "[]"
