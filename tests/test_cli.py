@@ -155,3 +155,14 @@ def test_ctrl_c_in_the_first_second_is_one_line(tmp_path):
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     proc = profiler("run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
     assert proc.stderr == "" and "wrote" in proc.stdout
+
+
+def test_gc_policies_run_on_scenarios_and_compare_shows_them(tmp_path):
+    for policy in ("default", "manual:5"):
+        profiler("run", "mlp", "--epochs", 5, "--samples", 2500, "--gc-policy", policy, "--out", tmp_path / policy,
+                 "--quiet")
+        assert json.loads((tmp_path / policy / "meta.json").read_text())["options"]["gc_policy"] == policy
+    out = json.loads(profiler("compare", tmp_path / "default", tmp_path / "manual:5", "--json").stdout)
+    assert (out["a"]["gc"]["policy"], out["b"]["gc"]["policy"]) == ("default", "manual:5")
+    # 10 steps per epoch: manual:5 collects twice an epoch; automatic GC makes no full collection here
+    assert out["b"]["gc"]["full_collections"] == 2 and out["a"]["gc"]["full_collections"] < 1

@@ -425,7 +425,7 @@ class RankComparison:
 def _side(run_dir):
     merged = analyze_ranks(run_dir)
     first = rundir.read_run(rank_dirs(run_dir)[0].path)
-    policy = first.meta.get("options", {}).get("gc_policy") or first.user_meta.get("gc_policy")
+    policy = (first.meta.get("options") or {}).get("gc_policy")
     n = merged.aligned - merged.warmup
     name = Path(run_dir).name or str(run_dir)
     return JobSide(run_dir=str(run_dir), label=f"{name} (gc-policy {policy})" if policy else name, gc_policy=policy,

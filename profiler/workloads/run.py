@@ -35,20 +35,28 @@ def _check_history_fits(history, epochs):
 
 class _LoopMarks:
     """The listener lists GcPolicy.attach() takes, called at the engine Loop's events: training
-    starts at STARTED (after set-up and the history), a step ends at ITERATION_COMPLETED."""
+    starts at STARTED (after set-up and the history), a step ends at ITERATION_COMPLETED, an epoch
+    is written at EPOCH_COMPLETED; `steps` counts the steps so far."""
 
     def __init__(self, loop):
-        self.on_training_start, self.on_step_end = [], []
+        self.on_training_start, self.on_step_end, self.on_epoch_written = [], [], []
+        self.steps = 0
         loop.on(Events.STARTED, self._started)
         loop.on(Events.ITERATION_COMPLETED, self._step_ended)
+        loop.on(Events.EPOCH_COMPLETED, self._epoch_written)
 
     def _started(self, state):
         for listener in self.on_training_start:
             listener()
 
     def _step_ended(self, state):
+        self.steps = state.iteration
         for listener in self.on_step_end:
             listener(state.iteration)
+
+    def _epoch_written(self, state):
+        for listener in self.on_epoch_written:
+            listener()
 
 
 def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, history="append",
@@ -72,7 +80,7 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
     scenario = scenarios.build(name, **options)
     meta = {"scenario": name, "layout": layout, "max_epochs": epochs, "halt_after": halt_after,
             "history": history, "gc_collect": gc_collect, "samples": len(scenario.x),
-            "batch_size": scenario.data.batch_size, "label": f"{name} {layout}", "gc_policy": str(policy),
+            "batch_size": scenario.data.batch_size, "label": f"{name} {layout}",
             "straggler_rank": straggler_rank, "kernels": kernels.isa_info()}
     data, optimizer, parallel = scenario.data, scenario.optimizer, None
     if world > 1:
@@ -82,6 +90,7 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
         parallel.broadcast(scenario.model.flat_params)
     try:
         with Session(out, tracemalloc=tracemalloc, meta=meta) as session:
+            session.options["gc_policy"] = str(policy)    # where `profiler run SCRIPT` records it too
             if parallel is not None:
                 parallel.op = session.op
             loop = Loop(scenario.model, optimizer, data, max_epochs=epochs, history=history,
