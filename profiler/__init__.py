@@ -4,7 +4,7 @@ Data flows one way: workload -> capture (Session) -> run directory -> analysis -
 
 `import profiler` imports only the standard library: each public name below loads its module on
 first use, so the profiled process pays for capture (numpy, psutil) only when it opens a Session,
-and never for analysis (scipy) or rendering (matplotlib) unless it asks for them.
+and never for the engine (numba) or rendering (matplotlib) unless it asks for them.
 """
 
 import importlib

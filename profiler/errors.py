@@ -18,6 +18,10 @@ class UsageError(ProfilerError, ValueError):
     """Bad arguments or options (CLI flags, Session options, epoch indices)."""
 
 
+class SessionActiveError(UsageError):
+    """A Session was opened while another one is open in this process (one at a time)."""
+
+
 class RunDirError(ProfilerError, ValueError):
     """A run directory that cannot be read as one, with the reason and where."""
 

@@ -4,7 +4,7 @@ and synthetic jobs for benchmarks/ranks.py."""
 import numpy as np
 
 from profiler.rundir import FORMAT, GC_EVENTS, STEPS, RunWriter
-from profiler.rundir.reader import GC_EVENT_DTYPE, STEP_DTYPE
+from profiler.rundir.format import GC_EVENT_DTYPE, STEP_DTYPE
 
 ORIGIN_UNIX = 1.8e9
 

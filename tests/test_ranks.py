@@ -72,7 +72,7 @@ def test_world_size_one_says_one_rank_not_no_step_clocks(tmp_path):
     a = analyze_ranks(tmp_path)
     assert a.unit == "step" and a.collective == "one-rank"
     words = text.diagnosis(analyze(tmp_path))
-    assert "one rank: there is no other rank to wait for" in words and "no step clocks" not in words
+    assert "one rank: there is no other rank to wait for" in words and "collective lies is unknown" not in words
 
 
 def test_missing_rank_says_which_and_what_to_do(tmp_path):
@@ -210,6 +210,8 @@ def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_pa
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "Rank 1 no longer straggles" in out
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    assert "Rank 1 no longer straggles" in json.loads(capsys.readouterr().out)["verdict"]
     assert main(["compare", str(a), str(a / "rank-0")]) == 2
     assert "is a multi-rank run and" in capsys.readouterr().err
     assert main(["timeline", str(a), "--out", str(tmp_path / "t.json")]) == 0

@@ -139,3 +139,12 @@ def test_step_with_a_finite_but_impossible_time_is_one_clear_error(tmp_path):
     run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
     with pytest.raises(RunDirError, match=r"steps.bin record 1 has gc2_s 1e\+30, not a time between 0 and 1e\+07 s"):
         analyze(run)
+
+
+def test_gc_events_that_could_not_be_written_are_a_problem_of_the_run(tmp_path):
+    run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(4)])
+    meta = json.loads((run / "meta.json").read_text())
+    meta["gc_events_dropped"] = 7
+    (run / "meta.json").write_text(json.dumps(meta))
+    r = read_run(run)
+    assert not r.complete and any("7 GC events could not be written" in p for p in r.problems)

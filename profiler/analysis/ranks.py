@@ -37,7 +37,7 @@ import numpy as np
 from .. import rundir
 from ..rundir.format import STEPS
 from ..rundir.ranks import rank_dirs
-from ..rundir.reader import STEP_DTYPE
+from ..rundir.format import STEP_DTYPE
 from . import diagnose, findings, stats
 
 BLOCK_VALUES = 1 << 18   # ranks x steps per block

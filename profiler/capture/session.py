@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from ..errors import UsageError
+from ..errors import SessionActiveError, UsageError
 from ..rundir import format as fmt
 from ..rundir.writer import RunWriter, RunWriteError
 from . import options
@@ -141,7 +141,7 @@ class Session:
             raise UsageError("a Session is entered once: open a new Session for another run")
         with _lock:
             if _active is not None:
-                raise UsageError(f"another profiler Session is active (writing {_active.run_dir}); "
+                raise SessionActiveError(f"another profiler Session is active (writing {_active.run_dir}); "
                                  f"finish it before starting one for {self.run_dir}")
             self._writer = RunWriter(self.run_dir)
             _active = self

@@ -3,7 +3,7 @@
 A step costs two clock reads and two stores into preallocated int64 arrays (start and end, in
 perf_counter nanoseconds); nothing is allocated per step. The GC timer adds a collection's pause to
 the open step (rare: most steps see none). The buffer is packed into steps.bin records
-(format.STEP, 28 bytes each) when the epoch ends and whenever it fills, so memory stays constant
+(format.STEP_DTYPE, 28 bytes each) when the epoch ends and whenever it fills, so memory stays constant
 for any number of steps and every finished epoch's steps are on disk when the next epoch begins.
 """
 
@@ -13,10 +13,9 @@ import time
 import numpy as np
 
 from ..errors import UsageError
-from ..rundir.format import STEP_FIELDS
+from ..rundir.format import STEP_DTYPE
 
 _now = time.perf_counter_ns
-STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 CAPACITY = 8192   # steps buffered between writes: 2 x 64 KiB
 
 

@@ -18,7 +18,7 @@ def _folded_for(path):
     return folded
 
 
-def _record_from_first_epoch(pyspy, command, folded, rate):
+def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
     """Run `python [-m] SCRIPT args` as `python -m profiler run ... SCRIPT args`, which writes a
     byte to a pipe when the first epoch begins (integrations/detect.py); py-spy attaches then."""
     from ..integrations.detect import EPOCH_SIGNAL_FD
@@ -26,7 +26,6 @@ def _record_from_first_epoch(pyspy, command, folded, rate):
             command[1] != "-m":
         raise UsageError("--from-first-epoch records a Python script: -- python train.py [args] "
                          "(or -- python -m MODULE [args])")
-    run_dir = tempfile.mkdtemp(prefix="profiler-flame-run-")
     command = [command[0], "-m", "profiler", "run", "--quiet", "--out", run_dir, *command[1:]]
     read_end, write_end = os.pipe()
     open_fds = {read_end, write_end}
@@ -79,17 +78,17 @@ class FlamegraphCommand:
             return
         if bool(command) == bool(args.scenario):
             raise UsageError("give either a SCENARIO or -- COMMAND ... to record")
-        if not command:
-            if args.from_first_epoch:
-                raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
-                                 "flamegraph is its training already)")
-            tmp = tempfile.mkdtemp(prefix="profiler-flame-")
-            command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, tmp, args.epochs)]
+        if not command and args.from_first_epoch:
+            raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
+                             "flamegraph is its training already)")
         folded = out.with_suffix(".folded")
-        if args.from_first_epoch:
-            code = _record_from_first_epoch(pyspy, command, folded, args.rate)
-        else:
-            code = pyspy.record(command, folded, rate=args.rate)
+        with tempfile.TemporaryDirectory(prefix="profiler-flame-") as run_dir:   # the recorded run's own records
+            if not command:
+                command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, run_dir, args.epochs)]
+            if args.from_first_epoch:
+                code = _record_from_first_epoch(pyspy, command, folded, args.rate, run_dir + "/run")
+            else:
+                code = pyspy.record(command, folded, rate=args.rate)
         title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
         flamegraph.write_svg(flamegraph.read_folded(folded), out, title=title)
         print(f"wrote {out} (raw stacks: {folded})")

@@ -3,7 +3,6 @@
 import argparse
 import time
 
-from ..workloads.names import SCENARIO_NAMES
 
 
 def _integer(minimum, expected):

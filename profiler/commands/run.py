@@ -17,7 +17,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
 from .options import TRACEMALLOC, add_scenario_options, non_negative, positive, scenario_argv, timestamp
 
@@ -165,7 +165,7 @@ def _run_script(args, target, rest):
     raised = result.raised
     if isinstance(raised, KeyboardInterrupt):
         raise raised
-    if isinstance(raised, UsageError) and str(raised).startswith("another profiler Session is active"):
+    if isinstance(raised, SessionActiveError):
         raise UsageError(f"{target} opens its own profiler Session, which records the run itself: run it with "
                          f"python, not profiler run ({out} holds only the failed attempt)") from None
     if raised is not None and not isinstance(raised, SystemExit):

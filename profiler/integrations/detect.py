@@ -114,15 +114,13 @@ class Detection:
             notes.append(f"time windows stopped early: {self._windows.error}")
         marks = self.marks
         uncalled = [t for t in self.targets if t.done and not t.problem and t.option == "--epoch-fn"]
-        if marks.epochs:
-            pass
-        elif marks.begun is not None:
+        if not marks.epochs and marks.begun is not None:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
                          f"ended (an epoch cut short is not written)")
-        elif uncalled:
+        elif not marks.epochs and uncalled:
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
-        elif not any(t.note() for t in self.targets):
+        elif not marks.epochs and not any(t.note() for t in self.targets):
             notes.append(NO_EPOCHS)
         if self.policy.kind != "default":
             if not marks.training_started:

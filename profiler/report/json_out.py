@@ -1,6 +1,6 @@
 """Strict JSON of analysis results: dataclasses as objects, no NaN or Infinity (a non-finite number
-is written as null, since JSON has no spelling for it). A Diagnosis, Comparison or Scaling also
-gets its "verdict", and each finding its "evidence" and "remedy", in the text renderer's words;
+is written as null, since JSON has no spelling for it). A Diagnosis, Comparison, RankComparison or
+Scaling also gets its "verdict", and each finding its "evidence" and "remedy", in the text renderer's words;
 a finding's numbers stay under "data"."""
 
 import dataclasses
@@ -10,7 +10,8 @@ import math
 import numpy as np
 
 from ..analysis import Comparison, Diagnosis, Scaling
-from . import text
+from ..analysis.ranks import RankComparison
+from . import rank_text, text
 
 
 def _plain(value):
@@ -40,6 +41,8 @@ def to_plain(result):
         out["verdict"] = text.comparison_verdict(result)
     elif isinstance(result, Scaling):
         out["verdict"] = text.scaling_verdict(result)
+    elif isinstance(result, RankComparison):
+        out["verdict"] = rank_text.comparison_verdict(result)
     return out
 
 

@@ -13,10 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import EPOCHS, FORMAT, GC_EVENT_FIELDS, GC_EVENTS, META, RANK_PREFIX, STATUSES, STEP_FIELDS, STEPS
+from .format import EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, META, RANK_PREFIX, STATUSES, STEP_DTYPE, STEPS
 
-STEP_DTYPE = np.dtype(list(STEP_FIELDS))
-GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
 MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
 PAUSE_SLACK = (0.01, 1e-3)   # an epoch's GC pauses may exceed its wall time by 1% + 1 ms (clock reads)
@@ -100,6 +98,10 @@ def read_run(path):
         problems.append(f"the run {status}" + (f": {meta['error']}" if meta.get("error") else ""))
     elif status not in STATUSES:
         problems.append(f"{META} has status {status!r}, not one this profiler writes ({', '.join(STATUSES)})")
+    dropped = meta.get("gc_events_dropped")
+    if dropped:
+        problems.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
+                        f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
     return Run(path, meta, epochs, problems)
 
