@@ -10,6 +10,7 @@ a GC policy, and the first-epoch signal. Every hook, patch, timer and GC setting
 block ends, however it ends; the Session's meta gets "epochs_from".
 """
 
+import contextlib
 import os
 
 from . import functions
@@ -90,22 +91,23 @@ class Detection:
         return False
 
     def _restore(self, write):
-        try:
-            self._watcher.uninstall()
-            self._probe.stop()
-            if write:
-                self._windows.stop()
-            else:
-                self._windows.pause()
-            for undo in reversed(self._undo):
-                undo()
+        """Undo everything installed, each step whatever the others raise (a full disk can make the
+        last window's write fail): no hook or patch outlives the script. Callbacks run last in, first out."""
+        with contextlib.ExitStack() as stack:
+            stack.callback(self._signal.close)
+            stack.callback(self.policy.restore)
+            stack.callback(self._record_epochs_from)
+            stack.callback(self.marks.close, write=write)
             for t in self.targets:
-                t.undo()
-            self.marks.close(write=write)
-            self.session.user_meta["epochs_from"] = self.marks.owner if self.marks.epochs else None
-        finally:
-            self.policy.restore()
-            self._signal.close()
+                stack.callback(t.undo)
+            for undo in self._undo:
+                stack.callback(undo)
+            stack.callback(self._windows.stop if write else self._windows.pause)
+            stack.callback(self._probe.stop)
+            stack.callback(self._watcher.uninstall)
+
+    def _record_epochs_from(self):
+        self.session.user_meta["epochs_from"] = self.marks.owner if self.marks.epochs else None
 
     def notes(self):
         """Lines for the user: what was not found, or not applied."""
