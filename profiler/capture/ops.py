@@ -6,8 +6,10 @@ labels look like: identity is (name, sorted tags), and each epoch record's value
 `name[v1,...]`, made unique within the session (a second op with the same label gets `#2`, ...).
 
 `op()` is on the hot path (tens of calls per training step), so each identity gets one reusable
-timer object, found by one dict lookup; nothing is allocated per call, and memory is bounded by the
-number of distinct ops. A timed call costs two clock reads (~100 ns each on the project's VM).
+timer object, found by one dict lookup; memory is bounded by the number of distinct ops. An op
+without tags allocates nothing per call; one with tags builds its kwargs and a key tuple, so hot
+loops keep the timer `op()` returns and enter it again (the engine's layers do). A timed call
+costs two clock reads.
 Short ops are sampled so that this stays under ~1% of their time: an op whose timed calls averaged
 under SHORT_NS in one epoch is timed, in the next, on a random 1 in SAMPLE_EVERY of its calls (gaps
 drawn from a fixed geometric table, so the choice never follows a pattern in the calls), and its
