@@ -34,12 +34,11 @@ from .objects import TypeGrowth
 
 NUMPY_DOMAIN = np.lib.tracemalloc_domain
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the profiler's own code (fnmatch's * crosses directories); profiler/workloads is the code being
-# profiled and stays in
-_OWN = [os.path.join(_PACKAGE, part) for part in ("__init__.py", "__main__.py", "cli.py", "errors.py", "capture/*",
-                                                  "integrations/*", "rundir/*", "commands/*")]
+# the profiler's own code: everything in the package but profiler/workloads, the code being profiled
+# (one pattern, so each snapshot pays for one filter; fnmatch's * crosses directories)
+_OWN = os.path.join(_PACKAGE, "[!w]*")
 _EXCLUDE = [
-    *(tracemalloc.Filter(False, pattern) for pattern in _OWN),
+    tracemalloc.Filter(False, _OWN),
     tracemalloc.Filter(False, tracemalloc.__file__),
     tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
     tracemalloc.Filter(False, "<unknown>"),
@@ -84,7 +83,7 @@ def allocation_site(obj):
     if traceback is None or not len(traceback):
         return None
     frame = user_frame(traceback)
-    if any(fnmatch.fnmatch(frame.filename, pattern) for pattern in _OWN):   # the profiler's own say nothing
+    if fnmatch.fnmatch(frame.filename, _OWN):   # the profiler's own objects (snapshots) say nothing
         return None
     return f"{frame.filename}:{frame.lineno}"
 
