@@ -204,7 +204,7 @@ def test_auto_capture_rests_after_each_window_in_proportion_to_its_cost(tmp_path
     window's extra time (tracing and snapshots) is within the budget of the epochs that follow.
     The cost itself is measured in benchmarks/overhead.py (auto row); here, the policy's shape."""
     import time as clock
-    leak, budget, epochs = [], 0.5, 600
+    leak, budget, epochs = [], 1.0, 900   # room for a second window when a window costs ~1 s (a big process)
     with Session(tmp_path / "run", tracemalloc="auto", window=2, cooldown=1, budget=budget) as session:
         for epoch in range(epochs):
             with session.epoch(epoch):
