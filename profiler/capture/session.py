@@ -31,7 +31,7 @@ import time
 from ..errors import SessionActiveError, UsageError
 from ..rundir import format as fmt
 from ..rundir.writer import RunWriter, RunWriteError
-from . import options
+from . import options, torchrun
 from .gc_timer import GcTimer
 from .memory import MemoryProbe
 from .objects import TrackedCounter
@@ -41,7 +41,6 @@ from .steps import StepRecorder
 _now = time.perf_counter_ns
 _active = None
 _lock = threading.Lock()
-_RANK_ENV = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"))
 
 
 def _version(package):
@@ -65,15 +64,6 @@ def _version(package):
 
 def _now_iso():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _rank_fields():
-    """rank, local_rank and world_size from torchrun's environment (None where unset)."""
-    fields = {}
-    for key, var in _RANK_ENV:
-        value = os.environ.get(var)
-        fields[key] = int(value) if value is not None and value.strip().isdigit() else None
-    return fields
 
 
 def _forget_in_child():
@@ -119,6 +109,7 @@ class Session:
         self.options = options.check(tracemalloc=tracemalloc, frames=frames, every=every, window=window,
                                      cooldown=cooldown, budget=budget, gc_event_threshold_s=gc_event_threshold_s)
         self.user_meta = options.meta(meta)
+        self.ranks = torchrun.rank_env() or dict.fromkeys(torchrun.FIELDS)   # a malformed torchrun env fails here
         self.ops = OpTimers()
         self.op = self.ops.op
         self._steps = StepRecorder(0, self._write_steps)
@@ -142,7 +133,7 @@ class Session:
         with _lock:
             if _active is not None:
                 raise SessionActiveError(f"another profiler Session is active (writing {_active.run_dir}); "
-                                 f"finish it before starting one for {self.run_dir}")
+                                         f"finish it before starting one for {self.run_dir}")
             self._writer = RunWriter(self.run_dir)
             _active = self
         self._state, self._thread = "open", threading.get_ident()
@@ -155,7 +146,7 @@ class Session:
                 "python": sys.version.split()[0], "python_implementation": platform.python_implementation(),
                 "numpy": _version("numpy"), "numba": _version("numba"), "host": socket.gethostname(),
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
-                **_rank_fields(), "clock_origin_unix": origin_unix,
+                **self.ranks, "clock_origin_unix": origin_unix,
                 "started": _now_iso(), "finished": None, "options": self.options,
             }
             self._writer.write_meta(self._meta)

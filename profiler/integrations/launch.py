@@ -8,33 +8,16 @@ OUT/rank-<RANK>/, and the directory OUT is one multi-rank run (profiler.rundir.r
 127.0.0.1 and the same `profiler run` arguments. Nothing here imports torch.
 """
 
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from ..capture.torchrun import rank_env
 from ..errors import UsageError, WorkloadError
 from ..rundir.format import RANK_PREFIX
 
 LAUNCH_OPTION = "--nproc-per-node"
-
-
-def rank_env(environ=None):
-    """{"rank", "local_rank", "world_size"} from torchrun's environment, or None outside torchrun."""
-    environ = os.environ if environ is None else environ
-    if "RANK" not in environ or "WORLD_SIZE" not in environ:
-        return None
-    values = {}
-    for key, name in (("RANK", "rank"), ("LOCAL_RANK", "local_rank"), ("WORLD_SIZE", "world_size")):
-        text = environ.get(key)
-        try:
-            values[name] = None if text is None else int(text)
-        except ValueError:
-            raise UsageError(f"the environment has {key}={text!r}, not an integer (set by torchrun)") from None
-    if not 0 <= values["rank"] < values["world_size"]:
-        raise UsageError(f"the environment has RANK={values['rank']} outside WORLD_SIZE={values['world_size']}")
-    return values
 
 
 def rank_out_dir(out, environ=None):
