@@ -1,10 +1,10 @@
-"""Seed 1 on our engine: does epoch time drift with the epoch index, or depend on max_epochs?
+"""The Axon report on our engine: does epoch time drift with the epoch index, or depend on max_epochs?
 
 This machine switches between ~8 and ~12 ms per mlp epoch for seconds at a time, whatever the
 run: a median of 100 epochs moved 1.57x between the start and end of one 10,000-epoch run with
 nothing in it that drifts. So besides the issue's own measure (median of the first and last 100
 epochs) the long run is also compared over 1,000 epochs at each end by their 10th percentile, and
-the max_epochs runs by each run's 10th percentile: a real drift, like the seed's full collections
+the max_epochs runs by each run's 10th percentile: a real drift, like the Axon report's full collections
 walking a growing heap, slows every epoch, the fastest included.
 """
 

@@ -2,7 +2,7 @@
 
 Typically the same model in NCHW and NHWC. Ops are matched by name and tags, leaving out the tags
 that tell the runs apart (a tag with one value on every op of run A and another on every op of
-run B, like the layout). The what-if is the arithmetic the second seed's reporter did by hand: if
+run B, like the layout). The what-if is the arithmetic the Keras-MXNet reporter did by hand: if
 op X in run A ran at its speed in run B, A's epoch would take (A's epoch - X in A + X in B). An op
 that only one run has gets no what-if: its cost in the other run is unknown, not zero.
 """

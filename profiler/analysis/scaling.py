@@ -1,4 +1,4 @@
-"""scaling(runs) -> Scaling: does epoch time depend on max_epochs? (The first seed's benchmark.)
+"""scaling(runs) -> Scaling: does epoch time depend on max_epochs? (The Axon report's benchmark.)
 
 Each run is the same scenario halted after the same number of epochs, with a different
 max_epochs. Epoch time should not depend on a number the loop has not reached yet; if it does,

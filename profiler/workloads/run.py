@@ -19,7 +19,7 @@ from .engine import Events, Loop
 from .straggler import GcStraggler
 
 
-SLOT_BYTES = 450   # one preallocated history entry (engine/loop.py's _Slot), measured
+SLOT_BYTES = 450   # one preallocated history entry (engine/loop.py's HistorySlot: the slot, its dict and two one-item lists)
 
 
 def _check_history_fits(history, epochs):

@@ -1,8 +1,8 @@
-"""The built-in workloads: the two seed reports' models, on data generated here (no downloads).
+"""The built-in workloads: the two bug reports' models, on data generated here (no downloads).
 
-mlp          the first seed (Axon): 9000x2 inputs iota/9000 - 0.5 shuffled, 2 one-hot classes,
+mlp          the Axon report: 9000x2 inputs iota/9000 - 0.5 shuffled, 2 one-hot classes,
              batch 250 (36 steps/epoch), Dense(100, sigmoid) -> Dense(2, softmax), Adam.
-             labels="random" is the seed's data (nothing to learn); "learnable" makes accuracy mean
+             labels="random" is the report's data (nothing to learn); "learnable" makes accuracy mean
              something (class = x0 + x1 > 1).
 mnist-cnn    Keras' mnist_cnn, Adadelta, batch 128, 28x28x1.
 cifar10-cnn  Keras' cifar10_cnn, RMSprop(1e-4), batch 32, 32x32x3.

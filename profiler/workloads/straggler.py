@@ -1,8 +1,8 @@
 """A GC straggler on demand: one rank of a data-parallel scenario whose collections stall the job.
 
-The planted rank holds a preallocated history (the first seed's Axon shape: one tracked record
+The planted rank holds a preallocated history (the Axon report's shape: one tracked record
 per planned entry, created when training starts, after the loop's own gc.freeze()) and its data
-loader keeps a few hundred small records per batch for the rest of the run (nanochat's loader
+loader keeps a thousand small records per batch for the rest of the run (nanochat's loader
 shape). The kept records trigger CPython's automatic full collections every so often, each walking
 the history and the cache: tens of milliseconds on that rank alone, while the other ranks wait at
 the next all-reduce. `--gc-policy freeze` takes the history out of those collections;
@@ -11,17 +11,10 @@ pays them (docs/multi-rank.md).
 """
 
 from .engine import Events
+from .engine.loop import HistorySlot
 
 HISTORY = 50_000        # preallocated records, 4 tracked objects each
 KEPT_PER_STEP = 1000    # small records the loader keeps per batch
-
-
-class _Record:
-    __slots__ = ("index", "metrics")
-
-    def __init__(self, index):
-        self.index = index
-        self.metrics = {"loss": [0.0], "accuracy": [0.0]}
 
 
 class GcStraggler:
@@ -36,7 +29,7 @@ class GcStraggler:
         loop.on(Events.ITERATION_STARTED, self._load)
 
     def _start(self, state):
-        self.history = [_Record(i) for i in range(self.size)]
+        self.history = [HistorySlot(i) for i in range(self.size)]
 
     def _load(self, state):
         self.cache.append([[state.iteration, i] for i in range(self.kept_per_step)])

@@ -1,6 +1,6 @@
 """The training loop: events, filtered handlers, one State object (the shape of Axon and Ignite).
 
-Two switches reproduce the first seed report on demand:
+Two switches reproduce the Axon report on demand:
   history="preallocated" creates one GC-tracked record per *planned* epoch up front (Axon's
   final_metrics_map), so every full collection walks max_epochs objects; history="append" (the
   default) stores each finished epoch as a dict of floats, which the GC does not track.
@@ -38,7 +38,7 @@ HISTORY_POLICIES = ("append", "preallocated")
 GC_POLICIES = ("never", "iteration", "epoch")
 
 
-class _Slot:
+class HistorySlot:
     """One preallocated history entry: a tracked object holding tracked containers."""
 
     __slots__ = ("epoch", "metrics")
@@ -59,7 +59,7 @@ class State:
         self.metrics = {}         # last finished epoch: loss, accuracy
         self.times = []           # wall seconds per finished epoch
         self.loss = math.nan      # last step's loss
-        self.history = [_Slot(e) for e in range(max_epochs)] if history == "preallocated" else []
+        self.history = [HistorySlot(e) for e in range(max_epochs)] if history == "preallocated" else []
         self.halted = self._halt_epoch = False
 
     def halt(self):
