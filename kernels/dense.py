@@ -7,9 +7,11 @@ cores from numba's workers and cifar10-cnn ran no faster on 2 threads than on 1 
 per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thread pool.
 
 Each product is C = A @ B with A and C read and written through strides (so x.T, w and dx.T need
-no copies) and B packed into 16-column panels in the caller's workspace: w for the forward (x for
-batches up to 32, computing y.T = w.T @ x.T), dy or dy.T for the backward. The bias uses
-broadcast_add on (N, C), the kernel the conv layers use.
+no copies) and B packed into J-column panels in the caller's workspace: w for the forward (x for
+batches up to 32, computing y.T = w.T @ x.T), dy or dy.T for the weight grad, and for the input
+grad either dy.T (dx.T = w @ dy.T, w read in place) or, when the batch is large against the
+outputs, w.T (dx = dy @ w.T: see _DX_BY_ROWS). The bias uses broadcast_add on (N, C), the kernel
+the conv layers use.
 """
 
 import numba
@@ -17,7 +19,9 @@ import numpy as np
 from numba import prange
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
+from ._jit import kernel
 from ._tile import J, P, block as block_of, panels, tile, tiled
+from .conv import _transpose
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
@@ -27,6 +31,14 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
+# The input grad as dx.T = w @ dy.T writes dx a column at a time: one scalar store per output
+# element, 36 KB apart for mnist's 9216 inputs (the same L1 set). With 32-lane blocks and a batch
+# of at least a quarter of the outputs, dx = dy @ w.T costs less, its stores whole rows, at the
+# price of packing w.T (a copy of w): mnist-cnn's 128x9216->128 input grad 6.6 -> 3.0 ms (PyTorch
+# 2.5) at 1 thread. With cifar's batch of 32 and 512 outputs the stores are few against the
+# 512-step reductions and the copy is not worth it. 16-lane blocks (AVX2) keep the in-place
+# orientation: not measured there.
+_DX_BY_ROWS = 4
 
 
 @tiled
@@ -52,6 +64,30 @@ def _matmul(a, sam, sak, b, m_, n, c, scm, scn, group):
                          (1, 1, kn), c, r0 * scm + n0 * scn, scm, scn, min(J, n - n0), k0 > 0)
 
 
+@kernel
+def _panels_t(src, dst):
+    """dst[g, k, j] = src[g*J + j, k] (the panels of src.T, J = dst.shape[2]), zero past src's
+    rows: each panel is one transpose of J contiguous rows of src."""
+    groups, k_, j_ = dst.shape
+    rows_ = src.shape[0]
+    s, d = src.reshape(-1), dst.reshape(-1)
+    for g in prange(groups):
+        rows = min(j_, rows_ - g * j_)
+        _transpose(s, g * j_ * k_, k_, d, g * k_ * j_, j_, rows, k_)
+        for k in range(k_):
+            for j in range(rows, j_):
+                d[g * k_ * j_ + k * j_ + j] = 0.0
+
+
+def _packed(blk, ws, name, b):
+    """b (K, N) as (ceil(N/J), K, J) panels; b may be the transpose of a C-ordered array."""
+    if b.flags.c_contiguous:
+        return panels(blk, ws, name, b)
+    out = ws.take(name, (blk.padded(b.shape[1]) // blk.lanes, b.shape[0], blk.lanes))
+    _panels_t(out.size, b.T, out)
+    return out
+
+
 def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
     each thread two iterations (a batch of 32 is one band)."""
@@ -67,17 +103,18 @@ def _flat(a):
     return a.T.reshape(-1), 1, a.shape[0]
 
 
-def _product(blk, ws, name, a, b, out):
-    """out = a @ b, where a and out may be transposes of contiguous arrays. Products below
-    OpenBLAS's own single-thread threshold go to numpy (its threads stay asleep, and numba's
-    packing and dispatch would cost more than the product: the mlp's 250x2 @ 2x100)."""
+def _product(blk, ws, name, a, b, out, group=None):
+    """out = a @ b, where a, b and out may be transposes of contiguous arrays; `group` columns per
+    parallel iteration (default: _group's). Products below OpenBLAS's own single-thread threshold
+    go to numpy (its threads stay asleep, and numba's packing and dispatch would cost more than the
+    product: the mlp's 250x2 @ 2x100)."""
     m, k = a.shape
     if m * k * b.shape[1] < _BLAS_MAX:
         return np.matmul(a, b, out=out)
     af, sam, sak = _flat(a)
     of, scm, scn = _flat(out)
-    _matmul[blk](m * k * b.shape[1], af, sam, sak, panels(blk, ws, name, b), m, b.shape[1], of, scm, scn,
-                 _group(blk, m, b.shape[1]))
+    _matmul[blk](m * k * b.shape[1], af, sam, sak, _packed(blk, ws, name, b), m, b.shape[1], of, scm, scn,
+                 group or _group(blk, m, b.shape[1]))
     return out
 
 
@@ -122,7 +159,12 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     no_overlap("out[0] (dx)", dx, inputs | {"out[1] (dw)": dw, "out[2] (db)": db})
     no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
     no_overlap("out[2] (db)", db, inputs)
-    _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
+    if blk.lanes >= 32 and x.shape[0] * _DX_BY_ROWS >= w.shape[1]:
+        # one panel per iteration: its K x J floats stay in L1 over the band's row blocks (all
+        # columns at once, mnist's 9216, re-read w.T's 4.7 MB of panels per row block: 1.5x slower)
+        _product(blk, ws, "dense.wT", dy, w.T, dx, group=blk.lanes)
+    else:
+        _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
     _product(blk, ws, "dense.dy", x.T, dy, dw)
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
