@@ -31,6 +31,11 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
+# _W_IN_PLACE: with 32-lane blocks the forward reads w's rows as B in place, each step one 128-byte
+# run of a row, when the outputs are whole blocks (a ragged last block would read past w's end):
+# 1 thread, against the packings above, cifar10-cnn's 32x2304->512 1.28 (x packed) and 1.12
+# (w packed) -> 0.80 ms, mnist-cnn's 128x9216->128 2.97 (w packed) -> 2.55 ms (PyTorch 0.52 and
+# 1.94). 16-lane blocks (AVX2) keep the packings: not measured there.
 # The input grad as dx.T = w @ dy.T writes dx a column at a time: one scalar store per output
 # element, 36 KB apart for mnist's 9216 inputs (the same L1 set). With 32-lane blocks and a batch
 # of at least a quarter of the outputs, dx = dy @ w.T costs less, its stores whole rows, at the
@@ -42,16 +47,15 @@ _DX_BY_ROWS = 4
 
 
 @tiled
-def _matmul(a, sam, sak, b, m_, n, c, scm, scn, group):
-    """C = A @ B for A[m, k] = a[m*sam + k*sak] and C[m, n] = c[m*scm + n*scn] (M x N): strides,
-    so transposed operands and results need no copies; b holds B as (N/J, K, J) panels.
+def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
+    """C = A @ B for A[m, k] = a[m*sam + k*sak], B[k, n] = b[n*sbn + k*sbk] and C[m, n] =
+    c[m*scm + n*scn] (M x K x N): strides, so transposed operands and results need no copies; B's
+    J-column blocks must be contiguous J-float runs (panels: sbn = K, sbk = J; in place: sbn = 1).
 
     Each parallel iteration is a band of rows x a group of `group` columns, walked row block by
     row block, so successive blocks write adjacent lines of C (column blocks first, the earlier
     order, left each block's six 64-byte stores 12 KB from the last: the K = 32 weight grad of
     cifar10-cnn's dense layer ran 1.7x slower)."""
-    _, k_, _ = b.shape
-    bf = b.reshape(-1)
     groups = (n + group - 1) // group
     band = _BAND_BLOCKS * P
     for it in prange((m_ + band - 1) // band * groups):
@@ -60,7 +64,7 @@ def _matmul(a, sam, sak, b, m_, n, c, scm, scn, group):
             kn = min(_KB, k_ - k0)
             for r0 in range(m0, min(m_, m0 + band), P):
                 for n0 in range(g0, min(n, g0 + group), J):
-                    tile(a, r0 * sam + k0 * sak, sam, min(P, m_ - r0), (0, 0, sak), bf, n0 * k_ + k0 * J, (0, 0, J),
+                    tile(a, r0 * sam + k0 * sak, sam, min(P, m_ - r0), (0, 0, sak), b, n0 * sbn + k0 * sbk, (0, 0, sbk),
                          (1, 1, kn), c, r0 * scm + n0 * scn, scm, scn, min(J, n - n0), k0 > 0)
 
 
@@ -104,17 +108,22 @@ def _flat(a):
 
 
 def _product(blk, ws, name, a, b, out, group=None):
-    """out = a @ b, where a, b and out may be transposes of contiguous arrays; `group` columns per
-    parallel iteration (default: _group's). Products below OpenBLAS's own single-thread threshold
-    go to numpy (its threads stay asleep, and numba's packing and dispatch would cost more than the
-    product: the mlp's 250x2 @ 2x100)."""
+    """out = a @ b, where a, b and out may be transposes of contiguous arrays; b is packed into the
+    workspace buffer `name`, or read in place if name is None (then it must be C-ordered, with
+    whole J-lane blocks of columns); `group` columns per parallel iteration (default: _group's).
+    Products below OpenBLAS's own single-thread threshold go to numpy (its threads stay asleep, and
+    numba's packing and dispatch would cost more than the product: the mlp's 250x2 @ 2x100)."""
     m, k = a.shape
     if m * k * b.shape[1] < _BLAS_MAX:
         return np.matmul(a, b, out=out)
     af, sam, sak = _flat(a)
     of, scm, scn = _flat(out)
-    _matmul[blk](m * k * b.shape[1], af, sam, sak, _packed(blk, ws, name, b), m, b.shape[1], of, scm, scn,
-                 group or _group(blk, m, b.shape[1]))
+    n = b.shape[1]
+    if name is None:   # B read in place
+        bf, sbn, sbk = b.reshape(-1), 1, n
+    else:
+        bf, sbn, sbk = _packed(blk, ws, name, b).reshape(-1), k, blk.lanes
+    _matmul[blk](m * k * n, af, sam, sak, bf, sbn, sbk, k, m, n, of, scm, scn, group or _group(blk, m, n))
     return out
 
 
@@ -136,7 +145,9 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     ws, blk = check_workspace(workspace), block_of(block)
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
-    if x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
+    if blk.lanes >= 32 and w.shape[1] % blk.lanes == 0:   # w's rows as B, read in place (_W_IN_PLACE)
+        _product(blk, ws, None, x, w, y)
+    elif x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(blk, ws, "dense.x", w.T, x.T, y.T)
     else:
         _product(blk, ws, "dense.w", x, w, y)
