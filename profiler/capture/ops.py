@@ -9,16 +9,17 @@ labels look like: identity is (name, sorted tags), and each epoch record's value
 timer object, found by one dict lookup; memory is bounded by the number of distinct ops. An op
 without tags allocates nothing per call; one with tags builds its kwargs and a key tuple, so hot
 loops keep the timer `op()` returns and enter it again (the engine's layers do). A timed call
-costs two clock reads.
-Short ops are sampled so that this stays under ~1% of their time: an op whose timed calls averaged
-under SHORT_NS in one epoch is timed, in the next, on a random 1 in SAMPLE_EVERY of its calls (gaps
-drawn from a fixed geometric table, so the choice never follows a pattern in the calls), and its
-`total_s` is the mean timed call times `calls`. `calls` is always exact; `timed` says how many
-calls were timed. The estimate is unbiased (which calls are timed does not depend on their
-duration); its relative standard error is about CV * sqrt((1 - timed/calls) / timed), where CV is
-the spread of the op's call durations (e.g. 36 calls, 5 timed, CV 0.2: ~8% for that epoch, and
-shrinking as 1/sqrt(epochs) over a run). An epoch in which none of an op's calls was timed uses
-the op's last mean. Longer ops are timed on every call.
+costs two clock reads; a call that is not timed, one counter decrement.
+Short ops are sampled to keep their cost near that of the `with` statement itself: an op whose
+timed calls averaged under SHORT_NS in one epoch is timed, in the next, on a random 1 in
+SAMPLE_EVERY of its calls (gaps drawn from a fixed geometric table, so the choice never follows a
+pattern in the calls). Its `total_s` is the timed calls' time plus the mean timed call for each
+call skipped; `calls` is always exact, and `timed` says how many were timed (calls of an op inside
+its own timed call count as calls; their time is the outer call's). The estimate is unbiased
+(which calls are timed does not depend on their duration); its relative standard error is about
+CV * sqrt((1 - timed/calls) / timed), where CV is the spread of the op's call durations (e.g. 36
+calls, 5 timed, CV 0.2: ~8% for that epoch, shrinking as 1/sqrt(epochs) over a run). An epoch in
+which none of an op's calls was timed uses the op's last mean. Longer ops are timed on every call.
 """
 
 import math
@@ -34,49 +35,62 @@ _GAPS = tuple(int(math.log(1 - random.Random(n).random()) / math.log(1 - 1 / SAM
 
 
 class _Timer:
-    __slots__ = ("calls", "timed", "total_ns", "_t0", "_depth", "_skip", "_gap", "sampled", "identity",
-                 "mean_ns")
+    __slots__ = ("timed", "total_ns", "_t0", "_depth", "_inner", "_skip", "_untimed", "_gap", "sampled",
+                 "identity", "mean_ns")
 
     def __init__(self, identity, offset):
         self.identity = identity   # {"name": str, "tags": {...}}
-        self.calls = self.timed = self.total_ns = self._t0 = self._depth = self._skip = 0
+        self.timed = self.total_ns = self._t0 = self._depth = self._inner = self._skip = self._untimed = 0
         self._gap = offset % len(_GAPS)   # where this op starts in the gap table
         self.sampled = False       # this epoch: time a random 1 in SAMPLE_EVERY calls (else every call)
         self.mean_ns = 0.0         # mean timed call, from the last epoch that timed one
 
     def __enter__(self):
-        self.calls += 1
-        if self._t0:       # the op inside itself (recursion): the outermost call holds the time
+        skip = self._skip
+        if skip:             # sampling: this call is not timed (and costs no more than this)
+            self._skip = skip - 1
+        elif self._t0:       # the op inside itself (recursion): the outermost call holds the time
             self._depth += 1
-        elif self._skip:   # sampling: this call is not timed
-            self._skip -= 1
+            self._inner += 1
         else:
             self._t0 = _now()
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if not self._t0:
+            return False
         if self._depth:
             self._depth -= 1
-        elif self._t0:
-            self.total_ns += _now() - self._t0
-            self._t0 = 0
-            self.timed += 1
-            if self.sampled:
-                self._gap = (self._gap + 1) % len(_GAPS)
-                self._skip = _GAPS[self._gap]
+            return False
+        self.total_ns += _now() - self._t0
+        self._t0 = 0
+        self.timed += 1
+        if self.sampled:
+            self._gap = gap = (self._gap + 1) % len(_GAPS)
+            self._skip = _GAPS[gap]
+            self._untimed += _GAPS[gap]
         return False
 
+    @property
+    def calls(self):
+        """Calls since the last take: the timed ones, those sampling skipped (the gaps drawn so
+        far, less what is left of the current one) and those inside a timed call of the same op.
+        Counted this way, a call that sampling skips increments nothing."""
+        return self.timed + self._untimed - self._skip + self._inner
+
     def take(self):
-        """(calls, estimated total seconds, calls timed) since the last take, and reset; decides
-        whether the next epoch samples this op."""
-        calls, timed, total_ns = self.calls, self.timed, self.total_ns
+        """(calls, total seconds, calls timed) since the last take, and reset; decides whether the
+        next epoch samples this op. The total is the timed calls' time plus, for each call that
+        sampling skipped, the mean timed call (this epoch's, else the last epoch's that had one)."""
+        calls, timed, total_ns, skipped = self.calls, self.timed, self.total_ns, self._untimed - self._skip
         if timed:
             self.mean_ns = total_ns / timed
-        self.calls = self.timed = self.total_ns = 0
+        self.timed = self.total_ns = self._inner = 0
         self.sampled = self.mean_ns < SHORT_NS
         if not self.sampled:
             self._skip = 0
-        return calls, calls * self.mean_ns / 1e9, timed
+        self._untimed = self._skip   # the rest of the current gap is skipped in the next epoch
+        return calls, (total_ns + skipped * self.mean_ns) / 1e9, timed
 
 
 def _check_identity(name, tags):
@@ -99,12 +113,9 @@ class OpTimers:
         """The timer of op `name` with `tags`; use it as a context manager."""
         key = (name, *tags.items()) if tags else name
         try:
-            timer = self._timers.get(key)
-        except TypeError:   # an unhashable tag value
-            timer = None
-        if timer is None:
-            timer = self._new(key, name, tags)
-        return timer
+            return self._timers[key]
+        except (KeyError, TypeError):   # a new op, or an unhashable name or tag value (refused there)
+            return self._new(key, name, tags)
 
     def _new(self, key, name, tags):
         _check_identity(name, tags)
