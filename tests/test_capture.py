@@ -233,3 +233,20 @@ def test_the_built_in_workloads_are_profiled_code_not_the_profilers_own():
     finally:
         tracemalloc.stop()
     assert site is not None and "workloads/engine/loop.py" in site, site
+
+
+def test_auto_capture_rests_until_the_runs_time_covers_the_windows_within_the_budget():
+    """After a window, the rest is the fewest light epochs after which the windows' extra time,
+    the next one's included (estimated as the last one's), is within `budget` of the run's time."""
+    from profiler.capture.heap import HeapTracker
+    tracker = HeapTracker("auto", window=4, cooldown=1, budget=0.1)
+    tracker._light_s, tracker._window_s, tracker._elapsed_s = 0.01, 0.44, 0.6   # 4 epochs of 10 ms cost 440 ms
+    rest = tracker._budgeted_rest()
+    assert tracker._spent_s == pytest.approx(0.4)
+
+    def within(rest):
+        spent, run = tracker._spent_s + 0.4, 0.6 + (rest + 4) * 0.01 + 0.4
+        return spent <= 0.1 * run + 1e-12
+    assert within(rest) and not within(rest - 1) and rest == 696   # (0.8 / 0.1 - 1.04) / 0.01
+    tracker._window_s, tracker._elapsed_s = 0.06, 100.0   # a cheap window late in a long run: no rest needed
+    assert tracker._budgeted_rest() == 0

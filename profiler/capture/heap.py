@@ -5,11 +5,14 @@ totals: ~70x), so it is a policy, not always-on:
   mode True    trace from the start; diff snapshots every `every` epochs.
   mode "auto"  trace nothing until the light signals (memory in use, GC pauses) grow,
                then trace a window of `window` epochs, long enough to pin the growing lines, and
-               stop again; re-arm after `cooldown` epochs, or later: after each window it rests
-               until the window's extra cost (tracing plus snapshots, measured against the light
-               epochs before it) is at most `budget` (10%) of the time since, so a leak that keeps
-               growing is re-checked without costing more than the budget.
-Each snapshot (in auto mode, the last of each window) also counts GC-tracked objects by type
+               stop again. The first window opens as soon as growth shows; each later one only
+               once the run's time so far covers, within `budget` (10%), what the windows have
+               cost plus what the next one will (estimated as the last one's extra time, tracing
+               and snapshots, against the light epochs before it), and never before `cooldown`
+               epochs of rest. So a leak that keeps growing is re-checked, and the whole run's
+               overhead stays within the budget, or within the first window's cost if that is
+               more (the first window is the diagnosis).
+Each snapshot (in auto mode, one at each window's end) also counts GC-tracked objects by type
 (objects.TypeGrowth, a walk over every tracked object): the types that grew most since the
 previous count (the window's start) and where their newest objects were allocated ("top_types").
 Only per-line totals of the previous snapshot are kept (not the snapshot), so memory stays
@@ -132,6 +135,7 @@ class HeapTracker:
         self.mode, self.frames, self.every = mode, frames, every
         self.window, self.cooldown, self.budget = window, cooldown, budget
         self._light_s = self._window_s = 0.0
+        self._elapsed_s = self._spent_s = 0.0   # the whole run's time, and the windows' extra time
         self.detector = GrowthDetector() if mode == "auto" else None
         self._previous = None
         self._owned = False       # did we start tracemalloc (so we must stop it)?
@@ -169,28 +173,28 @@ class HeapTracker:
 
     def epoch_end(self, epoch, wall_s, gc_pause_s, memory_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
-        record = None
-        if self.tracing:
-            start = time.perf_counter()
-            record = self._sample(epoch)
-            self._window_s += time.perf_counter() - start + wall_s
+        start = time.perf_counter()
+        record = self._sample(epoch) if self.tracing else None
         if self.detector is not None:
-            start = time.perf_counter()
+            sampled = time.perf_counter()
+            if self.tracing:   # a window's epoch: all of it counts towards the window's cost
+                self._window_s += wall_s + sampled - start
             self._auto(wall_s, gc_pause_s, memory_bytes)
-            if self.tracing:   # a window may just have opened: its first snapshot is part of the cost
-                self._window_s += time.perf_counter() - start
+            end = time.perf_counter()
+            if self.tracing:   # a window opened (its first snapshot), or goes on
+                self._window_s += end - sampled
+            self._elapsed_s += wall_s + end - start
         return record
 
     def _sample(self, epoch):
         traced, peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
-        if (epoch + 1) % self.every == 0 or self.mode == "auto":
+        if self.mode is True and (epoch + 1) % self.every == 0 or self._window_left == 1:   # auto: at a window's end
             now = site_totals()
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now
-            if self.mode is True or self._window_left == 1:   # auto: once per window, at its last epoch
-                record["top_types"] = self.types.sample()
+            record["top_types"] = self.types.sample()
         if self.trigger:
             record["trigger"] = self.trigger
         return record
@@ -200,9 +204,7 @@ class HeapTracker:
             self._window_left -= 1
             if self._window_left == 0:
                 self._stop_tracing()
-                excess = max(self._window_s - self.window * self._light_s, 0.0)
-                budgeted = math.ceil(excess / (self.budget * self._light_s)) if self._light_s > 0 else 0
-                self._rest, self.trigger = max(self.cooldown, budgeted), None
+                self._rest, self.trigger = max(self.cooldown, self._budgeted_rest()), None
                 self.detector.recent.clear()
             return
         if self._rest > 0:
@@ -216,3 +218,14 @@ class HeapTracker:
             self._light_s = sorted(r[0] for r in self.detector.recent)[len(self.detector.recent) // 2]
             self._window_s = 0.0
             self._start_tracing()
+
+    def _budgeted_rest(self):
+        """Light epochs to wait after a window so that, when the next one ends, the windows' extra
+        time is at most `budget` of the run's: (spent + next) <= budget * (elapsed + rest + next's
+        epochs), with the next window's extra time estimated as this one's."""
+        excess = max(self._window_s - self.window * self._light_s, 0.0)
+        self._spent_s += excess
+        if self._light_s <= 0:
+            return 0
+        short_s = (self._spent_s + excess) / self.budget - (self._elapsed_s + self.window * self._light_s + excess)
+        return max(0, math.ceil(short_s / self._light_s))

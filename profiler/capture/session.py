@@ -102,7 +102,8 @@ class Session:
                  budget=0.10, gc_event_threshold_s=0.001):
         """tracemalloc: False (light capture), True (deep: snapshot diff every `every` epochs with
         `frames` frames) or "auto" (deep for `window` epochs once light signals show growth, then
-        resting at least `cooldown` epochs and long enough to keep its cost within `budget`).
+        resting at least `cooldown` epochs and until the run's time covers the windows' cost within
+        `budget`).
         gc_event_threshold_s: a collection at least this long is a GC event (generation 2 always is).
         Every option is checked here: a bad one is a UsageError and nothing is written."""
         self.run_dir = options.run_dir(run_dir)
