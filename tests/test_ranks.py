@@ -246,3 +246,13 @@ def test_gc_pauses_spread_over_every_rank_are_a_finding_of_their_own(tmp_path, c
     assert explained > 0.95 if cause == "gc" else explained < 0.05
     words = text.remedy(stalls)
     assert ("--gc-policy manual:N" in words) == (cause == "gc")
+
+
+def test_a_damaged_rank_steps_file_is_an_error_not_wrong_numbers(tmp_path):
+    root = synthetic_job(tmp_path, 4, 200)
+    steps = root / "rank-2" / "steps.bin"
+    data = bytearray(steps.read_bytes())
+    data[150 * 28 + 12:150 * 28 + 16] = np.float32(np.nan).tobytes()   # record 150's wall_s
+    steps.write_bytes(bytes(data))
+    with pytest.raises(RunDirError, match=r"rank-2/steps.bin record 150 has wall_s nan"):
+        analyze_ranks(root)

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..rundir.format import STEPS
+from ..rundir.format import STEP_DTYPE, STEPS
+from ..rundir.reader import check_times
 from ..rundir.ranks import rank_dirs
-from ..rundir.format import STEP_DTYPE
 from . import diagnose, findings, stats
 
 BLOCK_VALUES = 1 << 18   # ranks x steps per block
@@ -143,8 +143,8 @@ class _Source:
     """One rank's aligned series, read block by block: steps.bin when every rank has steps, else
     epochs. A GC event between two steps (gc_events.bin) counts as the next step's own GC."""
 
-    def __init__(self, path, unit, origin=None, gap_events=None):
-        self.path, self.unit = path, unit
+    def __init__(self, path, steps, unit, origin=None, gap_events=None):
+        self.path, self.steps, self.unit = path, steps, unit   # steps: the rank's checked steps.bin (memory-mapped)
         self.origin = np.nan if origin is None else origin
         self.gap_events = gap_events   # (step index, generation, duration) arrays, or None
 
@@ -156,7 +156,7 @@ class _Source:
             gc = np.array([e["gc"]["pause_s"] for e in epochs], float).reshape(-1, 3).T
             return np.full(len(wall), np.nan), np.zeros(len(wall)), wall, gc
         first = max(start - 1, 0)      # the previous step's end gives the first gap
-        rec = np.fromfile(self.path / STEPS, dtype=STEP_DTYPE, count=stop - first, offset=first * STEP_DTYPE.itemsize)
+        rec = self.steps[first:stop]
         begin = rec["start_s"].astype(float)
         end = begin + rec["wall_s"]
         gap = np.concatenate([[0.0], begin[1:] - end[:-1]])
@@ -191,6 +191,7 @@ def _rank(rank_dir, unit):
     epochs = run.epochs
     warm_epochs = stats.warmup(len(epochs))
     if unit == "step":
+        check_times(steps, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / STEPS, 0)
         wall = np.asarray(steps["wall_s"], float)
         pause = [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)]
         first_epoch = epochs[warm_epochs]["epoch"] if warm_epochs < len(epochs) else np.inf
@@ -213,7 +214,7 @@ def _rank(rank_dir, unit):
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate)
-    source = _Source(rank_dir.path, unit, rank_dir.clock_origin_unix, gap_events)
+    source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
 
