@@ -166,3 +166,15 @@ def test_gc_policies_run_on_scenarios_and_compare_shows_them(tmp_path):
     assert (out["a"]["gc"]["policy"], out["b"]["gc"]["policy"]) == ("default", "manual:5")
     # 10 steps per epoch: manual:5 collects twice an epoch; automatic GC makes no full collection here
     assert out["b"]["gc"]["full_collections"] == 2 and out["a"]["gc"]["full_collections"] < 1
+
+
+def test_scenario_argv_repeats_the_options_with_or_without_an_out_directory():
+    import argparse
+
+    from profiler.commands.options import scenario_argv
+    args = argparse.Namespace(layout="NHWC", history="append", gc_collect="none", tracemalloc="off", seed=3,
+                              halt_after=None, samples=64, labels=None)
+    with_out = scenario_argv(args, "mnist-cnn", "runs/x", 5)
+    without = scenario_argv(args, "mnist-cnn", None, 5)
+    assert with_out[:4] == ["run", "mnist-cnn", "--out", "runs/x"] and "--out" not in without
+    assert with_out[4:] == without[2:] and without[-2:] == ["--samples", "64"] and "--seed" in without

@@ -51,10 +51,11 @@ def add_scenario_options(p, epochs_flag=True):
 
 
 def scenario_argv(args, scenario, out, epochs):
-    """The `profiler run` argument list that repeats these run options (for subprocesses)."""
-    argv = ["run", scenario, "--out", str(out), "--epochs", str(epochs), "--layout", args.layout,
-            "--history", args.history, "--gc-collect", args.gc_collect, "--tracemalloc", args.tracemalloc,
-            "--seed", str(args.seed), "--quiet"]
+    """The `profiler run` argument list that repeats these run options (for subprocesses); without
+    --out when `out` is None (a launcher gives each rank its own)."""
+    argv = ["run", scenario] + (["--out", str(out)] if out is not None else []) + [
+            "--epochs", str(epochs), "--layout", args.layout, "--history", args.history, "--gc-collect",
+            args.gc_collect, "--tracemalloc", args.tracemalloc, "--seed", str(args.seed), "--quiet"]
     for flag, value in (("--halt-after", args.halt_after), ("--samples", args.samples), ("--labels", args.labels)):
         if value is not None:
             argv += [flag, str(value)]

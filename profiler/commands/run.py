@@ -111,10 +111,8 @@ def _run_scenario(args, scenario, rest):
         if args.straggler_rank is not None and args.straggler_rank >= args.nproc_per_node:
             raise UsageError(f"--straggler-rank {args.straggler_rank} is not a rank of --nproc-per-node "
                              f"{args.nproc_per_node} (ranks 0-{args.nproc_per_node - 1})")
-        argv = scenario_argv(args, scenario, "", args.epochs)
-        del argv[2:4]   # --out: the launcher gives each rank its own
-        argv += ["--gc-policy", args.gc_policy] + (["--straggler-rank", str(args.straggler_rank)]
-                                                   if args.straggler_rank is not None else [])
+        argv = scenario_argv(args, scenario, None, args.epochs) + ["--gc-policy", args.gc_policy] + (
+            ["--straggler-rank", str(args.straggler_rank)] if args.straggler_rank is not None else [])
         return _launch(args, argv, f"{scenario}-{args.layout}")
     from ..workloads.run import run_scenario
     out = str(rank_out_dir(args.out or _default_out(f"{scenario}-{args.layout}")))
