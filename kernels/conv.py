@@ -45,19 +45,24 @@ from ._tile import J, P, block as block_of, tile, tiled
 
 
 @tiled
-def _forward_nhwc(xp, wk, s, y):
-    """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J."""
+def _forward_nhwc(xp, wk, s, rows, y):
+    """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
+    Only xp's rows rows[0]:rows[1] hold data (the others are zero padding): each output row sums
+    over the kernel rows that reach them (the input grad of a 'valid' layer, a full correlation
+    over dy padded by KH - 1 rows, skips 2 of 15 rows' worth of work on cifar conv4)."""
     bsz, hp, wp, c = xp.shape
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
     for r in prange(bsz * oh_):
         b, oh = r // oh_, r % oh_
-        x0 = (b * hp + oh * s) * wp * c
+        kh0, kh1 = max(0, rows[0] - oh * s), min(kh_, rows[1] - oh * s)
+        x0 = (b * hp + oh * s + kh0) * wp * c
         for n0 in range(0, n, J):
             for ow0 in range(0, ow_, P):
-                tile(xf, x0 + ow0 * s * c, s * c, min(P, ow_ - ow0), (0, wp * c, 1), wf, n0, (0, kl * np_, np_),
-                     (1, kh_, kl), yf, (r * ow_ + ow0) * n + n0, n, 1, min(J, n - n0), False)
+                tile(xf, x0 + ow0 * s * c, s * c, min(P, ow_ - ow0), (0, wp * c, 1), wf, kh0 * kl * np_ + n0,
+                     (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl), yf, (r * ow_ + ow0) * n + n0, n, 1,
+                     min(J, n - n0), False)
 
 
 @tiled
@@ -424,7 +429,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
         return y
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, stride, yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, stride, (plan.pt, plan.pt + plan.h), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y
@@ -475,7 +480,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         else:
             dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
             wf = _lanes(blk, plan.ws, "conv2d.wf", flipped)
-            _forward_nhwc[blk](plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, dx)
+            _forward_nhwc[blk](plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, (qt, qt + plan.oh), dx)
         return dx, dw
     dyp = plan.dyp(dy)
     wt = _lanes(blk, plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
