@@ -7,11 +7,11 @@ cores from numba's workers and cifar10-cnn ran no faster on 2 threads than on 1 
 per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thread pool.
 
 Each product is C = A @ B with A and C read and written through strides (so x.T, w and dx.T need
-no copies) and B packed into J-column panels in the caller's workspace: w for the forward (x for
-batches up to 32, computing y.T = w.T @ x.T), dy or dy.T for the weight grad, and for the input
-grad either dy.T (dx.T = w @ dy.T, w read in place) or, when the batch is large against the
-outputs, w.T (dx = dy @ w.T: see _DX_BY_ROWS). The bias uses broadcast_add on (N, C), the kernel
-the conv layers use.
+no copies) and B packed into J-column panels in the caller's workspace or read in place. The
+forward reads w in place with 32-lane blocks (_reads_w_in_place), else packs w (x for batches up
+to 32, computing y.T = w.T @ x.T); the weight grad packs dy; the input grad packs dy.T (dx.T =
+w @ dy.T, w read in place) or, when the batch is large against the outputs, w.T (dx = dy @ w.T:
+see _DX_BY_ROWS). The bias uses broadcast_add on (N, C), the kernel the conv layers use.
 """
 
 import numba
@@ -21,8 +21,8 @@ from numba import prange
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._jit import kernel
 from ._tile import J, P, block as block_of, panels, tile, tiled
-from .conv import _transpose
 from .bias import broadcast_add_backward, broadcast_add_forward
+from .conv import _transpose
 
 _KB = 256       # reduction block
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
@@ -31,11 +31,6 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
-# _W_IN_PLACE: with 32-lane blocks the forward reads w's rows as B in place, each step one 128-byte
-# run of a row, when the outputs are whole blocks (a ragged last block would read past w's end):
-# 1 thread, against the packings above, cifar10-cnn's 32x2304->512 1.28 (x packed) and 1.12
-# (w packed) -> 0.80 ms, mnist-cnn's 128x9216->128 2.97 (w packed) -> 2.55 ms (PyTorch 0.52 and
-# 1.94). 16-lane blocks (AVX2) keep the packings: not measured there.
 # The input grad as dx.T = w @ dy.T writes dx a column at a time: one scalar store per output
 # element, 36 KB apart for mnist's 9216 inputs (the same L1 set). With 32-lane blocks and a batch
 # of at least a quarter of the outputs, dx = dy @ w.T costs less, its stores whole rows, at the
@@ -92,6 +87,15 @@ def _packed(blk, ws, name, b):
     return out
 
 
+def _reads_w_in_place(blk, w):
+    """Whether the forward reads w's rows as B where they are, each step one 128-byte run of a row:
+    with 32-lane blocks, when the outputs are whole blocks (a ragged last block would read past
+    w's end). At 1 thread, against the packings, cifar10-cnn's 32x2304->512 1.28 (x packed) and
+    1.12 (w packed) -> 0.80 ms, mnist-cnn's 128x9216->128 2.97 (w packed) -> 2.55 ms (PyTorch 0.52
+    and 1.94). 16-lane blocks (AVX2) keep the packings: not measured there."""
+    return blk.lanes >= 32 and w.shape[1] % blk.lanes == 0
+
+
 def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
     each thread two iterations (a batch of 32 is one band)."""
@@ -145,7 +149,7 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     ws, blk = check_workspace(workspace), block_of(block)
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
-    if blk.lanes >= 32 and w.shape[1] % blk.lanes == 0:   # w's rows as B, read in place (_W_IN_PLACE)
+    if _reads_w_in_place(blk, w):
         _product(blk, ws, None, x, w, y)
     elif x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(blk, ws, "dense.x", w.T, x.T, y.T)
