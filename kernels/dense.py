@@ -90,9 +90,9 @@ def _packed(blk, ws, name, b):
 def _reads_w_in_place(blk, w):
     """Whether the forward reads w's rows as B where they are, each step one 128-byte run of a row:
     with 32-lane blocks, when the outputs are whole blocks (a ragged last block would read past
-    w's end). At 1 thread, against the packings, cifar10-cnn's 32x2304->512 1.28 (x packed) and
-    1.12 (w packed) -> 0.80 ms, mnist-cnn's 128x9216->128 2.97 (w packed) -> 2.55 ms (PyTorch 0.52
-    and 1.94). 16-lane blocks (AVX2) keep the packings: not measured there."""
+    w's end). At 1 thread, against the packings, cifar10-cnn's 32x2304->512 1.23-1.28 (x packed)
+    and 1.12 (w packed) -> 0.78-0.85 ms (PyTorch 0.52), mnist-cnn's 128x9216->128 0.96-1.16x as
+    fast as with w packed (five runs). 16-lane blocks (AVX2) keep the packings: not measured there."""
     return blk.lanes >= 32 and w.shape[1] % blk.lanes == 0
 
 
