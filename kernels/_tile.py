@@ -52,12 +52,16 @@ def _block(typingctx, size):
 
 @intrinsic
 def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
-    """acc[p*J:(p+1)*J] += a[ao + min(p, pn-1)*sap] * b[bo:bo+J] for p < P, written as P
-    broadcasts and P J-wide vector FMAs on one J-wide load of b. Emitted as vector IR rather than
+    """acc[p*J:(p+1)*J] += a[ao + row(min(p, pn-1))] * b[bo:bo+J] for p < P, written as P
+    broadcasts and P J-wide vector FMAs on one J-wide load of b. row(p) = p*sap for an integer
+    sap; for sap = (s, col0, width, jump) the rows are positions col0, col0 + 1, ... of lines
+    `width` long, p*s plus `jump` for each line end passed (col0 < width): a block of output
+    pixels running on from one image row to the next, or of patch elements from one kernel row
+    to the next, with no lanes left idle at the end of a line. Emitted as vector IR rather than
     left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across the rows
     instead, with gathers and scatters on the accumulator (30-50x slower).
 
-    Each row's start, a + min(p, pn-1)*sap, passes through an empty inline asm that LLVM cannot
+    Each row's start, a + row(min(p, pn-1)), passes through an empty inline asm that LLVM cannot
     see through (readnone, so it is hoisted out of the reduction loop): the rows are then P scalar
     pointers. Without it the SLP vectorizer sometimes kept the P row addresses as one vector of
     indices, added to at every step and taken apart lane by lane (vmovq, vpextrq, vextracti32x4:
@@ -65,6 +69,9 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     weight grad on AVX-512, 8 x 32: 1.8-2x slower on cifar10-cnn's and mnist-cnn's layers)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
         raise TypingError("_fma_rows needs constant rows and lanes")
+    lines = isinstance(sap, types.BaseTuple)
+    if lines and not (len(sap) == 4 and all(isinstance(t, types.Integer) for t in sap)):
+        raise TypingError("_fma_rows needs sap as an integer or (s, col0, width, jump)")
     p_, j_ = rows.literal_value, lanes.literal_value
 
     def codegen(context, builder, signature, args):
@@ -72,6 +79,11 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         i64, f32 = ir.IntType(64), ir.FloatType()
         vec = ir.VectorType(f32, j_)
         types_ = signature.args[2:5] + (signature.args[6],)
+        if lines:
+            sap_t = signature.args[3]
+            sap64, col, width, jump = [context.cast(builder, builder.extract_value(sapv, i), sap_t[i], types.int64)
+                                       for i in range(4)]
+            sapv, types_ = sap64, types_[:1] + (types.int64,) + types_[2:]
         ao64, sap64, pn64, bo64 = [context.cast(builder, v, t, types.int64)
                                    for v, t in zip((aov, sapv, pnv, bov), types_)]
         adata = context.make_array(signature.args[1])(context, builder, av).data
@@ -82,10 +94,21 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         last = builder.sub(pn64, ir.Constant(i64, 1))
         zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), j_), [0] * j_)
         opaque = ir.FunctionType(adata.type, [adata.type])   # the row barrier (see above)
+        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
+        ends = zero   # line ends passed by row p (lines only)
         for p in range(p_):
             pc = ir.Constant(i64, p)
-            pm = builder.select(builder.icmp_signed("<", pc, pn64), pc, last)
-            row = builder.asm(opaque, "", "=r,0", [builder.gep(adata, [builder.mul(pm, sap64)])], False)
+            inside = builder.icmp_signed("<", pc, pn64)
+            pm = builder.select(inside, pc, last)
+            offset = builder.mul(pm, sap64)
+            if lines:
+                if p:   # rows past pn - 1 stay on its line
+                    col = builder.add(col, builder.select(inside, one, zero))
+                    end = builder.icmp_signed(">=", col, width)
+                    col = builder.select(end, builder.sub(col, width), col)
+                    ends = builder.add(ends, builder.select(end, one, zero))
+                offset = builder.add(offset, builder.mul(ends, jump))
+            row = builder.asm(opaque, "", "=r,0", [builder.gep(adata, [offset])], False)
             row.attributes.add("readnone")
             aval = builder.load(builder.gep(row, [ao64]), align=4)
             splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vec, ir.Undefined), aval,
@@ -129,10 +152,11 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
 def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate):
     """One P x J block of a product, held in registers over the whole reduction:
 
-        out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + p*sap + r . a_steps] * b[b0 + r . b_steps + j]
+        out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + row(p) + r . a_steps] * b[b0 + r . b_steps + j]
 
     for p < pn, j < jn, with r = (r1, r2, r3) a three-level reduction and a_steps, b_steps its
-    strides. Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
+    strides; row(p) = p*sap, or with sap = (s, col0, width, jump) rows that run on over line ends
+    (_fma_rows). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
     spare numba's negative-index fix-up, which would block vectorisation.
     """
     n1, n2, n3 = counts
