@@ -55,9 +55,9 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     """acc[p*J:(p+1)*J] += a[ao + row(min(p, pn-1))] * b[bo:bo+J] for p < P, written as P
     broadcasts and P J-wide vector FMAs on one J-wide load of b. row(p) = p*sap for an integer
     sap; for sap = (s, col0, width, jump) the rows are positions col0, col0 + 1, ... of lines
-    `width` long, p*s plus `jump` for each line end passed (col0 < width): a block of output
-    pixels running on from one image row to the next, or of patch elements from one kernel row
-    to the next, with no lanes left idle at the end of a line. Emitted as vector IR rather than
+    `width` long, p*s plus `jump` once past the line's end (col0 + pn <= 2*width: at most one
+    line end per block): a block of output pixels running on from one image row to the next,
+    with no rows left idle at the end of a line. Emitted as vector IR rather than
     left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across the rows
     instead, with gathers and scatters on the accumulator (30-50x slower).
 
@@ -94,20 +94,13 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         last = builder.sub(pn64, ir.Constant(i64, 1))
         zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), j_), [0] * j_)
         opaque = ir.FunctionType(adata.type, [adata.type])   # the row barrier (see above)
-        zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
-        ends = zero   # line ends passed by row p (lines only)
         for p in range(p_):
             pc = ir.Constant(i64, p)
-            inside = builder.icmp_signed("<", pc, pn64)
-            pm = builder.select(inside, pc, last)
+            pm = builder.select(builder.icmp_signed("<", pc, pn64), pc, last)
             offset = builder.mul(pm, sap64)
-            if lines:
-                if p:   # rows past pn - 1 stay on its line
-                    col = builder.add(col, builder.select(inside, one, zero))
-                    end = builder.icmp_signed(">=", col, width)
-                    col = builder.select(end, builder.sub(col, width), col)
-                    ends = builder.add(ends, builder.select(end, one, zero))
-                offset = builder.add(offset, builder.mul(ends, jump))
+            if lines:   # each row apart, not a chain through the rows that a block's first loads wait on
+                end = builder.icmp_signed(">=", builder.add(col, pm), width)
+                offset = builder.add(offset, builder.select(end, jump, ir.Constant(i64, 0)))
             row = builder.asm(opaque, "", "=r,0", [builder.gep(adata, [offset])], False)
             row.attributes.add("readnone")
             aval = builder.load(builder.gep(row, [ao64]), align=4)
@@ -155,8 +148,8 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
         out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + row(p) + r . a_steps] * b[b0 + r . b_steps + j]
 
     for p < pn, j < jn, with r = (r1, r2, r3) a three-level reduction and a_steps, b_steps its
-    strides; row(p) = p*sap, or with sap = (s, col0, width, jump) rows that run on over line ends
-    (_fma_rows). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
+    strides; row(p) = p*sap, or with sap = (s, col0, width, jump) rows that run on over a line
+    end (_fma_rows). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
     spare numba's negative-index fix-up, which would block vectorisation.
     """
     n1, n2, n3 = counts

@@ -63,21 +63,20 @@ def _forward_nhwc(xp, wk, s, rows, y):
     lines = (blocks + per_line - 1) // per_line
     for it in prange(bsz * lines):
         b, line = it // lines, it % lines
-        first = line * per_line * P
-        oh, ow = first // ow_, first % ow_   # the block's first pixel, moved on without dividing
-        for q0 in range(first, min(pixels, first + per_line * P), P):
-            pn = min(P, pixels - q0)
-            last = oh + (ow + pn - 1) // ow_ if ow + pn > ow_ else oh
+        q0, end = line * per_line * P, min(pixels, (line + 1) * per_line * P)
+        oh, ow = q0 // ow_, q0 % ow_   # the block's first pixel, moved on without dividing
+        while q0 < end:
+            pn = min(P, end - q0, 2 * ow_ - ow)   # at most one row end per block (rows under P wide)
+            last = oh + 1 if ow + pn > ow_ else oh
             kh0, kh1 = max(0, rows[0] - last * s), min(kh_, rows[1] - oh * s)
             x0 = (b * hp + oh * s + kh0) * wp * c + ow * s * c
             pixel_rows = (s * c, ow, ow_, (wp - ow_) * s * c)   # a row end moves on to the next s rows of x
             for n0 in range(0, n, J):
                 tile(xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
                      (1, max(0, kh1 - kh0), kl), yf, (b * pixels + q0) * n + n0, n, 1, min(J, n - n0), False)
-            ow += P
-            while ow >= ow_:
-                ow -= ow_
-                oh += 1
+            q0, ow = q0 + pn, ow + pn
+            if ow >= ow_:
+                oh, ow = oh + 1, ow - ow_
 
 
 @tiled
