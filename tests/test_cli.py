@@ -171,10 +171,13 @@ def test_gc_policies_run_on_scenarios_and_compare_shows_them(tmp_path):
 def test_scenario_argv_repeats_the_options_with_or_without_an_out_directory():
     import argparse
 
-    from profiler.commands.options import scenario_argv
-    args = argparse.Namespace(layout="NHWC", history="append", gc_collect="none", tracemalloc="off", seed=3,
-                              halt_after=None, samples=64, labels=None)
-    with_out = scenario_argv(args, "mnist-cnn", "runs/x", 5)
-    without = scenario_argv(args, "mnist-cnn", None, 5)
+    from profiler.commands.options import add_scenario_options, scenario_argv
+    parser = argparse.ArgumentParser()
+    add_scenario_options(parser)
+    args = parser.parse_args(["--seed", "3", "--samples", "64", "--gc-collect", "epoch"])
+    with_out = scenario_argv(args, "mnist-cnn", "runs/x", args.epochs)
+    without = scenario_argv(args, "mnist-cnn", None, args.epochs)
     assert with_out[:4] == ["run", "mnist-cnn", "--out", "runs/x"] and "--out" not in without
-    assert with_out[4:] == without[2:] and without[-2:] == ["--samples", "64"] and "--seed" in without
+    assert with_out[4:] == without[2:] and without[-2:] == ["--samples", "64"]
+    assert without[without.index("--seed") + 1] == "3" and without[without.index("--gc-collect") + 1] == "epoch"
+    assert parser.parse_args([a for a in without[2:] if a != "--quiet"]) == args   # it repeats them exactly

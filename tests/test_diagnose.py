@@ -245,3 +245,19 @@ def test_the_axon_demo_runs_keep_their_diagnosis(tmp_path, history, cause):
     assert d.primary_cause == cause, text.verdict(d)
     if cause == "gc":
         assert d.findings[0].pattern == "gc-steady" and d.gc.share_total > 0.3
+
+
+def test_type_growth_per_epoch_divides_by_the_epochs_each_count_covers():
+    from profiler.analysis.findings import objects
+
+    def record(e, types=None, covered=None):
+        heap = None
+        if types is not None:
+            heap = {"traced_bytes": 1, "peak_bytes": 1, "top_growth": [], "top_types": types, "snapshot": True,
+                    "types_epochs": covered}
+        return {"epoch": e, "gc": {"tracked": None}, "heap": heap}
+    grown = [{"type": "list", "count": 50_000, "count_diff": 4000, "site": "x.py:1"}]
+    one_window = [record(e) for e in range(11)] + [record(11, grown, 4)]          # auto: 4 epochs in one count
+    assert objects(one_window).top_type_growth_per_epoch == 1000
+    two_windows = one_window + [record(e) for e in range(12, 80)] + [record(80, grown, 4)]   # rests are not counted
+    assert objects(two_windows).top_type_growth_per_epoch == 1000

@@ -101,3 +101,21 @@ def test_ops_that_did_not_run_are_left_out(clock):
     timers = OpTimers()
     run_epoch(timers, clock, [1000])
     assert run_epoch(timers, clock, [1000], name="other").keys() == {"other"}
+
+
+def test_a_recursive_short_op_is_timed_in_full_so_its_total_stays_exact(clock):
+    timers = OpTimers()
+
+    def nested(depth):
+        with timers.op("work"):
+            clock.ns += 1000
+            if depth:
+                nested(depth - 1)
+    true = estimated = 0
+    for _ in range(50):
+        for _ in range(40):
+            nested(1)
+        record = timers.take()["work"]
+        assert record["calls"] == 80 and record["timed"] == 40
+        true, estimated = true + 80e-6, estimated + record["total_s"]
+    assert estimated == pytest.approx(true)

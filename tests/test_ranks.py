@@ -248,11 +248,15 @@ def test_gc_pauses_spread_over_every_rank_are_a_finding_of_their_own(tmp_path, c
     assert ("--gc-policy manual:N" in words) == (cause == "gc")
 
 
-def test_a_damaged_rank_steps_file_is_an_error_not_wrong_numbers(tmp_path):
-    root = synthetic_job(tmp_path, 4, 200)
-    steps = root / "rank-2" / "steps.bin"
-    data = bytearray(steps.read_bytes())
-    data[150 * 28 + 12:150 * 28 + 16] = np.float32(np.nan).tobytes()   # record 150's wall_s
-    steps.write_bytes(bytes(data))
-    with pytest.raises(RunDirError, match=r"rank-2/steps.bin record 150 has wall_s nan"):
+@pytest.mark.parametrize("name, record, offset, field", [("steps.bin", 28, 12, "wall_s"),
+                                                         ("gc_events.bin", 17, 8, "duration_s")])
+def test_a_damaged_rank_file_is_an_error_not_wrong_numbers(tmp_path, name, record, offset, field):
+    root = synthetic_job(tmp_path, 4, 200, straggler=2, where="load")   # rank 2 has GC events between steps
+    path = root / "rank-2" / name
+    data = bytearray(path.read_bytes())
+    assert len(data) >= 4 * record
+    at = 3 * record + offset   # record 3's float32 field
+    data[at:at + 4] = np.float32(np.nan).tobytes()
+    path.write_bytes(bytes(data))
+    with pytest.raises(RunDirError, match=rf"rank-2/{name} record 3 has {field} nan"):
         analyze_ranks(root)

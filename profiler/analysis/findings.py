@@ -163,20 +163,24 @@ def growth_rate(x, y):
 def objects(records):
     """Objects evidence from gc.tracked and, in deep mode, heap.top_types (None if neither was sampled)."""
     tracked = [(r["epoch"], sum(r["gc"]["tracked"])) for r in records if r["gc"].get("tracked")]
-    typed = [(r["epoch"], r["heap"]["top_types"]) for r in records if (r.get("heap") or {}).get("top_types")]
+    typed = [(r["epoch"], r["heap"]["top_types"], r["heap"].get("types_epochs")) for r in records
+             if (r.get("heap") or {}).get("top_types")]
     if not tracked and not typed:
         return None
     result = Objects(tracked=int(tracked[-1][1]) if tracked else None,
                      tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None)
     if typed:
-        last_epoch, last = typed[-1]
+        last = typed[-1][1]
         top = max(last, key=lambda t: t["count"])
         total = result.tracked or sum(t["count"] for t in last)
-        diffs = sum(t["count_diff"] for _, types in typed for t in types if t["type"] == top["type"])
-        span = max(last_epoch - typed[0][0], 1)
+        diffs = sum(t["count_diff"] for _, types, _ in typed for t in types if t["type"] == top["type"])
+        # each count diffs against the one before it (a window's start, the previous snapshot):
+        # the epochs they cover, as recorded (runs written before types_epochs: first to last count)
+        covered = [n for _, _, n in typed]
+        span = sum(covered) if all(covered) else max(typed[-1][0] - typed[0][0], 1)
         result.top_type, result.top_type_share = top["type"], top["count"] / total if total else None
         result.top_type_growth_per_epoch = diffs / span
-        result.top_type_site = next((t.get("site") for _, types in reversed(typed) for t in types
+        result.top_type_site = next((t.get("site") for _, types, _ in reversed(typed) for t in types
                                      if t["type"] == top["type"] and t.get("site")), None)
     return result
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..rundir.format import STEP_DTYPE, STEPS
+from ..rundir.format import GC_EVENTS, STEP_DTYPE, STEPS
 from ..rundir.reader import check_times
 from ..rundir.ranks import rank_dirs
 from . import diagnose, findings, stats
@@ -175,6 +175,7 @@ def _gap_events(run, steps):
     events = run.gc_events()
     if not len(events) or not len(steps):
         return None
+    check_times(events, ("start_s", "duration_s"), run.path / GC_EVENTS, 0)
     starts = np.asarray(steps["start_s"], float)
     ends = starts + steps["wall_s"]
     t = np.asarray(events["start_s"], float)

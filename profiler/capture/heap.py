@@ -10,11 +10,13 @@ totals: ~70x), so it is a policy, not always-on:
                cost plus what the next one will (estimated as the last one's extra time, tracing
                and snapshots, against the light epochs before it), and never before `cooldown`
                epochs of rest. So a leak that keeps growing is re-checked, and the whole run's
-               overhead stays within the budget, or within the first window's cost if that is
-               more (the first window is the diagnosis).
-Each snapshot (in auto mode, one at each window's end) also counts GC-tracked objects by type
-(objects.TypeGrowth, a walk over every tracked object): the types that grew most since the
-previous count (the window's start) and where their newest objects were allocated ("top_types").
+               overhead stays about within the budget (a window can cost more than the last), or
+               within the first window's cost if that is more (the first window is the diagnosis).
+Auto mode diffs snapshots at every epoch of a window, so a run that ends inside one still names
+its lines. Each snapshot in mode True, and the last of each auto window, also counts GC-tracked
+objects by type (objects.TypeGrowth, a walk over every tracked object): the types that grew most
+since the previous count (the window's start) and where their newest objects were allocated
+("top_types").
 Only per-line totals of the previous snapshot are kept (not the snapshot), so memory stays
 constant and the profiler's own objects do not grow between counts. Snapshots exclude the
 profiler's own frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
@@ -143,6 +145,7 @@ class HeapTracker:
         self._rest = 0
         self.trigger = None       # why auto capture last switched on
         self.types = TypeGrowth(allocation_site)
+        self._types_epochs = 0    # epochs since the last count by type (what top_types' diffs cover)
 
     @property
     def tracing(self):
@@ -158,6 +161,7 @@ class HeapTracker:
             self._owned = True
         self._previous = site_totals()
         self.types.sample()
+        self._types_epochs = 0
         tracemalloc.reset_peak()
 
     def _stop_tracing(self):
@@ -174,27 +178,28 @@ class HeapTracker:
     def epoch_end(self, epoch, wall_s, gc_pause_s, memory_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
         start = time.perf_counter()
-        record = self._sample(epoch) if self.tracing else None
+        window = self.tracing
+        record = self._sample(epoch) if window else None
         if self.detector is not None:
-            sampled = time.perf_counter()
-            if self.tracing:   # a window's epoch: all of it counts towards the window's cost
-                self._window_s += wall_s + sampled - start
+            spent = wall_s + time.perf_counter() - start
+            self._elapsed_s += spent
+            if window:   # a window's epoch: all of it counts towards the window's cost
+                self._window_s += spent
             self._auto(wall_s, gc_pause_s, memory_bytes)
-            end = time.perf_counter()
-            if self.tracing:   # a window opened (its first snapshot), or goes on
-                self._window_s += end - sampled
-            self._elapsed_s += wall_s + end - start
         return record
 
     def _sample(self, epoch):
         traced, peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
-        if self.mode is True and (epoch + 1) % self.every == 0 or self._window_left == 1:   # auto: at a window's end
+        self._types_epochs += 1
+        if self.mode == "auto" or (epoch + 1) % self.every == 0:   # auto: every epoch of a window
             now = site_totals()
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now
-            record["top_types"] = self.types.sample()
+            if self.mode is True or self._window_left == 1:   # auto: the types once, at the window's end
+                record["top_types"], record["types_epochs"] = self.types.sample(), self._types_epochs
+                self._types_epochs = 0
         if self.trigger:
             record["trigger"] = self.trigger
         return record
@@ -203,8 +208,10 @@ class HeapTracker:
         if self._window_left > 0:
             self._window_left -= 1
             if self._window_left == 0:
-                self._stop_tracing()
-                self._rest, self.trigger = max(self.cooldown, self._budgeted_rest()), None
+                self._timed(self._stop_tracing)
+                excess = max(self._window_s - self.window * self._light_s, 0.0)
+                self._spent_s += excess
+                self._rest, self.trigger = max(self.cooldown, self._budgeted_rest(excess)), None
                 self.detector.recent.clear()
             return
         if self._rest > 0:
@@ -217,15 +224,21 @@ class HeapTracker:
             self._window_left = self.window
             self._light_s = sorted(r[0] for r in self.detector.recent)[len(self.detector.recent) // 2]
             self._window_s = 0.0
-            self._start_tracing()
+            self._timed(self._start_tracing)
 
-    def _budgeted_rest(self):
+    def _timed(self, step):
+        """Run a window's opening or closing step, counting its time as the window's and the run's."""
+        start = time.perf_counter()
+        step()
+        spent = time.perf_counter() - start
+        self._window_s += spent
+        self._elapsed_s += spent
+
+    def _budgeted_rest(self, next_s):
         """Light epochs to wait after a window so that, when the next one ends, the windows' extra
-        time is at most `budget` of the run's: (spent + next) <= budget * (elapsed + rest + next's
-        epochs), with the next window's extra time estimated as this one's."""
-        excess = max(self._window_s - self.window * self._light_s, 0.0)
-        self._spent_s += excess
+        time is at most `budget` of the run's: spent + next <= budget * (elapsed + rest + next's
+        epochs + next), the next window's extra time `next_s` estimated as the last one's."""
         if self._light_s <= 0:
             return 0
-        short_s = (self._spent_s + excess) / self.budget - (self._elapsed_s + self.window * self._light_s + excess)
+        short_s = (self._spent_s + next_s) / self.budget - (self._elapsed_s + self.window * self._light_s + next_s)
         return max(0, math.ceil(short_s / self._light_s))

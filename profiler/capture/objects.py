@@ -1,10 +1,11 @@
 """What the collector walks: GC-tracked objects per generation, and in deep mode the types that grow.
 
 CPython (3.11) keeps no count of the objects in each generation, so `TrackedCounter` counts them
-with len(gc.get_objects(generation)): ~70 ns per object on the project's 2-core VM (more at an
-epoch's end, where the caches are cold: ~16 us for the mlp's few thousand) and a transient list of
-8 bytes per object. It samples within a time budget (0.1% of the time since the previous sample), so
-a heap of 10^6 objects is counted about once every 70 s and a small one every few epochs.
+with len(gc.get_objects(generation)): 15-70 ns per object on the project's 2-core VM, and a
+transient list of 8 bytes per object. It samples within a time budget (0.1% of the time since the
+previous sample), so a heap of 10^4 objects is counted about every 0.5 s and one of 10^6 about
+every 70 s (a short run of a big heap gets one count); the engine's mlp, whose objects the loop
+freezes, every few epochs.
 
 `TypeGrowth` (deep mode only: it walks every tracked object) counts tracked objects by type, diffs
 against the previous sample, and for the types that grew most asks tracemalloc where a sample of

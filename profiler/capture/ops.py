@@ -14,12 +14,14 @@ Short ops are sampled to keep their cost near that of the `with` statement itsel
 timed calls averaged under SHORT_NS in one epoch is timed, in the next, on a random 1 in
 SAMPLE_EVERY of its calls (gaps drawn from a fixed geometric table, so the choice never follows a
 pattern in the calls). Its `total_s` is the timed calls' time plus the mean timed call for each
-call skipped; `calls` is always exact, and `timed` says how many were timed (calls of an op inside
-its own timed call count as calls; their time is the outer call's). The estimate is unbiased
-(which calls are timed does not depend on their duration); its relative standard error is about
-CV * sqrt((1 - timed/calls) / timed), where CV is the spread of the op's call durations (e.g. 36
-calls, 5 timed, CV 0.2: ~8% for that epoch, shrinking as 1/sqrt(epochs) over a run). An epoch in
-which none of an op's calls was timed uses the op's last mean. Longer ops are timed on every call.
+call skipped; `calls` counts every call that ended in the epoch, and `timed` says how many were
+timed. The estimate is unbiased (which calls are timed does not depend on their duration); its
+relative standard error is about CV * sqrt((1 - timed/calls) / timed), where CV is the spread of
+the op's call durations (e.g. 36 calls, 5 timed, CV 0.2: ~8% for that epoch, shrinking as
+1/sqrt(epochs) over a run). An epoch in which none of an op's calls was timed uses the op's last
+mean. Longer ops are timed on every call, and so is an op once a timed call of it is seen inside
+itself (recursion: its inner calls count as calls, their time is the outer call's, and sampling
+could not tell them from outer calls).
 """
 
 import math
@@ -36,13 +38,15 @@ _GAPS = tuple(int(math.log(1 - random.Random(n).random()) / math.log(1 - 1 / SAM
 
 class _Timer:
     __slots__ = ("timed", "total_ns", "_t0", "_depth", "_inner", "_skip", "_untimed", "_gap", "sampled",
-                 "identity", "mean_ns")
+                 "recursive", "identity", "mean_ns")
 
     def __init__(self, identity, offset):
         self.identity = identity   # {"name": str, "tags": {...}}
         self.timed = self.total_ns = self._t0 = self._depth = self._inner = self._skip = self._untimed = 0
         self._gap = offset % len(_GAPS)   # where this op starts in the gap table
         self.sampled = False       # this epoch: time a random 1 in SAMPLE_EVERY calls (else every call)
+        self.recursive = False     # seen inside itself: never sampled (a skipped call's inner calls
+                                   # would count as calls of their own, each given a whole call's mean)
         self.mean_ns = 0.0         # mean timed call, from the last epoch that timed one
 
     def __enter__(self):
@@ -52,6 +56,7 @@ class _Timer:
         elif self._t0:       # the op inside itself (recursion): the outermost call holds the time
             self._depth += 1
             self._inner += 1
+            self.recursive = True
         else:
             self._t0 = _now()
         return self
@@ -86,7 +91,7 @@ class _Timer:
         if timed:
             self.mean_ns = total_ns / timed
         self.timed = self.total_ns = self._inner = 0
-        self.sampled = self.mean_ns < SHORT_NS
+        self.sampled = self.mean_ns < SHORT_NS and not self.recursive
         if not self.sampled:
             self._skip = 0
         self._untimed = self._skip   # the rest of the current gap is skipped in the next epoch
