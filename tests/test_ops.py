@@ -72,15 +72,17 @@ def test_an_op_that_turns_short_is_sampled_and_a_long_one_timed_again(clock):
     assert again["calls"] == again["timed"] == 30
 
 
+def nested(timers, clock, depth):
+    """An op of 1 us of its own that calls itself `depth` times."""
+    with timers.op("work"):
+        clock.ns += 1000
+        if depth:
+            nested(timers, clock, depth - 1)
+
+
 def test_recursion_counts_every_call_and_times_the_outermost(clock):
     timers = OpTimers()
-
-    def nested(depth):
-        with timers.op("work"):
-            clock.ns += 1000
-            if depth:
-                nested(depth - 1)
-    nested(3)
+    nested(timers, clock, 3)
     record = timers.take()["work"]
     assert record["calls"] == 4 and record["timed"] == 1 and record["total_s"] == pytest.approx(4e-6)
 
@@ -105,16 +107,10 @@ def test_ops_that_did_not_run_are_left_out(clock):
 
 def test_a_recursive_short_op_is_timed_in_full_so_its_total_stays_exact(clock):
     timers = OpTimers()
-
-    def nested(depth):
-        with timers.op("work"):
-            clock.ns += 1000
-            if depth:
-                nested(depth - 1)
     true = estimated = 0
     for _ in range(50):
         for _ in range(40):
-            nested(1)
+            nested(timers, clock, 1)
         record = timers.take()["work"]
         assert record["calls"] == 80 and record["timed"] == 40
         true, estimated = true + 80e-6, estimated + record["total_s"]
