@@ -17,9 +17,8 @@ HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsbase,+lzcnt
 
 
 def _run(code, **env):
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,   # a cold compile
                           env={k: v for k, v in os.environ.items() if k != _isa.ENV} | env)
-    return proc
 
 
 def test_isa_info_names_the_isa_the_cpu_and_the_block():
