@@ -18,9 +18,12 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
-L1 set aliasing): the stride-1 forward and input grad use blocks of 6 output channels x 16 pixels
-(contiguous loads and stores in NCHW), row by row or straight through the planes, whichever wastes
-fewer lanes (mnist conv2's forward: 11% faster straight through); the weight grad reads dy in
+L1 set aliasing; a 'valid' forward reads x itself): the stride-1 forward of reductions at least 64
+deep uses blocks of 6 output pixels x 16 output channels, as NHWC does, with the pixels broadcast
+from the planes and y stored a channel at a time (every lane computes an output); the shallower
+forwards and the input grad use blocks of 6 output channels x 16 pixels (contiguous loads and
+stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes (mnist
+conv2's forward: 11% faster straight through); the weight grad reads dy in
 place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
 transpose, done in 8 x 8 blocks (_transpose) at 2-3x a plain copy's time. With stride > 1 the
 forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
@@ -80,6 +83,56 @@ def _forward_nhwc(xp, wk, s, rows, y):
 
 
 @tiled
+def _forward_planes(xp, wp, wk, rows, y):
+    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide and wk
+    (KH, KW*C, Np) (see _pixel_blocks for when). Blocks are P output pixels running on
+    from one output row to the next (as in _forward_nhwc) x J output channels, so every lane
+    computes an output: _forward_nchw_rows' flat blocks also compute the planes' wp - OW padding
+    columns (cifar conv4: 13 of 15 lanes used). The pixels are read as broadcasts, never past
+    a window, so 'valid' layers read x in place (planes of H*W: no plane copy). Only xp's rows
+    rows[0]:rows[1] hold data: a block sums over the kernel rows that reach them. A block goes
+    through a scratch block to y, P floats a run per channel."""
+    bsz, c, plane = xp.shape
+    kh_, kl, np_ = wk.shape
+    kw_ = kl // c
+    _, n, oh_, ow_ = y.shape
+    xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
+    pixels = oh_ * ow_
+    blocks = (pixels + P - 1) // P
+    per_line = (ow_ + P - 1) // P   # a row's worth of blocks per parallel iteration
+    lines = (blocks + per_line - 1) // per_line
+    for it in prange(bsz * lines):
+        b, line = it // lines, it % lines
+        scratch = np.empty(P * J, np.float32)
+        q0, end = line * per_line * P, min(pixels, (line + 1) * per_line * P)
+        oh, ow = q0 // ow_, q0 % ow_
+        while q0 < end:
+            pn = min(P, end - q0, 2 * ow_ - ow)   # at most one row end per block
+            last = oh + 1 if ow + pn > ow_ else oh
+            kh0, kh1 = max(0, rows[0] - last), min(kh_, rows[1] - oh)
+            x0 = b * c * plane + (oh + kh0) * wp + ow
+            for n0 in range(0, n, J):
+                tile(xf, x0, (1, ow, ow_, wp - ow_), pn, (wp, 1, plane), wf, kh0 * kl * np_ + n0,
+                     (kl * np_, c * np_, np_), (max(0, kh1 - kh0), kw_, c), scratch, 0, J, 1, J, False)
+                y0 = (b * n + n0) * pixels + q0
+                for j in range(min(J, n - n0)):
+                    for p in range(pn):
+                        yf[uint64(y0 + j * pixels + p)] = scratch[p * J + j]
+            q0, ow = q0 + pn, ow + pn
+            if ow >= ow_:
+                oh, ow = oh + 1, ow - ow_
+
+
+def _pixel_blocks(blk, depth):
+    """Whether the stride-1 NCHW forward runs _forward_planes: with 32 lanes and reductions at
+    least 64 deep (AVX-512, 8 x 32: 1.1-1.5x faster than the row and flat blocks on cifar10-cnn's
+    and mnist-cnn's 32/64-channel layers). Shallower ones (the first layers, depth 9 and 27) spend
+    more on its transposed stores than the full lanes save; 16-lane blocks (AVX2) waste fewer lanes
+    in row blocks and keep the blocks measured on the Zen 3."""
+    return blk.lanes >= 32 and depth >= 64
+
+
+@tiled
 def _forward_nchw_rows(xp, wp, wr, flat, y):
     """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are P
     output channels x J positions of the planes, so x loads and y stores are contiguous vectors
@@ -89,7 +142,7 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
     the lanes past a row's OW then compute the wp - OW padding columns, which are not stored.
     Flat blocks waste fewer lanes when OW is just past a multiple of J (mnist-cnn's 24-pixel rows
     with J = 32: 75% of lanes used by row, 92% flat; cifar conv3's 15-pixel rows: 47% and 88%);
-    they go through a scratch block and are stored lane by lane. wr holds w as (N/P, KH, KW, C, P)
+    they go through a scratch block and are stored a row's run at a time. wr holds w as (N/P, KH, KW, C, P)
     panels, so a block's P weights per step are adjacent; planes need J floats of slack (plane
     slots have them)."""
     bsz, c, plane = xp.shape
@@ -114,13 +167,14 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
                     continue
                 tile(wf, n0 * kh_ * kw_ * c, 1, pn, (kw_ * c * P, c * P, P), xf, b * c * plane + q0, (wp, 1, plane),
                      (kh_, kw_, c), scratch, 0, J, 1, J, False)
-                for j in range(J):
-                    if col < ow_ and row < oh_:
-                        for p in range(pn):
-                            yf[uint64(y0 + p * oh_ * ow_ + row * ow_ + col)] = scratch[p * J + j]
-                    col += 1
-                    if col == wp:
-                        row, col = row + 1, 0
+                j = 0
+                while j < J and row < oh_:   # the block's runs of positions, a row's at a time
+                    run = min(J - j, wp - col)
+                    for p in range(pn):
+                        o = y0 + p * oh_ * ow_ + row * ow_
+                        for k in range(col, min(col + run, ow_)):
+                            yf[uint64(o + k)] = scratch[p * J + j + k - col]
+                    j, row, col = j + run, row + 1, 0
 
 
 def _flat_rows(blk, ow, wp, depth):
@@ -437,6 +491,12 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     blk = plan.blk
     y = out_buffer(out, plan.y_shape)
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
+    if plan.nchw and stride == 1 and _pixel_blocks(blk, plan.kh * plan.kl):
+        wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
+        valid = plan.hp == plan.h and plan.wp == plan.wd
+        xp = plan.x.reshape(plan.n, plan.c, -1) if valid else plan.x_planes()
+        _forward_planes[blk](plan.macs(), xp, plan.wp, wk, (plan.pt, plan.pt + plan.h), y)
+        return y
     if plan.nchw and stride == 1:
         _forward_nchw_rows[blk](plan.macs(), plan.x_planes(), plan.wp, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
                                 _flat_rows(blk, plan.ow, plan.wp, plan.kh * plan.kl), y)

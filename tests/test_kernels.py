@@ -107,6 +107,22 @@ def test_conv2d_layouts_agree_on_a_real_shape(rng):
 
 
 @pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("padding", ["valid", "same"])
+def test_nchw_forward_on_both_sides_of_the_pixel_block_depth(padding, block, rng):
+    """With 32 lanes the stride-1 NCHW forward runs blocks of pixels x output channels from a
+    reduction depth of 64 (3x3x8 here), reading a 'valid' layer's x in place, and row or flat
+    blocks along plane copies below it (3x3x7) and with fewer lanes: all against PyTorch, with
+    output rows (28) that end inside a block and C_out (35) past one block of lanes."""
+    for c in (7, 8):
+        x, w = f32(rng, 2, c, 30, 30), f32(rng, 3, 3, c, 35)
+        ws = K.Workspace()
+        y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, workspace=ws, block=block)
+        close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=9 * c)
+        in_place = c == 8 and padding == "valid" and block == "8x32"
+        assert (ws.nbytes < x.nbytes) == in_place, (c, padding, ws.nbytes, x.nbytes)   # a plane copy of x or not
+
+
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("stride,padding", [(1, "same"), (1, "valid"), (2, "same")])
 def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng):
