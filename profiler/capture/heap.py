@@ -12,8 +12,8 @@ totals: ~70x), so it is a policy, not always-on:
                epochs of rest. So a leak that keeps growing is re-checked, and the whole run's
                overhead stays about within the budget (a window can cost more than the last), or
                within the first window's cost if that is more (the first window is the diagnosis).
-Auto mode diffs snapshots at every epoch of a window, so a run that ends inside one still names
-its lines. Each snapshot in mode True, and the last of each auto window, also counts GC-tracked
+Auto mode diffs snapshots at the first and the last epoch of a window (a snapshot costs a
+quarter of a traced mlp epoch), so a run that ends inside one still names its lines. Each snapshot in mode True, and the last of each auto window, also counts GC-tracked
 objects by type (objects.TypeGrowth, a walk over every tracked object): the types that grew most
 since the previous count (the window's start) and where their newest objects were allocated
 ("top_types").
@@ -193,7 +193,11 @@ class HeapTracker:
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
         self._types_epochs += 1
-        if self.mode == "auto" or (epoch + 1) % self.every == 0:   # auto: every epoch of a window
+        if self.mode == "auto":
+            snapshot = self._window_left in (self.window, 1)   # a window's first and last epochs
+        else:
+            snapshot = (epoch + 1) % self.every == 0
+        if snapshot:
             now = site_totals()
             record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
             self._previous = now
