@@ -60,26 +60,50 @@ def _forward_nhwc(xp, wk, s, rows, y):
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    pixels = oh_ * ow_
-    blocks = (pixels + P - 1) // P
-    per_line = (ow_ + P - 1) // P   # a row's worth of blocks per parallel iteration
-    lines = (blocks + per_line - 1) // per_line
+    pixels, per_line, lines = _pixel_lines(oh_, ow_, P)
     for it in prange(bsz * lines):
-        b, line = it // lines, it % lines
-        q0, end = line * per_line * P, min(pixels, (line + 1) * per_line * P)
-        oh, ow = q0 // ow_, q0 % ow_   # the block's first pixel, moved on without dividing
+        b, q0, end, oh, ow = _pixel_line(it, lines, per_line, pixels, ow_, P)
         while q0 < end:
-            pn = min(P, end - q0, 2 * ow_ - ow)   # at most one row end per block (rows under P wide)
-            last = oh + 1 if ow + pn > ow_ else oh
+            pn, last = _pixel_block(q0, end, oh, ow, ow_, P)
             kh0, kh1 = max(0, rows[0] - last * s), min(kh_, rows[1] - oh * s)
             x0 = (b * hp + oh * s + kh0) * wp * c + ow * s * c
             pixel_rows = (s * c, ow, ow_, (wp - ow_) * s * c)   # a row end moves on to the next s rows of x
             for n0 in range(0, n, J):
                 tile(xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
                      (1, max(0, kh1 - kh0), kl), yf, (b * pixels + q0) * n + n0, n, 1, min(J, n - n0), False)
-            q0, ow = q0 + pn, ow + pn
-            if ow >= ow_:
-                oh, ow = oh + 1, ow - ow_
+            q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
+
+
+@helper
+def _pixel_lines(oh_, ow_, p):
+    """(pixels, per_line, lines) for walking an image's output pixels in blocks of p consecutive
+    ones: a row's worth of blocks (per_line) per parallel iteration, `lines` of them per image."""
+    pixels = oh_ * ow_
+    per_line = (ow_ + p - 1) // p
+    return pixels, per_line, ((pixels + p - 1) // p + per_line - 1) // per_line
+
+
+@helper
+def _pixel_line(it, lines, per_line, pixels, ow_, p):
+    """(image, first pixel, end, its row, its column) of parallel iteration `it`."""
+    b, line = it // lines, it % lines
+    q0 = line * per_line * p
+    return b, q0, min(pixels, q0 + per_line * p), q0 // ow_, q0 % ow_
+
+
+@helper
+def _pixel_block(q0, end, oh, ow, ow_, p):
+    """(pixels in the block at q0 (row oh, column ow), the row of its last pixel): at most p, and at
+    most one row end per block (rows under p wide)."""
+    pn = min(p, end - q0, 2 * ow_ - ow)
+    return pn, oh + 1 if ow + pn > ow_ else oh
+
+
+@helper
+def _next_pixel(q0, pn, oh, ow, ow_):
+    """(q0, row, column) of the pixel after a block of pn: moved on without dividing."""
+    ow += pn
+    return (q0 + pn, oh + 1, ow - ow_) if ow >= ow_ else (q0 + pn, oh, ow)
 
 
 @tiled
@@ -97,18 +121,12 @@ def _forward_planes(xp, wp, wk, rows, y):
     kw_ = kl // c
     _, n, oh_, ow_ = y.shape
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    pixels = oh_ * ow_
-    blocks = (pixels + P - 1) // P
-    per_line = (ow_ + P - 1) // P   # a row's worth of blocks per parallel iteration
-    lines = (blocks + per_line - 1) // per_line
+    pixels, per_line, lines = _pixel_lines(oh_, ow_, P)
     for it in prange(bsz * lines):
-        b, line = it // lines, it % lines
+        b, q0, end, oh, ow = _pixel_line(it, lines, per_line, pixels, ow_, P)
         scratch = np.empty(P * J, np.float32)
-        q0, end = line * per_line * P, min(pixels, (line + 1) * per_line * P)
-        oh, ow = q0 // ow_, q0 % ow_
         while q0 < end:
-            pn = min(P, end - q0, 2 * ow_ - ow)   # at most one row end per block
-            last = oh + 1 if ow + pn > ow_ else oh
+            pn, last = _pixel_block(q0, end, oh, ow, ow_, P)
             kh0, kh1 = max(0, rows[0] - last), min(kh_, rows[1] - oh)
             x0 = b * c * plane + (oh + kh0) * wp + ow
             for n0 in range(0, n, J):
@@ -118,9 +136,7 @@ def _forward_planes(xp, wp, wk, rows, y):
                 for j in range(min(J, n - n0)):
                     for p in range(pn):
                         yf[uint64(y0 + j * pixels + p)] = scratch[p * J + j]
-            q0, ow = q0 + pn, ow + pn
-            if ow >= ow_:
-                oh, ow = oh + 1, ow - ow_
+            q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
 
 
 def _pixel_blocks(blk, depth):
