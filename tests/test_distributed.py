@@ -149,8 +149,11 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
     explained = d["stragglers"]["gc_explained_by_generation"]
     assert d["stragglers"]["gc_explained_fraction"] >= 0.25, d["stragglers"]
     assert explained[2] >= 0.9 * sum(explained), explained
-    # ranked with rank 1's own findings (its steady GC share can cost as much): either way, GC
-    assert "rank-straggler" in [f["pattern"] for f in d["findings"]] and d["primary_cause"] == "gc"
+    # ranked with rank 1's own findings (its steady GC share can cost as much); the straggler's
+    # cause follows the share its GC explains (GC from half of it up)
+    straggler = next(f for f in d["findings"] if f["pattern"] == "rank-straggler")
+    assert straggler["cause"] == ("gc" if d["stragglers"]["gc_explained_fraction"] >= 0.5 else "compute")
+    assert d["primary_cause"] in ("gc", straggler["cause"])
     assert [r["rank"] for r in d["rank_analysis"]["per_rank"]] == [0, 1]
     assert {r["status"] for r in d["rank_analysis"]["per_rank"]} == {"completed"}
     text = _cli(capsys, "report", plain)
