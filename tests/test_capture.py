@@ -259,7 +259,7 @@ def test_auto_capture_opens_a_later_window_only_when_the_run_covers_every_window
         for epoch in range(2000):
             tracing = tracker.tracing
             wall = traced if tracing else light
-            tracker.epoch_end(epoch, wall, 0.0, epoch * 1_000_000)   # 1 MB more in use every epoch
+            tracker.epoch_end(epoch, wall, 0.0, 1 << 30, epoch * 1_000_000)   # 1 MB more in use every epoch
             run_s += wall
             if tracing and not windows or tracing and windows[-1][-1] != epoch - 1:
                 windows.append([epoch])
@@ -277,3 +277,49 @@ def test_auto_capture_opens_a_later_window_only_when_the_run_covers_every_window
     for n, end in enumerate(ends[1:], start=2):   # at every later window's end, all windows within budget
         run_then = (end + 1) * light + n * 4 * (traced - light)
         assert n * excess <= 0.1 * run_then + 1e-9
+
+
+def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_once_a_read_is_costly(monkeypatch):
+    """mallinfo2 walks every free chunk: on a fragmented heap one read takes milliseconds. A fake
+    clock and a fake mallinfo2 that costs what the test says."""
+    from types import SimpleNamespace
+
+    from profiler.capture import memory
+    clock = {"ns": 0}
+    monkeypatch.setattr(memory, "_now", lambda: clock["ns"])
+    probe = memory.MemoryProbe()
+    probe.close()
+    cost = {"ns": 2_000}
+
+    def mallinfo2():
+        clock["ns"] += cost["ns"]
+        return SimpleNamespace(uordblks=1000, hblkhd=24)
+    probe._mallinfo2 = mallinfo2
+
+    def reads(n, every_ns):
+        values = []
+        for _ in range(n):
+            values.append(probe.malloc())
+            clock["ns"] += every_ns
+        return values
+    assert reads(50, 10_000) == [1024] * 50 and not probe.malloc_sampled   # 2 us: every epoch
+    cost["ns"] = 5_000_000   # 5 ms a read: at most 0.1% of the time, so one read per ~5 s
+    got = reads(400, 100_000_000)   # epochs of 0.1 s
+    assert probe.malloc_sampled and got[0] == 1024
+    read_at = [i for i, v in enumerate(got) if v is not None]
+    assert all(v is None for i, v in enumerate(got) if i not in read_at)
+    assert set(map(int, np.diff(read_at))) == {50}   # 5.005 s after each read's start: 50 epochs on
+    cost["ns"] = 2_000   # the heap tidied: reads stay on the budget, now cheap ones
+    reads(60, 100_000_000)
+    assert reads(5, 100_000_000) == [1024] * 5
+
+
+def test_auto_detector_measures_rss_across_epochs_where_malloc_was_skipped():
+    from profiler.capture.heap import GrowthDetector
+    detector = GrowthDetector()
+    for epoch in range(8):   # RSS grows 1 MiB an epoch, malloc (read every other epoch) stays flat
+        detector.add(0.01, 0.0, (200 + epoch) << 20, 50 << 20 if epoch % 2 else None)
+    assert detector.growing() == "memory in use grows 1024 KiB/epoch"
+    for epoch in range(8):   # read every epoch, malloc is the measure: flat, whatever RSS does
+        detector.add(0.01, 0.0, (300 + epoch) << 20, 50 << 20)
+    assert detector.growing() is None

@@ -13,7 +13,7 @@ from profiler.report import html, json_out, text
 from profiler.rundir import read_run
 from profiler.rundir.format import STEP
 
-from .fixtures import epoch, stepped_run, write_run
+from .fixtures import MIB, epoch, stepped_run, write_run
 
 
 @pytest.fixture
@@ -73,6 +73,15 @@ def test_epoch_series_downsamples_without_truncating(tmp_path):
     assert s.downsampled and len(s.epoch) == 10 and s.epochs == 50
     assert s.epoch[-1] == pytest.approx(47)      # the last bin's mean epoch: the tail is kept
 
+
+
+def test_epoch_series_keeps_the_malloc_reads_there_are(tmp_path):
+    records = [epoch(i, 0.01, malloc=i * MIB if i % 5 == 0 else None) for i in range(50)]
+    s = series(write_run(tmp_path / "run", records), max_points=4)
+    assert s.malloc_epoch.tolist() == [2.5, 15.0, 27.5, 40.0]   # 4 bins of the 10 epochs that read it
+    assert (s.malloc_bytes / MIB).tolist() == s.malloc_epoch.tolist()
+    none = series(write_run(tmp_path / "none", [epoch(i, 0.01) for i in range(5)]))
+    assert len(none.malloc_epoch) == len(none.malloc_bytes) == 0
 
 def test_op_labels():
     assert text.op_label("conv", {}) == "conv"

@@ -16,7 +16,8 @@ class EpochSeries:
     wall_s: np.ndarray
     gc_s: np.ndarray                # (bins, 3): pause by generation
     rss_bytes: np.ndarray
-    malloc_bytes: np.ndarray | None
+    malloc_epoch: np.ndarray        # epochs that read malloc's bytes in use (binned), and the bytes
+    malloc_bytes: np.ndarray
     traced_epoch: np.ndarray        # epochs with a traced-heap sample, and the samples
     traced_bytes: np.ndarray
     epochs: int
@@ -33,6 +34,10 @@ class StepSeries:
     downsampled: bool
 
 
+def _edges(n, max_points):
+    return np.linspace(0, n, min(n, max_points) + 1).astype(int)
+
+
 def _bin_means(values, edges):
     values = np.asarray(values, float)
     return np.array([values[a:b].mean(axis=0) for a, b in zip(edges[:-1], edges[1:])])
@@ -42,14 +47,16 @@ def series(run_dir, max_points=1000):
     """EpochSeries of every finished epoch (the warm-up included: the plot shows it)."""
     recs = load(run_dir, "plot").run.epochs
     n = len(recs)
-    edges = np.linspace(0, n, min(n, max_points) + 1).astype(int)
+    edges = _edges(n, max_points)
     wall, gens = spk.epoch_arrays(recs)
-    malloc = [r.get("malloc_bytes") for r in recs]
+    malloc = [(r["epoch"], r["malloc_bytes"]) for r in recs if r.get("malloc_bytes") is not None]
+    malloc_edges = _edges(len(malloc), max_points)   # off glibc none; a costly heap's reads are sparse
     traced = [(r["epoch"], r["heap"]["traced_bytes"]) for r in recs if r.get("heap")]
     return EpochSeries(
         epoch=_bin_means([r["epoch"] for r in recs], edges), wall_s=_bin_means(wall, edges),
         gc_s=_bin_means(gens, edges), rss_bytes=_bin_means([r["rss_bytes"] for r in recs], edges),
-        malloc_bytes=_bin_means(malloc, edges) if all(m is not None for m in malloc) else None,
+        malloc_epoch=_bin_means([e for e, _ in malloc], malloc_edges),
+        malloc_bytes=_bin_means([b for _, b in malloc], malloc_edges),
         traced_epoch=np.array([e for e, _ in traced], float), traced_bytes=np.array([b for _, b in traced], float),
         epochs=n, downsampled=n > max_points)
 

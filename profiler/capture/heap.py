@@ -105,24 +105,26 @@ def top_growth(now, before, n=TOP):
 
 class GrowthDetector:
     """Light signals only: is memory in use or GC pause time growing over recent epochs?
-    Memory is malloc's bytes in use where known (see memory.py), else RSS. Epoch time alone is not
-    a trigger: time growing without memory or GC growth is compute, which op timers explain and
-    tracemalloc cannot (and on a shared machine, epoch time jumps by 1.5x with the neighbours)."""
+    Memory is malloc's bytes in use when every recent epoch read it (see memory.py), else RSS.
+    Epoch time alone is not a trigger: time growing without memory or GC growth is compute, which
+    op timers explain and tracemalloc cannot (and on a shared machine, epoch time jumps by 1.5x
+    with the neighbours)."""
 
     def __init__(self, span=8, bytes_per_epoch=256 * 1024, ratio=1.5):
         self.recent = collections.deque(maxlen=span)
         self.bytes_per_epoch, self.ratio = bytes_per_epoch, ratio
 
-    def add(self, wall_s, gc_pause_s, memory_bytes):
-        self.recent.append((wall_s, gc_pause_s, memory_bytes))
+    def add(self, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
+        self.recent.append((wall_s, gc_pause_s, rss_bytes, malloc_bytes))
 
     def growing(self):
         if len(self.recent) < self.recent.maxlen:
             return None
         half = len(self.recent) // 2
+        measure = 3 if all(r[3] is not None for r in self.recent) else 2
         early, late = list(self.recent)[:half], list(self.recent)[half:]
-        rate = (late[-1][2] - early[0][2]) / (len(self.recent) - 1)
-        if rate > self.bytes_per_epoch and all(b[2] >= a[2] for a, b in zip(early, late)):
+        rate = (late[-1][measure] - early[0][measure]) / (len(self.recent) - 1)
+        if rate > self.bytes_per_epoch and all(b[measure] >= a[measure] for a, b in zip(early, late)):
             return f"memory in use grows {rate / 1024:.0f} KiB/epoch"
         e, l_ = sorted(r[1] for r in early)[half // 2], sorted(r[1] for r in late)[half // 2]
         if e > 0 and l_ / e > self.ratio and l_ > 0.05 * late[-1][0]:
@@ -175,7 +177,7 @@ class HeapTracker:
         """Remove every trace of ourselves; leave tracemalloc as we found it."""
         self._stop_tracing()
 
-    def epoch_end(self, epoch, wall_s, gc_pause_s, memory_bytes):
+    def epoch_end(self, epoch, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
         start = time.perf_counter()
         window = self.tracing
@@ -185,7 +187,7 @@ class HeapTracker:
             self._elapsed_s += spent
             if window:   # a window's epoch: all of it counts towards the window's cost
                 self._window_s += spent
-            self._auto(wall_s, gc_pause_s, memory_bytes)
+            self._auto(wall_s, gc_pause_s, rss_bytes, malloc_bytes)
         return record
 
     def _sample(self, epoch):
@@ -208,7 +210,7 @@ class HeapTracker:
             record["trigger"] = self.trigger
         return record
 
-    def _auto(self, wall_s, gc_pause_s, memory_bytes):
+    def _auto(self, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
         if self._window_left > 0:
             self._window_left -= 1
             if self._window_left == 0:
@@ -221,7 +223,7 @@ class HeapTracker:
         if self._rest > 0:
             self._rest -= 1
             return
-        self.detector.add(wall_s, gc_pause_s, memory_bytes)
+        self.detector.add(wall_s, gc_pause_s, rss_bytes, malloc_bytes)
         reason = self.detector.growing()
         if reason:
             self.trigger = reason

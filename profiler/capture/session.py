@@ -309,8 +309,7 @@ class Session:
         rss, malloc_bytes = self.memory.read()
         heap = None
         if self.heap is not None:
-            heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]),
-                                       malloc_bytes if malloc_bytes is not None else rss)
+            heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]), rss, malloc_bytes)
         record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
                   "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
                   "heap": heap, "ops": ops}
