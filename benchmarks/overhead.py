@@ -103,6 +103,31 @@ def observer_counts(rounds=3):
     return result
 
 
+MALLINFO = """
+import json, time
+from profiler.capture import memory
+fn = memory._mallinfo2()
+
+def cost():
+    times = []
+    for _ in range(21):
+        start = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - start)
+    return sorted(times)[10]
+young = cost()
+blocks = [bytearray(2000 + (i % 50) * 16) for i in range(400_000)]
+del blocks[::2]   # 200,000 free chunks between the kept ones
+print(json.dumps(None if fn is None else {"young_ns": young, "fragmented_ns": cost()}))
+"""
+
+
+def malloc_read_costs():
+    """mallinfo2's cost on a young heap and on one with 200,000 free chunks (a fresh process:
+    fragmenting this one would slow what is measured after), or None off glibc."""
+    proc = subprocess.run([sys.executable, "-c", MALLINFO], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(proc.stdout)
+
 # -- side-by-side timing helpers -------------------------------------------------------------------
 def _scratch():
     return tempfile.mkdtemp(prefix="profiler-bench-")
@@ -356,11 +381,23 @@ def own_memory(epochs=100_000):
 def run(rounds=7):
     return {"load": os.getloadavg(),
             "counts": observer_counts(rounds=max(1, min(rounds, 3))),
+            "mallinfo": malloc_read_costs(),
             "instruments": instrument_costs(rounds=2 * rounds + 1),
             "mlp": mlp_ab(epochs=60 * rounds),
             "ops": ops_ab(epochs=45 * rounds),
             "auto": auto_ab(rounds=1 if rounds < 3 else 2),
             "memory": own_memory()}
+
+
+def _mallinfo_rows(m):
+    if m is None:
+        return []
+    from profiler.capture.memory import MALLINFO_BUDGET
+    every_s = m["fragmented_ns"] / MALLINFO_BUDGET / 1e9
+    return [f"| malloc's bytes in use (mallinfo2, part of the bookkeeping above), young heap | "
+            f"{m['young_ns'] / 1e3:.1f} us |",
+            f"| the same with 200,000 free chunks in the heap (it walks them all; from then on read about every "
+            f"{every_s:.0f} s, not every epoch) | {m['fragmented_ns'] / 1e6:.1f} ms |"]
 
 
 def _ab_row(label, base, light):
@@ -413,7 +450,7 @@ def markdown(result):
             f"training) | {mlp['end_epoch_s'] * 1e6:.1f} us |",
             f"| our gc callback on one collection, no event recorded (the collection alone: "
             f"{i['gc0_collect_ns']:.0f} ns) | {i['gc_callback_ns']:.0f} ns |",
-            f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", "",
+            f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]), "",
             f"From these (hot, back-to-back costs), light capture of one mlp epoch (36 steps, 252 engine ops, "
             f"one epoch record) costs ~{direct:.0f} us ({100 * direct / (mlp['none'] * 1e6):.1f}% of the median epoch below), and of an "
             f"epoch of 250 ops of 15 us looked up per call ~{loop_direct:.0f} us "
