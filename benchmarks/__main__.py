@@ -1,6 +1,12 @@
 """`make bench`: every benchmark in one process, side by side, written to docs/benchmarks.md.
 
     python -m benchmarks [--quick] [--only kernels,engine,drift,overhead,startup,detection,ranks]
+    python -m benchmarks --emulate avx2 --only kernels,engine --out docs/benchmarks-avx2-emulated.md
+
+--emulate avx2 runs on an AVX-512 host as an AVX2 machine would, both sides held to 256-bit
+instructions: numba builds for a Haswell (our 6 x 16 blocks), PyTorch's ATen, oneDNN and MKL and
+numpy's OpenBLAS are told the same through their own variables (EMULATE below). It measures the
+AVX2 code path against an AVX2 PyTorch on this core, not an AVX2 machine's caches and clocks.
 """
 
 import argparse
@@ -8,7 +14,16 @@ import os
 import sys
 from pathlib import Path
 
-if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
+from kernels._isa import HASWELL_FEATURES
+
+EMULATE = {"avx2": {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": HASWELL_FEATURES,
+                    "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                    "OPENBLAS_CORETYPE": "Haswell"}}
+if "--emulate" in sys.argv[1:-1]:
+    target = sys.argv[sys.argv.index("--emulate") + 1]
+    if target in EMULATE and any(os.environ.get(k) != v for k, v in EMULATE[target].items()):
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], os.environ | EMULATE[target])
+elif os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     # set on some of these machines for old OpenBLAS builds; it slows a current numpy: drop it for
     # this process only (tests never do this)
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
@@ -44,6 +59,7 @@ def main():
     parser.add_argument("--only", default=",".join(SECTIONS))
     parser.add_argument("--quick", action="store_true", help="fewer rounds and epochs (a smoke run)")
     parser.add_argument("--out", default="docs/benchmarks.md")
+    parser.add_argument("--emulate", choices=sorted(EMULATE), help="run as that ISA would (see above)")
     args = parser.parse_args()
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = set(chosen) - set(SECTIONS)
@@ -54,6 +70,9 @@ def main():
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
              "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
+    if args.emulate:
+        parts[-1:-1] = [f"| emulating {args.emulate} | " + ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items()
+                                                                       if k != "NUMBA_CPU_FEATURES") + " |"]
     for name in chosen:
         title, module = SECTIONS[name]
         print(f"== {title}", flush=True)

@@ -60,6 +60,7 @@ def machine():
             "torch": torch.__version__, "blas": blas,
             "numba threading layer": numba.config.THREADING_LAYER,
             "kernels ISA / block": "{isa} ({cpu}) / {block} ({block_source})".format(**isa),
+            "torch CPU capability": torch.backends.cpu.get_cpu_capability(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
 
 

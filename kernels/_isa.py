@@ -15,6 +15,11 @@ the host CPU as LLVM sees it.
 import os
 
 ENV = "PROFILER_KERNEL_BLOCK"
+# what LLVM enables for a Haswell: with NUMBA_CPU_NAME=haswell numba still takes the host's feature
+# list unless NUMBA_CPU_FEATURES gives this one, so an AVX-512 host builds the AVX2 code only with both
+HASWELL_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsbase,+lzcnt,+mmx,+movbe,+pclmul,"
+                    "+popcnt,+rdrnd,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave,+xsaveopt,-avx512f,-avx512vl,"
+                    "-avx512bw,-avx512dq")
 # rows x lanes per ISA; AVX-512's from measurements on an Emerald Rapids Xeon (docs/performance.md)
 DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
 MAX_ROWS, MAX_LANES = 32, 128

@@ -11,9 +11,7 @@ import pytest
 import kernels as K
 from kernels import _isa
 
-# what LLVM enables for a Haswell: numba takes the host's list even with NUMBA_CPU_NAME set
-HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsbase,+lzcnt,+mmx,+movbe,+pclmul,+popcnt,"
-           "+rdrnd,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave,+xsaveopt,-avx512f,-avx512vl,-avx512bw,-avx512dq")
+HASWELL = _isa.HASWELL_FEATURES
 
 
 def _run(code, **env):
