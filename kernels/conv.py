@@ -20,12 +20,15 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing; a 'valid' forward reads x itself): the stride-1 forward of reductions at least 64
 deep uses blocks of 6 output pixels x 16 output channels, as NHWC does, with the pixels broadcast
-from the planes and y stored a channel at a time (every lane computes an output); the shallower
-forwards and the input grad use blocks of 6 output channels x 16 pixels (contiguous loads and
+from the planes and y stored a channel at a time (every lane computes an output); with 32 lanes
+the shallower forwards (first layers) use blocks of output channels x consecutive output pixels
+over each image's column-shifted planes (_forward_shifted); with 16 lanes they, and the input grad,
+use blocks of 6 output channels x 16 pixels (contiguous loads and
 stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes (mnist
 conv2's forward: 11% faster straight through); the weight grad reads dy in
 place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
-transpose, done in 8 x 8 blocks (_transpose) at 2-3x a plain copy's time. With stride > 1 the
+transpose, done in 8 x 8 blocks (_transpose) at 2-3x a plain copy's time (with 32 lanes, the first
+layers' weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
 forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
 the NHWC kernels, the result back) measured no faster overall: it won on mnist conv2's backward
 and lost 15-40% on cifar10-cnn's forwards, where the row blocks waste fewer lanes than NHWC's
@@ -193,6 +196,35 @@ def _forward_nchw_rows(xp, wp, wr, flat, y):
                     j, row, col = j + run, row + 1, 0
 
 
+@tiled
+def _forward_shifted(x, pt, pl, wr, y):
+    """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and w as
+    _row_panels. Each image's x is first copied into KW*C shifted planes of OW columns, plane
+    (kw, c) holding the padded channel c's columns kw:kw + OW, so output pixel q = oh*OW + ow
+    reads position q + kh*OW of every plane: blocks are P output channels x J consecutive output
+    pixels, contiguous in both x's planes and y, with no lanes on padding columns and whole-lane
+    vector stores (row blocks of mnist conv1's 26-pixel rows stored 26 of 32 lanes one float at a
+    time)."""
+    bsz, c, h, w = x.shape
+    _, kh_, kw_, _, _ = wr.shape
+    _, n, oh_, ow_ = y.shape
+    pixels, kl = oh_ * ow_, kw_ * c
+    slot = (oh_ + kh_ - 1) * ow_ + J   # J floats of slack: the last block's lanes run past the rows
+    xf, wf, yf = x.reshape(-1), wr.reshape(-1), y.reshape(-1)
+    for b in prange(bsz):
+        planes = np.zeros(kl * slot, np.float32)
+        for kw in range(kw_):
+            j0, j1 = max(0, pl - kw), min(ow_, w + pl - kw)   # plane columns inside x
+            for ci in range(c):
+                for ih in range(max(0, -pt), min(h, oh_ + kh_ - 1 - pt)):
+                    _copy(xf, ((b * c + ci) * h + ih) * w + j0 + kw - pl, planes,
+                          (kw * c + ci) * slot + (ih + pt) * ow_ + j0, j1 - j0)
+        for n0 in range(0, n, P):
+            for q0 in range(0, pixels, J):
+                tile(wf, n0 * kh_ * kl, 1, min(P, n - n0), (0, kl * P, P), planes, q0, (0, ow_, slot), (1, kh_, kl),
+                     yf, (b * n + n0) * pixels + q0, pixels, 1, min(J, pixels - q0), False)
+
+
 def _flat_rows(blk, ow, wp, depth):
     """Whether to run flat blocks: they use more of their lanes than row blocks when a row of wp
     positions is shorter than the row's whole lane blocks, but store lane by lane, which costs
@@ -205,7 +237,7 @@ _FLAT_DEPTH = 64
 
 
 @tiled
-def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
+def _backward_weight(xf, x_shape, dy, nchw, by_patch, run_on, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
     with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
     padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its
@@ -214,11 +246,14 @@ def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     in NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
     groups, each summed into its own part in parallel, then added.
 
-    The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
-    channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
-    (planes of dy, read in place) x 16 patch elements (lanes along x's channels-last copy, parts
-    (KH, N, KW*C padded), added up transposed). Transposing x rather than dy for NCHW: first
-    layers' x is 10-27x smaller, and no layer's is much larger."""
+    The vector lanes need a contiguous operand: NHWC blocks are P patch elements x J output
+    channels (lanes along dy's channels, parts (KH, KW*C, Np)). NCHW blocks `by_patch` are P
+    output channels (planes of dy, read in place) x J patch elements (lanes along x's
+    channels-last copy, parts (KH, N, KW*C padded), added up transposed): transposing x rather
+    than dy, since first layers' x is 10-27x smaller and no layer's is much larger. But the first
+    layers' KW*C (3 or 9) fills few of J lanes (mnist conv1 3 of 32), so there (not by_patch)
+    each band of dy is transposed to channels-last in a scratch block (8 x 8 blocks, in cache)
+    and summed as in NHWC."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
@@ -226,29 +261,53 @@ def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
         bsz, oh_, ow_, n = dy.shape
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
-    band = max(1, (1024 if nchw else 64) // ow_)
+    band = max(1, (1024 if by_patch else 64) // ow_)
     df = dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
+        dyt = np.zeros(band * ow_ * lanes if nchw and not by_patch else 0, np.float32)   # a band of dy, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for oh0 in range(0, oh_, band):
                 rows = min(band, oh_ - oh0)
-                for kh in range(kh_):
-                    x0 = (b * hp + oh0 * s + kh) * wp * c
-                    if nchw:
+                x0 = (b * hp + oh0 * s) * wp * c   # the band's first window row
+                if by_patch:
+                    for kh in range(kh_):
                         for n0 in range(0, n, P):
                             for t0 in range(0, kl, J):
                                 tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
-                                     xf, x0 + t0, (0, s * wp * c, s * c), (1, rows, ow_),
+                                     xf, x0 + kh * wp * c + t0, (0, s * wp * c, s * c), (1, rows, ow_),
                                      part, (kh * n + n0) * lanes + t0, lanes, 1, J, True)
-                    else:
-                        for t0 in range(0, kl, P):
-                            for n0 in range(0, n, J):
-                                tile(xf, x0 + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
-                                     df, (b * oh_ + oh0) * ow_ * n + n0, (0, ow_ * n, n), (1, rows, ow_),
-                                     part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
-    _sum_parts(parts, nchw, dw)
+                    continue
+                d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
+                if dyt.size:
+                    _transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
+                    d, d0, dn = dyt, 0, lanes
+                if run_on:   # blocks of patch elements e = kh*kl + t running on over kernel rows
+                    for e0 in range(0, kh_ * kl, P):
+                        kh, t0 = e0 // kl, e0 % kl
+                        for n0 in range(0, n, J):
+                            tile(xf, x0 + kh * wp * c + t0, (1, t0, kl, wp * c - kl), min(P, kh_ * kl - e0),
+                                 (0, s * wp * c, s * c), d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_),
+                                 part, e0 * lanes + n0, lanes, 1, J, True)
+                    continue
+                for kh in range(kh_):
+                    for t0 in range(0, kl, P):
+                        for n0 in range(0, n, J):
+                            tile(xf, x0 + kh * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                 d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_),
+                                 part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
+    _sum_parts(parts, by_patch, dw)
+
+
+def _shallow(blk, kl):
+    """Whether KW*C_in (kl) fills at most half of a block's 32 or more lanes (the first layers:
+    3 and 9 of 32). There NCHW's weight grad sums dy transposed by bands rather than lanes along
+    the patch (mnist conv1's 1.7x faster at 1 thread), and the weight grad's blocks of patch
+    elements run on over kernel rows when kl >= P (cifar conv1's 27 elements in 4 blocks of 8, not
+    6 of at most 8: 1.2-1.3x faster; on the 32/64-channel layers that form measured no faster
+    in session 5). 16-lane blocks (AVX2) keep their blocks, as measured on the Zen 3."""
+    return blk.lanes >= 32 and 2 * kl <= blk.lanes
 
 
 @helper
@@ -513,6 +572,9 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
         xp = plan.x.reshape(plan.n, plan.c, -1) if valid else plan.x_planes()
         _forward_planes[blk](plan.macs(), xp, plan.wp, wk, (plan.pt, plan.pt + plan.h), y)
         return y
+    if plan.nchw and stride == 1 and blk.lanes >= 32:   # shallower than the pixel blocks: the first layers
+        _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
+        return y
     if plan.nchw and stride == 1:
         _forward_nchw_rows[blk](plan.macs(), plan.x_planes(), plan.wp, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
                                 _flat_rows(blk, plan.ow, plan.wp, plan.kh * plan.kl), y)
@@ -553,9 +615,11 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     full = (plan.n, plan.hp, plan.wp, plan.c)
     xf = plan.x_nhwc(slack=blk.lanes if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if plan.nchw else plan.dyp(dy)
-    part_shape = (cout, blk.padded(kl)) if plan.nchw else (kl, blk.padded(cout))
+    by_patch = plan.nchw and not _shallow(blk, kl)
+    part_shape = (cout, blk.padded(kl)) if by_patch else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
-    _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
+    run_on = _shallow(blk, kl) and kl >= blk.rows   # a block's patch elements pass at most one kernel row end
+    _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, by_patch, run_on, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     if stride == 1 and (plan.nchw or plan.c * _SCATTER_MIN >= blk.lanes):
