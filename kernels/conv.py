@@ -13,8 +13,9 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
 - weight grad:  dw[kh, t, n]    = sum_b,oh,ow xp[b, oh*s + kh, ow*s*C + t] * dy[b, oh, ow, n]
                 (blocks: 6 of t x 16 output channels, summed over bands of ~64 output pixels)
 - input grad:   stride 1: the forward kernel on dy padded by K-1-pad with w flipped and C_in, C_out
-                swapped (a full correlation: a 9*C_out-deep reduction per block). Stride > 1, and
-                C_in below a quarter of the lanes (first layers): a scatter,
+                swapped (a full correlation: a 9*C_out-deep reduction per block). C_in below a
+                quarter of the lanes (first layers): with 32 lanes, each output pixel's whole patch
+                gradient at once (_backward_input_patches, both layouts); else, and with stride > 1, a scatter,
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
@@ -350,6 +351,67 @@ def _backward_input_nhwc(dyp, wt, s, n, rows, dxp):
                          row, ow0 * s * c + t0, s * c, 1, min(J, kl - t0), True)
 
 
+@tiled
+def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
+    """Stride 1, the first layers' input grad (C_in under a quarter of the lanes): every output
+    pixel's whole patch gradient (its KH*KW*C_in values) computed at once, then added into dx
+    where the patch sits. The full correlation's blocks run over C_in (mnist conv1: 1 of 8 rows
+    used) and the scatter's lanes over KW*C_in (3 or 9 of 32); the patch fills 9 or 27 (AVX-512,
+    8 x 32, 1 thread: mnist conv1's backward 0.33x the time in NCHW, 0.66x in NHWC; cifar conv1's
+    0.50-0.57x and 0.68-0.70x).
+    NCHW: zt (patch element, output pixel) = wt (KH*KW*C, N) @ dy's planes, blocks of P patch
+    elements x J consecutive output pixels (dy read in place, whole-lane stores: the last block of
+    an image starts J before its end, so no lane reads past dy), an image at a time; each patch
+    element's rows are then added into its channel of dx as runs along the rows.
+    NHWC: z (output pixel, patch element) = dy @ wt (N, KH*KW*C padded to J), blocks of P output
+    pixels x J patch elements, an output row at a time; each pixel's KW*C runs (one per kernel row)
+    are then added into dx's rows."""
+    kh_, kw_ = kernel
+    pt, pl = pads
+    bsz = dy.shape[0]
+    df, wf, dxf = dy.reshape(-1), wt.reshape(-1), dx.reshape(-1)
+    if nchw:
+        _, n, oh_, ow_ = dy.shape
+        _, c, h, w = dx.shape
+    else:
+        _, oh_, ow_, n = dy.shape
+        _, h, w, c = dx.shape
+    pixels, lr, lp = oh_ * ow_, kh_ * kw_ * c, wt.shape[1]
+    for b in prange(bsz):
+        dxf[b * h * w * c:(b + 1) * h * w * c] = 0.0
+        if nchw:
+            zt = np.empty(lr * pixels, np.float32)
+            for e0 in range(0, lr, P):
+                for q in range(0, pixels, J):
+                    q0 = min(q, pixels - J)
+                    tile(wf, e0 * n, n, min(P, lr - e0), (0, 0, 1), df, b * n * pixels + q0, (0, 0, pixels), (1, 1, n),
+                         zt, e0 * pixels + q0, pixels, 1, J, False)
+            for e in range(lr):
+                kh, kw, ci = e // (kw_ * c), e // c % kw_, e % c
+                o0, o1 = max(0, pl - kw), min(ow_, w + pl - kw)   # output columns whose patch column is in x
+                for oh in range(max(0, pt - kh), min(oh_, h + pt - kh)):
+                    _add(zt, e * pixels + oh * ow_ + o0, dxf, ((b * c + ci) * h + oh + kh - pt) * w + o0 + kw - pl, o1 - o0)
+            continue
+        z = np.empty(ow_ * lp, np.float32)
+        for oh in range(oh_):
+            for ow0 in range(0, ow_, P):
+                for t0 in range(0, lp, J):
+                    tile(df, ((b * oh_ + oh) * ow_ + ow0) * n, n, min(P, ow_ - ow0), (0, 0, 1), wf, t0, (0, 0, lp),
+                         (1, 1, n), z, ow0 * lp + t0, lp, 1, J, False)
+            for kh in range(max(0, pt - oh), min(kh_, h + pt - oh)):
+                for ow in range(ow_):
+                    k0, k1 = max(0, pl - ow), min(kw_, w + pl - ow)   # kernel columns inside x
+                    _add(z, ow * lp + (kh * kw_ + k0) * c, dxf, ((b * h + oh + kh - pt) * w + ow + k0 - pl) * c,
+                         (k1 - k0) * c)
+
+
+@helper
+def _add(s, s0, d, d0, n):
+    """d[d0:d0+n] += s[s0:s0+n] on flat arrays."""
+    for j in range(n):
+        d[uint64(d0 + j)] += s[uint64(s0 + j)]
+
+
 @helper
 def _transpose(s, s0, ls, d, d0, ld, rows, cols):
     """d[d0 + j*ld + i] = s[s0 + i*ls + j] for i < rows, j < cols. In 8 x 8 blocks, which LLVM
@@ -433,9 +495,11 @@ def _planes(src, pt, pl, hp, wp, dst):
             _copy(sf, (r * sh + ih) * sw, df, r * slot + (pt + ih) * wp + pl, w)
 
 
-# NHWC stride-1 input grads go through the full correlation unless C_in fills under a quarter of
-# its lanes (the first layers: C_in 1 and 3): the scatter's lanes run over KW*C_in instead, and
-# mnist conv1's and cifar conv1's backward ran 1.8-2.6x faster that way on AVX-512 (8 x 32)
+# Stride-1 input grads go through the full correlation unless C_in fills under a quarter of the
+# lanes (the first layers: C_in 1 and 3): then, with 32 or more lanes, through whole patch
+# gradients (_backward_input_patches); with fewer, NHWC's through the scatter, whose lanes run over
+# KW*C_in (on AVX-512 it ran mnist conv1's and cifar conv1's backward 1.8-2.6x faster than the
+# full correlation, before the patch gradients)
 _SCATTER_MIN = 4
 
 
@@ -622,6 +686,12 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, by_patch, run_on, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
+    if stride == 1 and blk.lanes >= 32 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:
+        # NCHW's blocks need an image of at least J output pixels (a block never starts before its first)
+        wt = plan.w.reshape(-1, cout)   # (KH*KW*C, N)
+        wt = wt if plan.nchw else _lanes(blk, plan.ws, "conv2d.wt", wt.T)
+        _backward_input_patches[blk](plan.macs(), dy, plan.nchw, wt, (kh, kw), (plan.pt, plan.pl), dx)
+        return dx, dw
     if stride == 1 and (plan.nchw or plan.c * _SCATTER_MIN >= blk.lanes):
         # a full correlation: dx = conv(dy padded by K-1-pad, w flipped with C_in and C_out swapped),
         # the forward kernel's deep reduction instead of the scatter's short one

@@ -147,11 +147,12 @@ def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("c,kh,kw,padding", [(1, 3, 3, "valid"), (3, 3, 3, "same"), (3, 2, 2, "valid"),
-                                             (2, 3, 5, "same"), (1, 5, 1, "same")])
+                                             (2, 3, 5, "same"), (1, 5, 1, "same"), (3, 5, 5, "same")])
 def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
     """The shallow layers' own paths (1-3 input channels): the NCHW forward over shifted planes,
     the NCHW weight grad over dy transposed by bands, the weight grad's blocks of patch elements
-    running on over kernel rows (KW*C_in from 8: 9 and 10 here), each with rows that are not a
+    running on over kernel rows (KW*C_in from 8: 9, 10 and 15 here), the input grad by whole
+    patches (up to 75 values: more than one block of lanes), each with rows that are not a
     multiple of the lanes (26 and 37 pixels), against PyTorch, with and without the input grad."""
     for n, h, w_, cout in [(5, 28, 28, 32), (3, 19, 37, 40)]:
         x, w = f32(rng, n, c, h, w_), f32(rng, kh, kw, c, cout)
