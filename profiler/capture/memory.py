@@ -11,9 +11,9 @@ alone adds ~600 GC-tracked objects to the profiled process.
 
 mallinfo2 walks every free chunk in every arena while holding the arena's lock: ~2 us on a young
 heap, 36 ms on one with 200,000 free chunks (the project's VM). It is read at every epoch end while
-a read costs under MALLINFO_EVERY_EPOCH_NS; from the first read that costs more, it is read only
-when the time since the previous read is at least 1/MALLINFO_BUDGET times that read's cost, and
-malloc_bytes is None in the epochs between (RSS is read every epoch).
+a read costs under MALLINFO_EVERY_EPOCH_NS; after a read that costs more, the next waits until
+the time since is at least 1/MALLINFO_BUDGET times that read's cost, and malloc_bytes is None in
+the epochs between (RSS is read every epoch).
 """
 
 import ctypes
@@ -44,8 +44,7 @@ def _mallinfo2():
 class MemoryProbe:
     def __init__(self):
         self._mallinfo2 = _mallinfo2()
-        self.malloc_sampled = False   # a read cost MALLINFO_EVERY_EPOCH_NS or more: read on the budget since
-        self._next_ns = 0             # no read before this time (perf_counter_ns) while sampled
+        self._next_ns = 0   # no read before this time (perf_counter_ns): the last read was costly
         self._statm = self._process = None
         try:
             self._page = os.sysconf("SC_PAGE_SIZE")
@@ -73,10 +72,7 @@ class MemoryProbe:
             return None
         info = self._mallinfo2()
         cost = _now() - start
-        if cost >= MALLINFO_EVERY_EPOCH_NS:
-            self.malloc_sampled = True
-        if self.malloc_sampled:
-            self._next_ns = start + cost + cost / MALLINFO_BUDGET
+        self._next_ns = start + cost + cost / MALLINFO_BUDGET if cost >= MALLINFO_EVERY_EPOCH_NS else 0
         return info.uordblks + info.hblkhd
 
     def close(self):
