@@ -10,8 +10,9 @@ Each product is C = A @ B with A and C read and written through strides (so x.T,
 no copies) and B packed into J-column panels in the caller's workspace or read in place. The
 forward reads w in place with 32-lane blocks (_reads_w_in_place), else packs w (x for batches up
 to 32, computing y.T = w.T @ x.T); the weight grad packs dy; the input grad packs dy.T (dx.T =
-w @ dy.T, w read in place) or, when the batch is large against the outputs, w.T (dx = dy @ w.T:
-see _DX_BY_ROWS). The bias uses broadcast_add on (N, C), the kernel the conv layers use.
+w @ dy.T, w read in place). With 32-lane blocks and a batch large against the outputs, both grads
+are formed together a slab of inputs at a time instead (_backward_slabs, see _DX_BY_ROWS). The
+bias uses broadcast_add on (N, C), the kernel the conv layers use.
 """
 
 import numba
@@ -22,9 +23,15 @@ from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._jit import kernel
 from ._tile import J, P, block as block_of, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
-from .conv import _transpose
+from .conv import _copy, _transpose
 
-_KB = 256       # reduction block
+_KB = 256       # reduction block of the products with B packed
+# The reduction block of the forward that reads w in place: w's 32-lane columns are 512 bytes
+# (mnist's 128 outputs) to 2 KB apart, in a few L1 sets, and a 64-step block of them is re-read
+# by every row block of the band. The product alone at 1 thread, against 256, in three processes:
+# mnist-cnn's 128x9216->128 1.04-1.07x and cifar10-cnn's 32x2304->512 1.05-1.09x as fast (32 and
+# 48 slower, 96 and 128 within the noise of 256)
+_KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone
 # Up to this batch the forward packs x rather than w: packing w copies K*N floats for M*K*N
@@ -32,20 +39,26 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
 # The input grad as dx.T = w @ dy.T writes dx a column at a time: one scalar store per output
-# element, 36 KB apart for mnist's 9216 inputs (the same L1 set). With 32-lane blocks and a batch
-# of at least a quarter of the outputs, dx = dy @ w.T costs less, its stores whole rows, at the
-# price of packing w.T (a copy of w): mnist-cnn's 128x9216->128 input grad 6.6 -> 3.0 ms (PyTorch
-# 2.5) at 1 thread. With cifar's batch of 32 and 512 outputs the stores are few against the
-# 512-step reductions and the copy is not worth it. 16-lane blocks (AVX2) keep the in-place
-# orientation: not measured there.
+# element, 36 KB apart for mnist's 9216 inputs (the same L1 set), and the weight grad reads x.T
+# with the same stride. With 32-lane blocks and a batch of at least a quarter of the outputs, both
+# grads are formed a slab of inputs at a time instead (_backward_slabs). With cifar's batch of 32
+# and 512 outputs the column stores are few against the 512-step reductions, and the slabs'
+# transposes of w cost more than they save (slabs of 32 inputs: 1.2-1.4x slower). 16-lane blocks
+# (AVX2) keep the in-place orientation: not measured there.
 _DX_BY_ROWS = 4
+# J-lane blocks of inputs per slab of _backward_slabs: x's and dx's rows are copied in runs of
+# 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
+# against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks, 0.60-0.81 with 8, 0.51-0.74
+# with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
+_SLAB_BLOCKS = 16
 
 
 @tiled
-def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
+def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group, kb):
     """C = A @ B for A[m, k] = a[m*sam + k*sak], B[k, n] = b[n*sbn + k*sbk] and C[m, n] =
     c[m*scm + n*scn] (M x K x N): strides, so transposed operands and results need no copies; B's
-    J-column blocks must be contiguous J-float runs (panels: sbn = K, sbk = J; in place: sbn = 1).
+    J-column blocks must be contiguous J-float runs (panels: sbn = K, sbk = J; in place: sbn = 1);
+    the reduction in blocks of `kb` steps.
 
     Each parallel iteration is a band of rows x a group of `group` columns, walked row block by
     row block, so successive blocks write adjacent lines of C (column blocks first, the earlier
@@ -55,12 +68,54 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
     band = _BAND_BLOCKS * P
     for it in prange((m_ + band - 1) // band * groups):
         m0, g0 = it // groups * band, it % groups * group
-        for k0 in range(0, k_, _KB):
-            kn = min(_KB, k_ - k0)
+        for k0 in range(0, k_, kb):
+            kn = min(kb, k_ - k0)
             for r0 in range(m0, min(m_, m0 + band), P):
                 for n0 in range(g0, min(n, g0 + group), J):
                     tile(a, r0 * sam + k0 * sak, sam, min(P, m_ - r0), (0, 0, sak), b, n0 * sbn + k0 * sbk, (0, 0, sbk),
                          (1, 1, kn), c, r0 * scm + n0 * scn, scm, scn, min(J, n - n0), k0 > 0)
+
+
+@tiled
+def _backward_slabs(x, w, dy, dyp, dx, dw, scratch):
+    """dx = dy @ w.T and dw = x.T @ dy, a slab of _SLAB_BLOCKS * J inputs at a time, each chunk
+    of slabs with its own `scratch` row: the slab's columns of x are copied out of x's rows (runs
+    of 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), dx's columns are
+    formed in the same layout and copied out to dx's rows the same way, and each J inputs' rows
+    of w are transposed (O x J) where the tiles read them. So x and w are read once, dx and dw
+    written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's
+    9216 inputs: one L1 set), which a packing of w.T (4.7 MB) and a weight grad reading x.T in
+    place did. dw's rows come from x's copies against dy's panels `dyp`."""
+    n, i_ = x.shape
+    o = w.shape[1]
+    width = _SLAB_BLOCKS * J
+    xf, wf, dyf, dxf, dwf = x.reshape(-1), w.reshape(-1), dy.reshape(-1), dx.reshape(-1), dw.reshape(-1)
+    slabs = (i_ + width - 1) // width
+    chunks = scratch.shape[0]
+    for t in prange(chunks):
+        xs, dxs, wt = scratch[t, :width * n], scratch[t, width * n:2 * width * n], scratch[t, 2 * width * n:]
+        for s in range(t * slabs // chunks, (t + 1) * slabs // chunks):
+            s0 = s * width
+            sw = min(width, i_ - s0)
+            for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
+                for j in range(0, sw, J):
+                    _copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
+            for j in range(0, sw, J):   # the slab's blocks of J inputs
+                i0, jn = s0 + j, min(J, sw - j)
+                _transpose(wf, i0 * o, o, wt, 0, J, jn, o)
+                for k in range(o):   # lanes past the last input: zeros, never copied out
+                    for lane in range(jn, J):
+                        wt[k * J + lane] = 0.0
+                for r0 in range(0, n, P):   # dxs[b] = dy @ wt
+                    tile(dyf, r0 * o, o, min(P, n - r0), (0, 0, 1), wt, 0, (0, 0, J), (1, 1, o),
+                         dxs, j * n + r0 * J, J, 1, J, False)
+                for n0 in range(0, o, J):   # dw[i0:i0+jn] = xs[b].T @ dy, a panel of dy over the block's rows
+                    for r0 in range(0, jn, P):
+                        tile(xs, j * n + r0, 1, min(P, jn - r0), (0, 0, J), dyp, n0 * n, (0, 0, J), (1, 1, n),
+                             dwf, (i0 + r0) * o + n0, o, 1, min(J, o - n0), False)
+            for k in range(n):   # dx[k, s0 + b*J : s0 + (b+1)*J] = dxs[b, k, :]
+                for j in range(0, sw, J):
+                    _copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, min(J, sw - j))
 
 
 @kernel
@@ -98,9 +153,14 @@ def _reads_w_in_place(blk, w):
 
 def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
-    each thread two iterations (a batch of 32 is one band)."""
+    each of several threads two iterations (a batch of 32 is one band). One thread takes all
+    columns at once, so A is read once: cifar10-cnn's 32x2304->512 forward product 1.05-1.07x as
+    fast as in two groups (1 thread, two processes)."""
+    threads = numba.get_num_threads()
+    if threads == 1:
+        return blk.padded(n)
     bands = -(-m // (_BAND_BLOCKS * blk.rows))
-    groups = max(1, min(-(-n // blk.lanes), -(-2 * numba.get_num_threads() // bands)))
+    groups = max(1, min(-(-n // blk.lanes), -(-2 * threads // bands)))
     return blk.padded(-(-n // groups))
 
 
@@ -111,12 +171,12 @@ def _flat(a):
     return a.T.reshape(-1), 1, a.shape[0]
 
 
-def _product(blk, ws, name, a, b, out, group=None):
+def _product(blk, ws, name, a, b, out):
     """out = a @ b, where a, b and out may be transposes of contiguous arrays; b is packed into the
     workspace buffer `name`, or read in place if name is None (then it must be C-ordered, with
-    whole J-lane blocks of columns); `group` columns per parallel iteration (default: _group's).
-    Products below OpenBLAS's own single-thread threshold go to numpy (its threads stay asleep, and
-    numba's packing and dispatch would cost more than the product: the mlp's 250x2 @ 2x100)."""
+    whole J-lane blocks of columns). Products below OpenBLAS's own single-thread threshold go to
+    numpy (its threads stay asleep, and numba's packing and dispatch would cost more than the
+    product: the mlp's 250x2 @ 2x100)."""
     m, k = a.shape
     if m * k * b.shape[1] < _BLAS_MAX:
         return np.matmul(a, b, out=out)
@@ -124,10 +184,10 @@ def _product(blk, ws, name, a, b, out, group=None):
     of, scm, scn = _flat(out)
     n = b.shape[1]
     if name is None:   # B read in place
-        bf, sbn, sbk = b.reshape(-1), 1, n
+        bf, sbn, sbk, kb = b.reshape(-1), 1, n, _KB_IN_PLACE
     else:
-        bf, sbn, sbk = _packed(blk, ws, name, b).reshape(-1), k, blk.lanes
-    _matmul[blk](m * k * n, af, sam, sak, bf, sbn, sbk, k, m, n, of, scm, scn, group or _group(blk, m, n))
+        bf, sbn, sbk, kb = _packed(blk, ws, name, b).reshape(-1), k, blk.lanes, _KB
+    _matmul[blk](m * k * n, af, sam, sak, bf, sbn, sbk, k, m, n, of, scm, scn, _group(blk, m, n), kb)
     return out
 
 
@@ -174,13 +234,14 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     no_overlap("out[0] (dx)", dx, inputs | {"out[1] (dw)": dw, "out[2] (db)": db})
     no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
     no_overlap("out[2] (db)", db, inputs)
-    if blk.lanes >= 32 and x.shape[0] * _DX_BY_ROWS >= w.shape[1]:
-        # one panel per iteration: its K x J floats stay in L1 over the band's row blocks (all
-        # columns at once, mnist's 9216, re-read w.T's 4.7 MB of panels per row block: 1.5x slower)
-        _product(blk, ws, "dense.wT", dy, w.T, dx, group=blk.lanes)
+    n, i, o = x.shape[0], x.shape[1], w.shape[1]
+    if blk.lanes >= 32 and n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
+        chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())   # two per thread, for the balance
+        _backward_slabs[blk](n * i * o, x, w, dy, panels(blk, ws, "dense.dy", dy), dx, dw,
+                             ws.take("dense.slabs", (chunks, (2 * _SLAB_BLOCKS * n + o) * blk.lanes)))
     else:
         _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
-    _product(blk, ws, "dense.dy", x.T, dy, dw)
+        _product(blk, ws, "dense.dy", x.T, dy, dw)
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
 

@@ -1,0 +1,72 @@
+"""dense's backward by slabs of inputs (kernels/dense.py, _backward_slabs: 32-lane blocks with a
+batch of at least a quarter of the outputs) against a float64 reference, at every block shape."""
+
+import numba
+import numpy as np
+import pytest
+
+import kernels as K
+from tests.conftest import f32
+
+BLOCKS = ["6x16", "8x32", "5x24"]
+
+
+def check_backward(x, w, dy, block, ws):
+    """dense_backward's (dx, dw, db) against float64 products."""
+    x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
+    dx, dw, db = K.dense_backward(x, w, dy, workspace=ws, block=block)
+    np.testing.assert_allclose(dx, dy64 @ w64.T, rtol=1e-4, atol=1e-4 * np.sqrt(w.shape[1]))
+    np.testing.assert_allclose(dw, x64.T @ dy64, rtol=1e-4, atol=1e-4 * np.sqrt(x.shape[0]))
+    np.testing.assert_allclose(db, dy64.sum(axis=0), rtol=1e-4, atol=1e-4 * np.sqrt(x.shape[0]))
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("n,i,o", [
+    (128, 1000, 128),   # the last slab 8 inputs wide
+    (67, 530, 96),      # a batch that is not whole row blocks; a ragged slab
+    (40, 64, 130),      # outputs not whole 32-lane panels; two slabs, so one per chunk
+    (33, 2049, 100),    # a one-input last slab
+])
+def test_backward_by_slabs_matches_a_float64_reference(n, i, o, block, rng):
+    x, w, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, n, o)
+    check_backward(x, w, dy, block, K.Workspace())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_backward_by_slabs_splits_the_inputs_among_the_threads(threads, rng):
+    """Each chunk of slabs (two chunks per thread) writes its own rows of dw and columns of dx:
+    every one is checked, with chunks of unequal sizes."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for i in (96, 1000):   # 3 slabs in 2 or 3 chunks, 32 slabs in 2 or 4
+            x, w, dy = f32(rng, 128, i), f32(rng, i, 64), f32(rng, 128, 64)
+            check_backward(x, w, dy, "8x32", K.Workspace())
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_backward_by_slabs_overwrites_the_out_buffers(rng):
+    """dx and dw are stored, not added to: buffers full of NaN come back exact."""
+    x, w, dy = f32(rng, 64, 700), f32(rng, 700, 96), f32(rng, 64, 96)
+    out = (np.full(x.shape, np.nan, np.float32), np.full(w.shape, np.nan, np.float32), np.full(96, np.nan, np.float32))
+    dx, dw, db = K.dense_backward(x, w, dy, out=out, block="8x32")
+    assert dx is out[0] and dw is out[1] and db is out[2]
+    np.testing.assert_allclose(dx, dy.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(dw, x.T.astype(np.float64) @ dy, rtol=1e-4, atol=1e-3)
+
+
+def test_backward_by_slabs_keeps_no_copy_of_w(rng):
+    """The workspace holds dy's panels and each chunk's slab copies, whatever the number of inputs
+    (a packing of w.T would grow with it)."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        sizes = []
+        for i in (2000, 20000):
+            ws = K.Workspace()
+            K.dense_backward(f32(rng, 64, i), f32(rng, i, 96), f32(rng, 64, 96), workspace=ws, block="8x32")
+            sizes.append(ws.nbytes)
+    finally:
+        numba.set_num_threads(before)
+    assert sizes[0] == sizes[1] < 2000 * 96 * 4
