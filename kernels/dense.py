@@ -25,7 +25,7 @@ from ._tile import J, P, block as block_of, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 from .conv import _copy, _transpose
 
-_KB = 256       # reduction block of the products with B packed
+_KB = 256       # reduction block
 # The reduction block of the forward that reads w in place: w's 32-lane columns are 512 bytes
 # (mnist's 128 outputs) to 2 KB apart, in a few L1 sets, and a 64-step block of them is re-read
 # by every row block of the band. The product alone at 1 thread, against 256, in three processes:
@@ -54,11 +54,10 @@ _SLAB_BLOCKS = 16
 
 
 @tiled
-def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group, kb):
+def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
     """C = A @ B for A[m, k] = a[m*sam + k*sak], B[k, n] = b[n*sbn + k*sbk] and C[m, n] =
     c[m*scm + n*scn] (M x K x N): strides, so transposed operands and results need no copies; B's
-    J-column blocks must be contiguous J-float runs (panels: sbn = K, sbk = J; in place: sbn = 1);
-    the reduction in blocks of `kb` steps.
+    J-column blocks must be contiguous J-float runs (panels: sbn = K, sbk = J).
 
     Each parallel iteration is a band of rows x a group of `group` columns, walked row block by
     row block, so successive blocks write adjacent lines of C (column blocks first, the earlier
@@ -68,12 +67,33 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group, kb):
     band = _BAND_BLOCKS * P
     for it in prange((m_ + band - 1) // band * groups):
         m0, g0 = it // groups * band, it % groups * group
-        for k0 in range(0, k_, kb):
-            kn = min(kb, k_ - k0)
+        for k0 in range(0, k_, _KB):
+            kn = min(_KB, k_ - k0)
             for r0 in range(m0, min(m_, m0 + band), P):
                 for n0 in range(g0, min(n, g0 + group), J):
                     tile(a, r0 * sam + k0 * sak, sam, min(P, m_ - r0), (0, 0, sak), b, n0 * sbn + k0 * sbk, (0, 0, sbk),
                          (1, 1, kn), c, r0 * scm + n0 * scn, scm, scn, min(J, n - n0), k0 > 0)
+
+
+@tiled
+def _forward_in_place(x, w, y, group):
+    """y = x @ w with w's rows read in place as B (_reads_w_in_place): like _matmul, each parallel
+    iteration is a band of rows x a group of columns, but walked a reduction block of _KB_IN_PLACE
+    steps at a time panel by panel, so each panel's block of w (64 rows of 128 bytes) is read by
+    the band's row blocks while it is in L1."""
+    n, i_ = x.shape
+    o = w.shape[1]
+    xf, wf, yf = x.reshape(-1), w.reshape(-1), y.reshape(-1)
+    groups = (o + group - 1) // group
+    band = _BAND_BLOCKS * P
+    for it in prange((n + band - 1) // band * groups):
+        m0, g0 = it // groups * band, it % groups * group
+        for k0 in range(0, i_, _KB_IN_PLACE):
+            kn = min(_KB_IN_PLACE, i_ - k0)
+            for n0 in range(g0, min(o, g0 + group), J):
+                for r0 in range(m0, min(n, m0 + band), P):
+                    tile(xf, r0 * i_ + k0, i_, min(P, n - r0), (0, 0, 1), wf, k0 * o + n0, (0, 0, o), (1, 1, kn),
+                         yf, r0 * o + n0, o, 1, J, k0 > 0)
 
 
 @tiled
@@ -154,8 +174,8 @@ def _reads_w_in_place(blk, w):
 def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
     each of several threads two iterations (a batch of 32 is one band). One thread takes all
-    columns at once, so A is read once: cifar10-cnn's 32x2304->512 forward product 1.05-1.07x as
-    fast as in two groups (1 thread, two processes)."""
+    columns at once, so A is read once: cifar10-cnn's 32x2304->512 forward product 1.02-1.07x as
+    fast as in two groups (1 thread, three processes)."""
     threads = numba.get_num_threads()
     if threads == 1:
         return blk.padded(n)
@@ -173,21 +193,17 @@ def _flat(a):
 
 def _product(blk, ws, name, a, b, out):
     """out = a @ b, where a, b and out may be transposes of contiguous arrays; b is packed into the
-    workspace buffer `name`, or read in place if name is None (then it must be C-ordered, with
-    whole J-lane blocks of columns). Products below OpenBLAS's own single-thread threshold go to
-    numpy (its threads stay asleep, and numba's packing and dispatch would cost more than the
-    product: the mlp's 250x2 @ 2x100)."""
+    workspace buffer `name`. Products below OpenBLAS's own single-thread threshold go to numpy (its
+    threads stay asleep, and numba's packing and dispatch would cost more than the product: the
+    mlp's 250x2 @ 2x100)."""
     m, k = a.shape
     if m * k * b.shape[1] < _BLAS_MAX:
         return np.matmul(a, b, out=out)
     af, sam, sak = _flat(a)
     of, scm, scn = _flat(out)
     n = b.shape[1]
-    if name is None:   # B read in place
-        bf, sbn, sbk, kb = b.reshape(-1), 1, n, _KB_IN_PLACE
-    else:
-        bf, sbn, sbk, kb = _packed(blk, ws, name, b).reshape(-1), k, blk.lanes, _KB
-    _matmul[blk](m * k * n, af, sam, sak, bf, sbn, sbk, k, m, n, of, scm, scn, _group(blk, m, n), kb)
+    bf = _packed(blk, ws, name, b).reshape(-1)
+    _matmul[blk](m * k * n, af, sam, sak, bf, k, blk.lanes, k, m, n, of, scm, scn, _group(blk, m, n))
     return out
 
 
@@ -209,9 +225,12 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     ws, blk = check_workspace(workspace), block_of(block)
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
-    if _reads_w_in_place(blk, w):
-        _product(blk, ws, None, x, w, y)
-    elif x.shape[0] <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
+    n, i, o = x.shape[0], x.shape[1], w.shape[1]
+    if n * i * o < _BLAS_MAX:   # as in _product
+        np.matmul(x, w, out=y)
+    elif _reads_w_in_place(blk, w):
+        _forward_in_place[blk](n * i * o, x, w, y, _group(blk, n, o))
+    elif n <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(blk, ws, "dense.x", w.T, x.T, y.T)
     else:
         _product(blk, ws, "dense.w", x, w, y)
