@@ -28,9 +28,10 @@ from .conv import _copy, _transpose
 _KB = 256       # reduction block
 # The reduction block of the forward that reads w in place: w's 32-lane columns are 512 bytes
 # (mnist's 128 outputs) to 2 KB apart, in a few L1 sets, and a 64-step block of them is re-read
-# by every row block of the band. The product alone at 1 thread, against 256, in three processes:
-# mnist-cnn's 128x9216->128 1.04-1.07x and cifar10-cnn's 32x2304->512 1.05-1.09x as fast (32 and
-# 48 slower, 96 and 128 within the noise of 256)
+# by every row block of the band. The product alone at 1 thread, 64 steps against 256 (row blocks
+# walked outside the panels), in three processes: mnist-cnn's 128x9216->128 1.04-1.07x and
+# cifar10-cnn's 32x2304->512 1.05-1.09x as fast (32 and 48 slower, 96 and 128 within the noise
+# of 256; panels outside row blocks, 64 against 128: mnist 1.04-1.10x, cifar within the noise)
 _KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone

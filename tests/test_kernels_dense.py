@@ -1,5 +1,6 @@
 """dense's backward by slabs of inputs (kernels/dense.py, _backward_slabs: 32-lane blocks with a
-batch of at least a quarter of the outputs) against a float64 reference, at every block shape."""
+batch of at least a quarter of the outputs) against a float64 reference; the same shapes at the
+other block shapes, which form the grads as two products."""
 
 import numba
 import numpy as np
@@ -22,9 +23,9 @@ def check_backward(x, w, dy, block, ws):
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [
-    (128, 1000, 128),   # the last slab 8 inputs wide
-    (67, 530, 96),      # a batch that is not whole row blocks; a ragged slab
-    (40, 64, 130),      # outputs not whole 32-lane panels; two slabs, so one per chunk
+    (128, 1000, 128),   # a last slab of 488 inputs, its last block of 32 lanes 8 wide
+    (67, 530, 96),      # a batch that is not whole row blocks; a last slab of 18 inputs
+    (40, 1100, 130),    # outputs not whole 32-lane panels; three slabs
     (33, 2049, 100),    # a one-input last slab
 ])
 def test_backward_by_slabs_matches_a_float64_reference(n, i, o, block, rng):
@@ -39,7 +40,7 @@ def test_backward_by_slabs_splits_the_inputs_among_the_threads(threads, rng):
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        for i in (96, 1000):   # 3 slabs in 2 or 3 chunks, 32 slabs in 2 or 4
+        for i in (1100, 5000):   # 3 slabs of 512 inputs in 2 or 3 chunks, 10 in 2 or 4
             x, w, dy = f32(rng, 128, i), f32(rng, i, 64), f32(rng, 128, 64)
             check_backward(x, w, dy, "8x32", K.Workspace())
     finally:
