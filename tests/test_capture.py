@@ -279,14 +279,20 @@ def test_auto_capture_opens_a_later_window_only_when_the_run_covers_every_window
         assert n * excess <= 0.1 * run_then + 1e-9
 
 
-def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_costly_read(monkeypatch):
-    """mallinfo2 walks every free chunk: on a fragmented heap one read takes milliseconds. A fake
-    clock and a fake mallinfo2 that costs what the test says."""
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake perf_counter_ns for the capture budgets (budget.py): reads advance it by their cost."""
+    from profiler.capture import budget
+    now = {"ns": 0}
+    monkeypatch.setattr(budget, "_now", lambda: now["ns"])
+    return now
+
+
+def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_costly_read(clock):
+    """mallinfo2 walks every free chunk: on a fragmented heap one read takes milliseconds."""
     from types import SimpleNamespace
 
     from profiler.capture import memory
-    clock = {"ns": 0}
-    monkeypatch.setattr(memory, "_now", lambda: clock["ns"])
     probe = memory.MemoryProbe()
     probe.close()
     cost = {"ns": 2_000}
@@ -304,13 +310,61 @@ def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_cost
         return values
     assert reads(50, 10_000) == [1024] * 50   # 2 us: every epoch
     cost["ns"] = 5_000_000   # 5 ms a read: at most 0.1% of the time, so one read per ~5 s
-    got = reads(400, 100_000_000)   # epochs of 0.1 s
+    got = reads(380, 100_000_000)   # epochs of 0.1 s
     read_at = [i for i, v in enumerate(got) if v is not None]
     assert read_at[0] == 0 and all(got[i] == 1024 for i in read_at) and len(read_at) == 8
     assert set(map(int, np.diff(read_at))) == {50}   # 5.005 s after each read's start: 50 epochs on
-    cost["ns"] = 2_000   # the heap tidied: the read after the wait is cheap, and so every epoch's again
+    cost["ns"] = 2_000   # the heap tidied: once the last costly read's wait is over, every epoch again
     got = reads(60, 100_000_000)
-    assert got[-10:] == [1024] * 10 and got.count(None) < 50
+    assert got[:20] == [None] * 20 and got[20:] == [1024] * 40   # epochs 380-399 wait for epoch 400
+    assert reads(50, 10_000) == [1024] * 50
+
+
+def test_worker_samples_stay_within_their_budget_wherever_they_are_asked_for(clock, monkeypatch):
+    """A worker's smaps_rollup costs ~15 ms per GiB its parent's heap spans: 4 workers of a 1 GiB
+    parent, 60 ms a sample, get one sample per 6 s at 1%, from the thread, the hooks or epoch ends."""
+    from profiler.capture import workers
+
+    def read(process):
+        clock["ns"] += 60_000_000
+        return {101: (5 << 20, 6 << 20), 102: (7 << 20, 8 << 20)}
+    monkeypatch.setattr(workers, "read", read)
+    probe = workers.WorkerProbe()
+    epochs = []
+    for epoch in range(40):   # epochs of 1 s: the thread asks every 0.2 s, a hook once, the epoch's end once
+        for _ in range(5):
+            clock["ns"] += 200_000_000
+            probe.sample()
+        epochs.append(probe.take())
+    sampled = [i for i, r in enumerate(epochs) if r is not None]
+    assert sampled == list(range(0, 40, 6))   # 6.06 s between samples: every sixth epoch
+    assert epochs[0] == {"count": 2, "uss_bytes": 12 << 20, "pss_bytes": 14 << 20, "uss_growth_bytes": 0}
+
+
+def test_tracked_objects_are_counted_within_their_budget(clock, monkeypatch):
+    from profiler.capture import objects
+
+    def counts():
+        clock["ns"] += 1_000_000   # a heap whose count takes 1 ms: once a second at 0.1%
+        return [1, 2, 3]
+    monkeypatch.setattr(objects, "_counts", counts)
+    counter = objects.TrackedCounter()
+    got = []
+    for _ in range(30):
+        got.append(counter.sample())
+        clock["ns"] += 100_000_000
+    assert [i for i, c in enumerate(got) if c is not None] == [0, 10, 20] and got[0] == [1, 2, 3]
+
+
+def test_a_budgeted_read_that_raises_still_puts_off_the_next():
+    from profiler.capture.budget import Budget
+    budget = Budget(1e-9)
+
+    def fails():
+        raise OSError("gone")
+    with pytest.raises(OSError):
+        budget.call(fails)
+    assert budget.call(lambda: 1) is None
 
 
 def test_auto_detector_measures_rss_across_epochs_where_malloc_was_skipped():

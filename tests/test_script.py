@@ -247,7 +247,7 @@ def test_ctrl_c_is_interrupted_130(tmp_path):
 def test_worker_probe_sums_children_and_their_growth():
     from profiler.capture.workers import WorkerProbe
 
-    probe = WorkerProbe(interval=0.05)
+    probe = WorkerProbe(interval=0.05, budget=1.0)   # each sample waits only its own cost
     assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0}
     grow = "import sys, time\ntime.sleep(0.5)\nkept = bytearray(40_000_000)\nkept[::4096] = b'x' * len(kept[::4096])\n" \
            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n"
@@ -256,6 +256,7 @@ def test_worker_probe_sums_children_and_their_growth():
     try:
         for child in children:
             assert child.stdout.readline() == "ready\n"
+        time.sleep(0.1)   # a sample of the ready children, and past its wait
         reading = probe.take()
     finally:
         probe.stop()
@@ -264,6 +265,7 @@ def test_worker_probe_sums_children_and_their_growth():
             child.wait()
     assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
     assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
+    time.sleep(0.1)   # past the last sample's wait (its cost: a few ms)
     assert probe.take()["count"] == 0
 
 

@@ -12,16 +12,16 @@ alone adds ~600 GC-tracked objects to the profiled process.
 mallinfo2 walks every free chunk in every arena while holding the arena's lock: ~2 us on a young
 heap, 36 ms on one with 200,000 free chunks (the project's VM). It is read at every epoch end while
 a read costs under MALLINFO_EVERY_EPOCH_NS; after a read that costs more, the next waits until
-the time since is at least 1/MALLINFO_BUDGET times that read's cost, and malloc_bytes is None in
-the epochs between (RSS is read every epoch).
+the time since is at least 1/MALLINFO_BUDGET times that read's cost (budget.py), and malloc_bytes
+is None in the epochs between (RSS is read every epoch).
 """
 
 import ctypes
 import os
-import time
+
+from .budget import Budget
 
 _STATM = "/proc/self/statm"
-_now = time.perf_counter_ns
 MALLINFO_EVERY_EPOCH_NS = 20_000
 MALLINFO_BUDGET = 0.001
 
@@ -44,7 +44,7 @@ def _mallinfo2():
 class MemoryProbe:
     def __init__(self):
         self._mallinfo2 = _mallinfo2()
-        self._next_ns = 0   # no read before this time (perf_counter_ns): the last read was costly
+        self._budget = Budget(MALLINFO_BUDGET, free_ns=MALLINFO_EVERY_EPOCH_NS)
         self._statm = self._process = None
         try:
             self._page = os.sysconf("SC_PAGE_SIZE")
@@ -67,13 +67,8 @@ class MemoryProbe:
     def malloc(self):
         if self._mallinfo2 is None:
             return None
-        start = _now()
-        if start < self._next_ns:
-            return None
-        info = self._mallinfo2()
-        cost = _now() - start
-        self._next_ns = start + cost + cost / MALLINFO_BUDGET if cost >= MALLINFO_EVERY_EPOCH_NS else 0
-        return info.uordblks + info.hblkhd
+        info = self._budget.call(self._mallinfo2)
+        return None if info is None else info.uordblks + info.hblkhd
 
     def close(self):
         if self._statm is not None:

@@ -2,8 +2,8 @@
 
 CPython (3.11) keeps no count of the objects in each generation, so `TrackedCounter` counts them
 with len(gc.get_objects(generation)): 15-70 ns per object on the project's 2-core VM, and a
-transient list of 8 bytes per object. It samples within a time budget (0.1% of the time since the
-previous sample), so a heap of 10^4 objects is counted about every 0.5 s and one of 10^6 about
+transient list of 8 bytes per object. It samples within a time budget (budget.py: 0.1% of the
+time since the previous sample began), so a heap of 10^4 objects is counted about every 0.5 s and one of 10^6 about
 every 70 s (a short run of a big heap gets one count); the engine's mlp, whose objects the loop
 freezes, every few epochs.
 
@@ -15,9 +15,9 @@ verdict can say "+40k lists per epoch, from loader.py:42".
 
 import collections
 import gc
-import time
 
-_now = time.perf_counter_ns
+from .budget import Budget
+
 TOP = 5
 SITE_SAMPLE = 20
 SITE_SCAN = 2000
@@ -25,18 +25,15 @@ SITE_SCAN = 2000
 
 class TrackedCounter:
     def __init__(self, budget=0.001):
-        self.budget = budget
-        self._next_ns = 0
+        self._budget = Budget(budget)
 
     def sample(self):
         """[n0, n1, n2] when the budget allows a count now, else None."""
-        start = _now()
-        if start < self._next_ns:
-            return None
-        counts = [len(gc.get_objects(generation)) for generation in range(3)]
-        end = _now()
-        self._next_ns = end + (end - start) / self.budget
-        return counts
+        return self._budget.call(_counts)
+
+
+def _counts():
+    return [len(gc.get_objects(generation)) for generation in range(3)]
 
 
 def _type_name(cls):

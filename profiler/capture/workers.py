@@ -10,7 +10,10 @@ so a background thread samples the live children every `interval` seconds (and t
 sample when a DataLoader has just started its workers and just before it shuts them down), and an
 epoch keeps the sample with the most private memory. Children are listed from /proc/PID/task/TID/children where
 Linux offers it (psutil's listing reads every process on the machine), and one child's memory is
-one read of /proc/PID/smaps_rollup.
+one read of /proc/PID/smaps_rollup, for which the kernel walks every page the child maps: a forked
+worker maps its parent's whole heap, ~15 ms per GiB on the project's VM. Samples are therefore
+kept to BUDGET of the time (budget.py), wherever they are asked for; an epoch in which none was
+taken records None.
 """
 
 import os
@@ -18,6 +21,10 @@ import sys
 import threading
 
 import psutil
+
+from .budget import Budget
+
+BUDGET = 0.01
 
 
 def _children_linux(pid):
@@ -78,8 +85,9 @@ class WorkerProbe:
     private memory, and "uss_growth_bytes": how much their private memory grew since each was
     first seen (a forked worker starts small; one that copies what it reads grows)."""
 
-    def __init__(self, interval=0.2):
+    def __init__(self, interval=0.2, budget=BUDGET):
         self.interval = interval
+        self._budget = Budget(budget)
         self._process = psutil.Process()
         self._first = {}             # pid -> USS when first seen
         self._peak = None
@@ -103,8 +111,11 @@ class WorkerProbe:
             self.sample()
 
     def sample(self):
-        """Read the children now (also called when a DataLoader starts and stops its workers)."""
-        children = read(self._process)
+        """Read the children now, when the budget allows (also called when a DataLoader starts and
+        stops its workers); {pid: (uss, pss)}, or None when it does not."""
+        children = self._budget.call(lambda: read(self._process))
+        if children is None:
+            return None
         with self._lock:
             for pid, (uss, _) in children.items():
                 self._first.setdefault(pid, uss)
@@ -118,9 +129,11 @@ class WorkerProbe:
 
     def take(self):
         """The epoch's reading (its sample with the most private memory, the children alive now
-        included), and a fresh start for the next epoch."""
+        included when the budget allows a sample now; None when the epoch had no sample), and a
+        fresh start for the next epoch."""
         alive = self.sample()
         with self._lock:
             reading, self._peak = self._peak, None
-            self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
+            if alive is not None:
+                self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
         return reading
