@@ -10,6 +10,7 @@ AVX2 code path against an AVX2 PyTorch on this core, not an AVX2 machine's cache
 """
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -19,28 +20,47 @@ from kernels._isa import HASWELL_FEATURES
 EMULATE = {"avx2": {"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": HASWELL_FEATURES,
                     "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                     "OPENBLAS_CORETYPE": "Haswell"}}
-if "--emulate" in sys.argv[1:-1]:
-    target = sys.argv[sys.argv.index("--emulate") + 1]
-    if target in EMULATE and any(os.environ.get(k) != v for k, v in EMULATE[target].items()):
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], os.environ | EMULATE[target])
-elif os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
-    # set on some of these machines for old OpenBLAS builds; it slows a current numpy: drop it for
-    # this process only (tests never do this)
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], env)
-
-from . import detection, drift, engine, kernels, overhead, ranks, startup  # noqa: E402
-from .timing import machine  # noqa: E402
-
-SECTIONS = {
-    "kernels": ("Kernels vs PyTorch (median of interleaved calls)", kernels),
-    "engine": ("Training steps vs PyTorch eager", engine),
-    "drift": ("The Axon report on our engine: drift and max_epochs", drift),
-    "overhead": ("Profiler overhead: the observer effect", overhead),
-    "startup": ("Compile and start-up", startup),
-    "detection": ("Analysis: false alarms, detection and speed on simulated runs", detection),
-    "ranks": ("Multi-rank runs: merged analysis against the number of ranks", ranks),
+SECTIONS = {   # module of this package: its title in the results
+    "kernels": "Kernels vs PyTorch (median of interleaved calls)",
+    "engine": "Training steps vs PyTorch eager",
+    "drift": "The Axon report on our engine: drift and max_epochs",
+    "overhead": "Profiler overhead: the observer effect",
+    "startup": "Compile and start-up",
+    "detection": "Analysis: false alarms, detection and speed on simulated runs",
+    "ranks": "Multi-rank runs: merged analysis against the number of ranks",
 }
+
+
+def _arguments():
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", allow_abbrev=False)
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and epochs (a smoke run)")
+    parser.add_argument("--out", default="docs/benchmarks.md")
+    parser.add_argument("--emulate", choices=sorted(EMULATE), help="run as that ISA would (see above)")
+    args = parser.parse_args()
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    return args, chosen
+
+
+def _environment(emulate):
+    """The variables this run needs: an emulated ISA's, or none of the OpenBLAS overrides some of
+    these machines set for old OpenBLAS builds (they slow a current numpy; tests never drop them)."""
+    env = dict(os.environ)
+    if emulate:
+        return env | EMULATE[emulate]
+    for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        env.pop(name, None)
+    return env
+
+
+ARGS, CHOSEN = _arguments()
+if _environment(ARGS.emulate) != dict(os.environ):   # libraries read these once, when loaded: start afresh
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], _environment(ARGS.emulate))
+
+from .timing import machine  # noqa: E402
 
 
 def _merge(old, parts):
@@ -51,20 +71,11 @@ def _merge(old, parts):
         return blocks[0], {block.splitlines()[0]: "## " + block.rstrip() + "\n" for block in blocks[1:]}
     header, new = sections("\n".join(parts))
     merged = sections(old)[1] | new
-    return [header + "\n"] + [merged[title] for title, _ in SECTIONS.values() if title in merged]
+    return [header + "\n"] + [merged[title] for title in SECTIONS.values() if title in merged]
 
 
 def main():
-    parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("--only", default=",".join(SECTIONS))
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and epochs (a smoke run)")
-    parser.add_argument("--out", default="docs/benchmarks.md")
-    parser.add_argument("--emulate", choices=sorted(EMULATE), help="run as that ISA would (see above)")
-    args = parser.parse_args()
-    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = set(chosen) - set(SECTIONS)
-    if unknown:
-        parser.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    args, chosen = ARGS, CHOSEN
     info = machine()
     parts = ["# Benchmark results", "", "Written by `make bench` (`python -m benchmarks`). Ratios come from one "
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
@@ -74,7 +85,7 @@ def main():
         parts[-1:-1] = [f"| emulating {args.emulate} | " + ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items()
                                                                        if k != "NUMBA_CPU_FEATURES") + " |"]
     for name in chosen:
-        title, module = SECTIONS[name]
+        title, module = SECTIONS[name], importlib.import_module(f"benchmarks.{name}")
         print(f"== {title}", flush=True)
         if args.quick:
             result = {"kernels": lambda: module.run(threads=(2,), rounds=5),

@@ -107,6 +107,10 @@ MALLINFO = """
 import json, time
 from profiler.capture import memory
 fn = memory._mallinfo2()
+if fn is None:   # off glibc, or a glibc before 2.33
+    print("null")
+    raise SystemExit
+
 
 def cost():
     times = []
@@ -118,7 +122,7 @@ def cost():
 young = cost()
 blocks = [bytearray(2000 + (i % 50) * 16) for i in range(400_000)]
 del blocks[::2]   # 200,000 free chunks between the kept ones
-print(json.dumps(None if fn is None else {"young_ns": young, "fragmented_ns": cost()}))
+print(json.dumps({"young_ns": young, "fragmented_ns": cost()}))
 """
 
 

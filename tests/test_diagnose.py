@@ -100,7 +100,6 @@ def test_leak_that_levels_off(tmp_path):
     assert "levels off" in text.evidence(d.findings[0]) and "levelled off" in text.remedy(d.findings[0])
 
 
-
 def test_malloc_growth_read_in_some_epochs_only(tmp_path):
     # a costly heap's malloc reads are sparse (memory.py): growth is measured over the epochs that have one
     records = [epoch(i, 0.01, malloc=100 * MIB + i * MIB if i % 7 == 0 else None) for i in range(45)]
@@ -109,6 +108,7 @@ def test_malloc_growth_read_in_some_epochs_only(tmp_path):
     e = d.findings[0].evidence
     assert e.measure == "malloc" and e.growth_bytes_per_epoch == pytest.approx(MIB)
     assert e.start_bytes == 107 * MIB and e.end_bytes == 142 * MIB   # epochs 7 and 42 (after the warm-up)
+
 
 def test_leak_names_the_line(tmp_path):
     records = [epoch(i, 0.01, rss=200 * MIB + i * 4 * MIB, malloc=100 * MIB + i * 4 * MIB,

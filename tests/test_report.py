@@ -74,7 +74,6 @@ def test_epoch_series_downsamples_without_truncating(tmp_path):
     assert s.epoch[-1] == pytest.approx(47)      # the last bin's mean epoch: the tail is kept
 
 
-
 def test_epoch_series_keeps_the_malloc_reads_there_are(tmp_path):
     records = [epoch(i, 0.01, malloc=i * MIB if i % 5 == 0 else None) for i in range(50)]
     s = series(write_run(tmp_path / "run", records), max_points=4)
@@ -82,6 +81,7 @@ def test_epoch_series_keeps_the_malloc_reads_there_are(tmp_path):
     assert (s.malloc_bytes / MIB).tolist() == s.malloc_epoch.tolist()
     none = series(write_run(tmp_path / "none", [epoch(i, 0.01) for i in range(5)]))
     assert len(none.malloc_epoch) == len(none.malloc_bytes) == 0
+
 
 def test_op_labels():
     assert text.op_label("conv", {}) == "conv"

@@ -66,8 +66,9 @@ def memory(s):
     """s: analysis.EpochSeries."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
     ax.plot(s.epoch, s.rss_bytes / MIB, label="process RSS")
-    if len(s.malloc_epoch):
-        ax.plot(s.malloc_epoch, s.malloc_bytes / MIB, label="malloc in use")
+    if len(s.malloc_epoch):   # markers: a costly heap's reads can be a few points (capture/memory.py)
+        ax.plot(s.malloc_epoch, s.malloc_bytes / MIB, "o-" if len(s.malloc_epoch) < 50 else "-", ms=3,
+                label="malloc in use")
     if len(s.traced_epoch):
         ax.plot(s.traced_epoch, s.traced_bytes / MIB, "o-", ms=3, label="tracemalloc traced")
     ax.set(title="Memory over epochs", xlabel="epoch", ylabel="MiB")
