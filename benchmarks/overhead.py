@@ -21,6 +21,7 @@ import numpy as np
 
 from profiler import Session
 from profiler.capture.gc_timer import GcTimer
+from profiler.capture.workers import BUDGET as WORKER_BUDGET
 from profiler.rundir import read_run
 from profiler.workloads import scenarios
 from profiler.workloads.engine import Events, Loop
@@ -130,6 +131,32 @@ def malloc_read_costs():
     """mallinfo2's cost on a young heap and on one with 200,000 free chunks (a fresh process:
     fragmenting this one would slow what is measured after), or None off glibc."""
     proc = subprocess.run([sys.executable, "-c", MALLINFO], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(proc.stdout)
+
+WORKER = """
+import json, os, time
+import psutil
+from profiler.capture import workers
+heap = bytearray(1 << 30)
+heap[::4096] = b"x" * len(heap[::4096])   # 1 GiB the forked worker maps
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+parent, times = psutil.Process(), []
+for _ in range(7):
+    start = time.perf_counter_ns()
+    assert pid in workers.read(parent)
+    times.append(time.perf_counter_ns() - start)
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+print(json.dumps(sorted(times)[3]))
+"""
+
+
+def worker_sample_cost():
+    """One DataLoader-worker memory sample (workers.read) of a child forked from a 1 GiB parent, ns."""
+    proc = subprocess.run([sys.executable, "-c", WORKER], capture_output=True, text=True, timeout=300, check=True)
     return json.loads(proc.stdout)
 
 # -- side-by-side timing helpers -------------------------------------------------------------------
@@ -386,6 +413,7 @@ def run(rounds=7):
     return {"load": os.getloadavg(),
             "counts": observer_counts(rounds=max(1, min(rounds, 3))),
             "mallinfo": malloc_read_costs(),
+            "worker_sample_ns": worker_sample_cost(),
             "instruments": instrument_costs(rounds=2 * rounds + 1),
             "mlp": mlp_ab(epochs=60 * rounds),
             "ops": ops_ab(epochs=45 * rounds),
@@ -454,7 +482,10 @@ def markdown(result):
             f"training) | {mlp['end_epoch_s'] * 1e6:.1f} us |",
             f"| our gc callback on one collection, no event recorded (the collection alone: "
             f"{i['gc0_collect_ns']:.0f} ns) | {i['gc_callback_ns']:.0f} ns |",
-            f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]), "",
+            f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]),
+            f"| a DataLoader worker's memory sample (its smaps_rollup), the worker forked from a 1 GiB parent "
+            f"(taken at most every {result['worker_sample_ns'] / WORKER_BUDGET / 1e9:.1f} s: "
+            f"{WORKER_BUDGET:.0%} of the time) | {result['worker_sample_ns'] / 1e6:.1f} ms |", "",
             f"From these (hot, back-to-back costs), light capture of one mlp epoch (36 steps, 252 engine ops, "
             f"one epoch record) costs ~{direct:.0f} us ({100 * direct / (mlp['none'] * 1e6):.1f}% of the median epoch below), and of an "
             f"epoch of 250 ops of 15 us looked up per call ~{loop_direct:.0f} us "
