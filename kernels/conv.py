@@ -238,7 +238,7 @@ _FLAT_DEPTH = 64
 
 
 @tiled
-def _backward_weight(xf, x_shape, dy, nchw, by_patch, run_on, s, parts, dw):
+def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
     with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
     padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its
@@ -247,14 +247,11 @@ def _backward_weight(xf, x_shape, dy, nchw, by_patch, run_on, s, parts, dw):
     in NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
     groups, each summed into its own part in parallel, then added.
 
-    The vector lanes need a contiguous operand: NHWC blocks are P patch elements x J output
-    channels (lanes along dy's channels, parts (KH, KW*C, Np)). NCHW blocks `by_patch` are P
-    output channels (planes of dy, read in place) x J patch elements (lanes along x's
-    channels-last copy, parts (KH, N, KW*C padded), added up transposed): transposing x rather
-    than dy, since first layers' x is 10-27x smaller and no layer's is much larger. But the first
-    layers' KW*C (3 or 9) fills few of J lanes (mnist conv1 3 of 32), so there (not by_patch)
-    each band of dy is transposed to channels-last in a scratch block (8 x 8 blocks, in cache)
-    and summed as in NHWC."""
+    The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
+    channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
+    (planes of dy, read in place) x 16 patch elements (lanes along x's channels-last copy, parts
+    (KH, N, KW*C padded), added up transposed). Transposing x rather than dy for NCHW: first
+    layers' x is 10-27x smaller, and no layer's is much larger."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
@@ -262,52 +259,78 @@ def _backward_weight(xf, x_shape, dy, nchw, by_patch, run_on, s, parts, dw):
         bsz, oh_, ow_, n = dy.shape
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
-    band = max(1, (1024 if by_patch else 64) // ow_)
+    band = max(1, (1024 if nchw else 64) // ow_)
     df = dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
-        dyt = np.zeros(band * ow_ * lanes if nchw and not by_patch else 0, np.float32)   # a band of dy, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for oh0 in range(0, oh_, band):
                 rows = min(band, oh_ - oh0)
-                x0 = (b * hp + oh0 * s) * wp * c   # the band's first window row
-                if by_patch:
-                    for kh in range(kh_):
+                for kh in range(kh_):
+                    x0 = (b * hp + oh0 * s + kh) * wp * c
+                    if nchw:
                         for n0 in range(0, n, P):
                             for t0 in range(0, kl, J):
                                 tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
-                                     xf, x0 + kh * wp * c + t0, (0, s * wp * c, s * c), (1, rows, ow_),
+                                     xf, x0 + t0, (0, s * wp * c, s * c), (1, rows, ow_),
                                      part, (kh * n + n0) * lanes + t0, lanes, 1, J, True)
-                    continue
+                    else:
+                        for t0 in range(0, kl, P):
+                            for n0 in range(0, n, J):
+                                tile(xf, x0 + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                     df, (b * oh_ + oh0) * ow_ * n + n0, (0, ow_ * n, n), (1, rows, ow_),
+                                     part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
+    _sum_parts(parts, nchw, dw)
+
+
+@tiled
+def _backward_weight_shallow(xf, x_shape, dy, nchw, run_on, s, parts, dw):
+    """The first layers' weight grad with 32 lanes (_shallow): _backward_weight's NHWC blocks (P
+    patch elements x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at
+    a time into a channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along
+    KW*C (mnist conv1: 3 of 32 lanes), and, run_on, blocks of patch elements e = kh*KW*C + t
+    running on over kernel rows (cifar conv1's 27 in 4 blocks of 8, not 6). A kernel apart from
+    _backward_weight, so that one's compiled loops (AVX2's, and the deeper layers') stay as they
+    were measured."""
+    _, hp, wp, c = x_shape
+    if nchw:
+        bsz, n, oh_, ow_ = dy.shape
+    else:
+        bsz, oh_, ow_, n = dy.shape
+    groups, kh_, kl, lanes = parts.shape
+    band = max(1, 64 // ow_)
+    df = dy.reshape(-1)
+    for g in prange(groups):
+        part = parts[g].reshape(-1)
+        part[:] = 0.0
+        dyt = np.zeros(band * ow_ * lanes if nchw else 0, np.float32)   # a band of dy, channels-last
+        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
+            for oh0 in range(0, oh_, band):
+                rows = min(band, oh_ - oh0)
                 d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
-                if dyt.size:
+                if nchw:
                     _transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
                     d, d0, dn = dyt, 0, lanes
-                if run_on:   # blocks of patch elements e = kh*kl + t running on over kernel rows
-                    for e0 in range(0, kh_ * kl, P):
-                        kh, t0 = e0 // kl, e0 % kl
-                        for n0 in range(0, n, J):
-                            tile(xf, x0 + kh * wp * c + t0, (1, t0, kl, wp * c - kl), min(P, kh_ * kl - e0),
-                                 (0, s * wp * c, s * c), d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_),
-                                 part, e0 * lanes + n0, lanes, 1, J, True)
-                    continue
-                for kh in range(kh_):
-                    for t0 in range(0, kl, P):
-                        for n0 in range(0, n, J):
-                            tile(xf, x0 + kh * wp * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
-                                 d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_),
-                                 part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
-    _sum_parts(parts, by_patch, dw)
+                x0 = (b * hp + oh0 * s) * wp * c   # the band's first window row
+                e0 = 0
+                while e0 < kh_ * kl:
+                    kh, t0 = e0 // kl, e0 % kl
+                    pn = min(P, kh_ * kl - e0) if run_on else min(P, kl - t0)
+                    for n0 in range(0, n, J):
+                        tile(xf, x0 + kh * wp * c + t0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
+                             d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_), part, e0 * lanes + n0, lanes, 1, J, True)
+                    e0 += pn
+    _sum_parts(parts, False, dw)
 
 
 def _shallow(blk, kl):
     """Whether KW*C_in (kl) fills at most half of a block's 32 or more lanes (the first layers:
-    3 and 9 of 32). There NCHW's weight grad sums dy transposed by bands rather than lanes along
-    the patch (mnist conv1's 1.7x faster at 1 thread), and the weight grad's blocks of patch
-    elements run on over kernel rows when kl >= P (cifar conv1's 27 elements in 4 blocks of 8, not
-    6 of at most 8: 1.2-1.3x faster; on the 32/64-channel layers that form measured no faster
-    in session 5). 16-lane blocks (AVX2) keep their blocks, as measured on the Zen 3."""
+    3 and 9 of 32), where the weight grad runs _backward_weight_shallow: NCHW's with dy transposed
+    by bands (mnist conv1's 1.7x faster at 1 thread), and blocks of patch elements running on
+    over kernel rows when kl >= P (cifar conv1's 1.2-1.3x faster; on the 32/64-channel layers that
+    form measured no faster in session 5). 16-lane blocks (AVX2) keep their blocks, as measured
+    on the Zen 3."""
     return blk.lanes >= 32 and 2 * kl <= blk.lanes
 
 
@@ -679,11 +702,14 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     full = (plan.n, plan.hp, plan.wp, plan.c)
     xf = plan.x_nhwc(slack=blk.lanes if plan.nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if plan.nchw else plan.dyp(dy)
-    by_patch = plan.nchw and not _shallow(blk, kl)
-    part_shape = (cout, blk.padded(kl)) if by_patch else (kl, blk.padded(cout))
+    shallow = _shallow(blk, kl)
+    part_shape = (cout, blk.padded(kl)) if plan.nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
-    run_on = _shallow(blk, kl) and kl >= blk.rows   # a block's patch elements pass at most one kernel row end
-    _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, by_patch, run_on, stride, parts, dw.reshape(kh, kl, cout))
+    if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
+        _backward_weight_shallow[blk](plan.macs(), xf, full, dyl, plan.nchw, kl >= blk.rows, stride, parts,
+                                      dw.reshape(kh, kl, cout))
+    else:
+        _backward_weight[blk](plan.macs(), xf, full, dyl, plan.nchw, stride, parts, dw.reshape(kh, kl, cout))
     if not need_dx:
         return None, dw
     if stride == 1 and blk.lanes >= 32 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:

@@ -181,43 +181,45 @@ def test_conv2d_backward_can_skip_the_input_gradient(layout, rng):
 
 
 # Compiled in a fresh numba cache: prints the instructions of every straight-line machine-code loop
-# with FMAs (the reduction steps) of the 8 x 32 weight grad, serial and parallel, both layouts run.
+# with FMAs (the reduction steps) of the 8 x 32 weight grads (16 input channels, and 3: the first
+# layers' kernel), serial and parallel, both layouts run.
 _REDUCTION_LOOPS = r"""
 import re, sys, numpy as np, kernels as K
 from kernels import conv
 rng = np.random.default_rng(0)
-for layout, x in (("NHWC", rng.standard_normal((2, 20, 20, 16))), ("NCHW", rng.standard_normal((2, 16, 20, 20)))):
-    x = x.astype(np.float32)
-    w = rng.standard_normal((3, 3, 16, 32)).astype(np.float32)
-    dy = rng.standard_normal(K.conv2d_output_shape(x.shape, w.shape, layout=layout)).astype(np.float32)
-    K.conv2d_backward(x, w, dy, layout=layout, need_dx=False, block="8x32")
-k = conv._backward_weight[conv.block_of("8x32")]
-for twin in (k.serial, k.parallel):
-    if not twin.signatures:   # the size picks one twin: compile the other for the same arguments
-        twin.compile(next(iter((k.serial if twin is k.parallel else k.parallel).signatures)))
-    for asm in twin.inspect_asm().values():
-        lines = [l.strip() for l in asm.splitlines()]
-        labels = {l[:-1]: i for i, l in enumerate(lines) if re.fullmatch(r"\.?\w+:", l)}
-        jumps = [bool(re.fullmatch(r"j\w+\s+\S+", l)) for l in lines]
-        for i, l in enumerate(lines):   # straight-line loops: a backward jump with no jump in between
-            start = labels.get(l.split()[-1], i) if jumps[i] else i
-            body = lines[start:i]
-            if start < i and not any(jumps[start:i]) and any("vfmadd" in b for b in body):
-                print(" ; ".join(body))
+for c in (16, 3):
+    for layout, x in (("NHWC", rng.standard_normal((2, 20, 20, c))), ("NCHW", rng.standard_normal((2, c, 20, 20)))):
+        x = x.astype(np.float32)
+        w = rng.standard_normal((3, 3, c, 32)).astype(np.float32)
+        dy = rng.standard_normal(K.conv2d_output_shape(x.shape, w.shape, layout=layout)).astype(np.float32)
+        K.conv2d_backward(x, w, dy, layout=layout, need_dx=False, block="8x32")
+for k in (conv._backward_weight[conv.block_of("8x32")], conv._backward_weight_shallow[conv.block_of("8x32")]):
+    for twin in (k.serial, k.parallel):
+        if not twin.signatures:   # the size picks one twin: compile the other for the same arguments
+            twin.compile(next(iter((k.serial if twin is k.parallel else k.parallel).signatures)))
+        for asm in twin.inspect_asm().values():
+            lines = [l.strip() for l in asm.splitlines()]
+            labels = {l[:-1]: i for i, l in enumerate(lines) if re.fullmatch(r"\.?\w+:", l)}
+            jumps = [bool(re.fullmatch(r"j\w+\s+\S+", l)) for l in lines]
+            for i, l in enumerate(lines):   # straight-line loops: a backward jump with no jump in between
+                start = labels.get(l.split()[-1], i) if jumps[i] else i
+                body = lines[start:i]
+                if start < i and not any(jumps[start:i]) and any("vfmadd" in b for b in body):
+                    print(k.__name__, " ; ".join(body))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(K.isa_info()["isa"] == "other", reason="inspects x86 FMA code")
 def test_the_weight_grads_reduction_loops_take_no_address_apart(tmp_path):
-    """The micro-kernel's reduction loops hold loads, broadcasts, FMAs and scalar address
-    arithmetic only: no row addresses kept in a vector and taken apart at every step (vmovq,
+    """The micro-kernel's reduction loops, in both weight-grad kernels, hold loads, broadcasts,
+    FMAs and scalar address arithmetic only: no row addresses kept in a vector and taken apart at every step (vmovq,
     vpextrq, vextracti: the SLP vectorizer's form, which ran AVX-512 8 x 32 blocks at half speed)."""
     proc = subprocess.run([sys.executable, "-c", _REDUCTION_LOOPS], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     loops = proc.stdout.splitlines()
-    assert loops, "no loop with FMAs found in the compiled weight grad"
+    assert {loop.split()[0] for loop in loops} == {"_backward_weight", "_backward_weight_shallow"}, loops
     bad = [loop for loop in loops if re.search(r"vmovq|vpextr|vextract", loop)]
     assert not bad, bad[0]
 
