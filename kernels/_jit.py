@@ -33,6 +33,7 @@ import hashlib
 import os
 import sys
 import types
+from pathlib import Path
 
 import numba
 from numba.core.registry import cpu_target
@@ -81,6 +82,11 @@ if not _wide_vectors():
     _isa.narrow()
 
 PARALLEL_MIN = 1 << 16
+# numba's disk cache checks the source file of the function it compiled, not of the helpers compiled
+# into it from other files (_tile's micro-kernel, _copies' copies): every kernel's name carries a
+# digest of all the kernels' sources, so an edit anywhere (or an upgrade that left old cache files
+# beside the new sources) recompiles them rather than running stale code
+SOURCES = hashlib.sha1(b"".join(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py")))).hexdigest()[:8]
 # fastmath without "nnan"/"ninf": reassociation lets reductions vectorise, but NaN and inf must
 # keep IEEE behaviour so a diverging loss reaches the caller as NaN (full fastmath makes it undefined)
 FASTMATH = {"reassoc", "contract", "arcp", "nsz", "afn"}
@@ -89,12 +95,12 @@ OPTIONS = {"cache": True, "fastmath": FASTMATH, "nogil": True, "error_model": "n
 
 def _compiled(fn, env=None, key="", **extra):
     """njit a copy of `fn` with the globals in `env` replaced (e.g. a block shape, named by `key`),
-    whose name carries the options and the key: numba's disk cache is keyed on the source file and
-    the name, not the options or the globals, so this keeps twins and block shapes apart and
-    drops stale code when the options change."""
+    whose name carries the options, the key and SOURCES: numba's disk cache is keyed on the source
+    file and the name, not the options or the globals, so this keeps twins and block shapes apart
+    and drops stale code when the options or any kernel source change."""
     options = dict(OPTIONS, **extra)
     canonical = sorted((k, sorted(v) if isinstance(v, set) else v) for k, v in options.items())  # sets: no fixed order
-    canonical += [("slp", numba.config.SLP_VECTORIZE), ("key", key)]
+    canonical += [("slp", numba.config.SLP_VECTORIZE), ("key", key), ("sources", SOURCES)]
     tag = hashlib.sha1(repr(canonical).encode()).hexdigest()[:8]
     scope = dict(fn.__globals__, **env) if env else fn.__globals__
     twin = types.FunctionType(fn.__code__, scope, f"{fn.__name__}_{tag}", fn.__defaults__, fn.__closure__)

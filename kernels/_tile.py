@@ -18,7 +18,6 @@ The shape is a compile-time constant of every loop nest that uses it: such nests
 shape from the Block it was given. Any shape gives the same results; tests run several.
 """
 
-import hashlib
 
 from llvmlite import ir
 from numba import prange, types, uint64
@@ -178,19 +177,12 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
                 out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
 
 
-# numba's disk cache checks the source file of the function it compiled (conv.py, dense.py), not of
-# the helpers compiled into it: the tiled kernels' names carry this file's digest instead
-with open(__file__, "rb") as _source:
-    _DIGEST = hashlib.sha1(_source.read()).hexdigest()[:8]
-
-
 class Block:
     """A micro-kernel block shape: P rows x J float32 lanes, with its compiled tile."""
 
     def __init__(self, rows, lanes):
         self.rows, self.lanes = rows, lanes
         self.name = f"{rows}x{lanes}"
-        self.key = f"{self.name}-{_DIGEST}"
         self.tile = helper(_tile, {"P": rows, "J": lanes, "PJ": rows * lanes})
         self.env = {"P": rows, "J": lanes, "tile": self.tile}
 
@@ -232,7 +224,7 @@ class Tiled:
     def __getitem__(self, blk):
         k = self._kernels.get(blk.name)
         if k is None:
-            k = self._kernels[blk.name] = Kernel(self.fn, blk.env, blk.key)
+            k = self._kernels[blk.name] = Kernel(self.fn, blk.env, blk.name)
         return k
 
 

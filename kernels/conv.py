@@ -28,7 +28,7 @@ use blocks of 6 output channels x 16 pixels (contiguous loads and
 stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes (mnist
 conv2's forward: 11% faster straight through); the weight grad reads dy in
 place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
-transpose, done in 8 x 8 blocks (_transpose) at 2-3x a plain copy's time (with 32 lanes, the first
+transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first
 layers' weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
 forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
 the NHWC kernels, the result back) measured no faster overall: it won on mnist conv2's backward
@@ -47,6 +47,7 @@ import numpy as np
 from numba import prange, uint64
 
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
+from ._copies import copy, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, tile, tiled
 
@@ -218,7 +219,7 @@ def _forward_shifted(x, pt, pl, wr, y):
             j0, j1 = max(0, pl - kw), min(ow_, w + pl - kw)   # plane columns inside x
             for ci in range(c):
                 for ih in range(max(0, -pt), min(h, oh_ + kh_ - 1 - pt)):
-                    _copy(xf, ((b * c + ci) * h + ih) * w + j0 + kw - pl, planes,
+                    copy(xf, ((b * c + ci) * h + ih) * w + j0 + kw - pl, planes,
                           (kw * c + ci) * slot + (ih + pt) * ow_ + j0, j1 - j0)
         for n0 in range(0, n, P):
             for q0 in range(0, pixels, J):
@@ -310,7 +311,7 @@ def _backward_weight_shallow(xf, x_shape, dy, nchw, run_on, s, parts, dw):
                 rows = min(band, oh_ - oh0)
                 d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
                 if nchw:
-                    _transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
+                    transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
                     d, d0, dn = dyt, 0, lanes
                 x0 = (b * hp + oh0 * s) * wp * c   # the band's first window row
                 e0 = 0
@@ -435,31 +436,6 @@ def _add(s, s0, d, d0, n):
         d[uint64(d0 + j)] += s[uint64(s0 + j)]
 
 
-@helper
-def _transpose(s, s0, ls, d, d0, ld, rows, cols):
-    """d[d0 + j*ld + i] = s[s0 + i*ls + j] for i < rows, j < cols. In 8 x 8 blocks, which LLVM
-    turns into vector loads and shuffles: 2-7x faster here than element by element (a layout
-    change of cifar10-cnn's 4 MB conv input went from 1.2-4.2 ms to 0.6 ms on one core)."""
-    r8, c8 = rows - rows % 8, cols - cols % 8
-    for i0 in range(0, r8, 8):
-        for j0 in range(0, c8, 8):
-            for j in range(8):
-                for i in range(8):
-                    d[uint64(d0 + (j0 + j) * ld + i0 + i)] = s[uint64(s0 + (i0 + i) * ls + j0 + j)]
-    for i in range(rows):   # the ragged edges
-        for j in range(c8 if i < r8 else 0, cols):
-            d[uint64(d0 + j * ld + i)] = s[uint64(s0 + i * ls + j)]
-
-
-@helper
-def _copy(s, s0, d, d0, n):
-    """d[d0:d0+n] = s[s0:s0+n] on flat arrays. A loop rather than a slice assignment: numba's
-    array-to-array setitem compiles its shape-mismatch message, ~4 s of string code on a cold
-    start (half the compile time of a conv in both layouts)."""
-    for j in range(n):
-        d[uint64(d0 + j)] = s[uint64(s0 + j)]
-
-
 @kernel
 def _pack(src, nchw, pt, pl, dst):
     """dst (B, Hp, Wp, Cp) = src (NCHW or NHWC) placed at row pt, column pl; zero elsewhere
@@ -476,12 +452,12 @@ def _pack(src, nchw, pt, pl, dst):
         d[:] = 0.0
         for ih in range(h):
             if nchw:   # a (C, W) block of channel rows -> (W, C)
-                _transpose(sf, (b * c * sh + ih) * sw, sh * sw, df, ((b * hp + pt + ih) * wp + pl) * cp, cp, c, w)
+                transpose(sf, (b * c * sh + ih) * sw, sh * sw, df, ((b * hp + pt + ih) * wp + pl) * cp, cp, c, w)
             elif cp == c:   # the row's pixels are one run in both
-                _copy(sf, (b * sh + ih) * sw * c, df, ((b * hp + pt + ih) * wp + pl) * c, w * c)
+                copy(sf, (b * sh + ih) * sw * c, df, ((b * hp + pt + ih) * wp + pl) * c, w * c)
             else:
                 for iw in range(w):
-                    _copy(sf, ((b * sh + ih) * sw + iw) * c, df, ((b * hp + pt + ih) * wp + pl + iw) * cp, c)
+                    copy(sf, ((b * sh + ih) * sw + iw) * c, df, ((b * hp + pt + ih) * wp + pl + iw) * cp, c)
 
 
 @kernel
@@ -496,12 +472,12 @@ def _unpack(src, pt, pl, nchw, h, w, dst):
     for b in prange(dst.shape[0]):
         for ih in range(h):
             if nchw:   # a (W, C) block of pixels -> (C, W)
-                _transpose(sf, ((b * hs + pt + ih) * ws + pl) * cs, cs, df, (b * c * dh + ih) * dw_, dh * dw_, w, c)
+                transpose(sf, ((b * hs + pt + ih) * ws + pl) * cs, cs, df, (b * c * dh + ih) * dw_, dh * dw_, w, c)
             elif cs == c:
-                _copy(sf, ((b * hs + pt + ih) * ws + pl) * c, df, (b * dh + ih) * dw_ * c, w * c)
+                copy(sf, ((b * hs + pt + ih) * ws + pl) * c, df, (b * dh + ih) * dw_ * c, w * c)
             else:
                 for iw in range(w):
-                    _copy(sf, ((b * hs + pt + ih) * ws + pl + iw) * cs, df, ((b * dh + ih) * dw_ + iw) * c, c)
+                    copy(sf, ((b * hs + pt + ih) * ws + pl + iw) * cs, df, ((b * dh + ih) * dw_ + iw) * c, c)
 
 
 @kernel
@@ -515,7 +491,7 @@ def _planes(src, pt, pl, hp, wp, dst):
     for r in prange(dst.shape[0] * c):
         dst[r // c, r % c] = 0.0
         for ih in range(h):
-            _copy(sf, (r * sh + ih) * sw, df, r * slot + (pt + ih) * wp + pl, w)
+            copy(sf, (r * sh + ih) * sw, df, r * slot + (pt + ih) * wp + pl, w)
 
 
 # Stride-1 input grads go through the full correlation unless C_in fills under a quarter of the

@@ -20,10 +20,10 @@ import numpy as np
 from numba import prange
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
+from ._copies import copy, transpose
 from ._jit import kernel
 from ._tile import J, P, block as block_of, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
-from .conv import _copy, _transpose
 
 _KB = 256       # reduction block
 # The reduction block of the forward that reads w in place: w's 32-lane columns are 512 bytes
@@ -120,10 +120,10 @@ def _backward_slabs(x, w, dy, dyp, dx, dw, scratch):
             sw = min(width, i_ - s0)
             for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
                 for j in range(0, sw, J):
-                    _copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
+                    copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
             for j in range(0, sw, J):   # the slab's blocks of J inputs
                 i0, jn = s0 + j, min(J, sw - j)
-                _transpose(wf, i0 * o, o, wt, 0, J, jn, o)
+                transpose(wf, i0 * o, o, wt, 0, J, jn, o)
                 for k in range(o):   # lanes past the last input: zeros, never copied out
                     for lane in range(jn, J):
                         wt[k * J + lane] = 0.0
@@ -136,7 +136,7 @@ def _backward_slabs(x, w, dy, dyp, dx, dw, scratch):
                              dwf, (i0 + r0) * o + n0, o, 1, min(J, o - n0), False)
             for k in range(n):   # dx[k, s0 + b*J : s0 + (b+1)*J] = dxs[b, k, :]
                 for j in range(0, sw, J):
-                    _copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, min(J, sw - j))
+                    copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, min(J, sw - j))
 
 
 @kernel
@@ -148,7 +148,7 @@ def _panels_t(src, dst):
     s, d = src.reshape(-1), dst.reshape(-1)
     for g in prange(groups):
         rows = min(j_, rows_ - g * j_)
-        _transpose(s, g * j_ * k_, k_, d, g * k_ * j_, j_, rows, k_)
+        transpose(s, g * j_ * k_, k_, d, g * k_ * j_, j_, rows, k_)
         for k in range(k_):
             for j in range(rows, j_):
                 d[g * k_ * j_ + k * j_ + j] = 0.0

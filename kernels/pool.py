@@ -111,7 +111,7 @@ def _pool_nhwc(x, p, y, arg):
         best, at = np.empty(c, np.float32), np.empty(c, np.int32)
         for ow in range(ow_):
             first = x[b, oh * p, ow * p]
-            for k in range(c):   # loops, not slice assignments: see conv._copy
+            for k in range(c):   # loops, not slice assignments: see _copies.copy
                 best[k], at[k] = first[k], 0
             for i in range(p):
                 for j in range(p):

@@ -4,6 +4,7 @@ on an AVX-512 host."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,3 +83,18 @@ print("ok")
                 PYTHONPATH=os.getcwd())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().endswith("ok")
+
+
+def test_kernel_names_carry_a_digest_of_every_kernel_source(monkeypatch):
+    """numba's disk cache is keyed on the compiled function's own file and name: a helper edited in
+    another file (_tile, _copies) must still change the name, or stale machine code is reused."""
+    from kernels import _jit
+
+    def f(a):
+        return a
+
+    name = _jit._compiled(f).py_func.__name__
+    monkeypatch.setattr(_jit, "SOURCES", "00000000")
+    assert _jit._compiled(f).py_func.__name__ != name
+    sources = sorted(Path(_jit.__file__).parent.glob("*.py"))
+    assert {"_tile.py", "_copies.py", "conv.py", "dense.py"} <= {p.name for p in sources}
