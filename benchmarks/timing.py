@@ -3,7 +3,9 @@ slows all of them alike; we report medians and the ratios between them.
 
 Each turn first makes one untimed call: thread pools spin for a while after their work (OpenBLAS,
 torch's OpenMP), and a candidate timed right after another one's call would share the cores with
-those spinning threads. Then it times a burst of calls lasting at least `burst` seconds.
+those spinning threads. Then it times a burst of calls lasting at least `burst` seconds. The order
+rotates round by round: the first candidate of a round measured 5-10% slower than an identical
+second one here.
 """
 
 import os
@@ -21,8 +23,10 @@ def interleaved(fns, rounds=20, warmup=2, burst=0.02):
             fn()
             calls[name] = max(1, int(burst / max(time.perf_counter() - start, 1e-9)))
     times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:   # each candidate first in turn
+            fn = fns[name]
             fn()
             start = time.perf_counter()
             for _ in range(calls[name]):
