@@ -309,11 +309,11 @@ def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_cost
             clock["ns"] += every_ns
         return values
     assert reads(50, 10_000) == [1024] * 50   # 2 us: every epoch
-    cost["ns"] = 5_000_000   # 5 ms a read: at most 0.1% of the time, so one read per ~5 s
+    cost["ns"] = 50_000_000   # 50 ms a read: at most 1% of the time, so one read per ~5 s
     got = reads(380, 100_000_000)   # epochs of 0.1 s
     read_at = [i for i, v in enumerate(got) if v is not None]
     assert read_at[0] == 0 and all(got[i] == 1024 for i in read_at) and len(read_at) == 8
-    assert set(map(int, np.diff(read_at))) == {50}   # 5.005 s after each read's start: 50 epochs on
+    assert set(map(int, np.diff(read_at))) == {50}   # 5.05 s after each read's start: 50 epochs on
     cost["ns"] = 2_000   # the heap tidied: once the last costly read's wait is over, every epoch again
     got = reads(60, 100_000_000)
     assert got[:20] == [None] * 20 and got[20:] == [1024] * 40   # epochs 380-399 wait for epoch 400
@@ -367,12 +367,18 @@ def test_a_budgeted_read_that_raises_still_puts_off_the_next():
     assert budget.call(lambda: 1) is None
 
 
-def test_auto_detector_measures_rss_across_epochs_where_malloc_was_skipped():
+def test_auto_detector_reads_malloc_where_each_half_has_it_else_rss():
     from profiler.capture.heap import GrowthDetector
-    detector = GrowthDetector()
-    for epoch in range(8):   # RSS grows 1 MiB an epoch, malloc (read every other epoch) stays flat
-        detector.add(0.01, 0.0, (200 + epoch) << 20, 50 << 20 if epoch % 2 else None)
-    assert detector.growing() == "memory in use grows 1024 KiB/epoch"
-    for epoch in range(8):   # read every epoch, malloc is the measure: flat, whatever RSS does
-        detector.add(0.01, 0.0, (300 + epoch) << 20, 50 << 20)
-    assert detector.growing() is None
+
+    def window(rss, malloc):
+        detector = GrowthDetector()
+        for epoch in range(8):
+            detector.add(0.01, 0.0, rss(epoch), malloc(epoch))
+        return detector.growing()
+    flat, grows = (lambda e: 50 << 20), (lambda e: (200 + e) << 20)
+    # malloc read every other epoch (a costly read puts off the next): its points are the measure
+    assert window(flat, lambda e: grows(e) if e % 2 else None) == "memory in use grows 1024 KiB/epoch"
+    assert window(grows, lambda e: flat(e) if e % 2 else None) is None
+    # malloc read in the first half only: RSS across the window
+    assert window(grows, lambda e: flat(e) if e < 4 else None) == "memory in use grows 1024 KiB/epoch"
+    assert window(flat, lambda e: grows(e) if e < 4 else None) is None

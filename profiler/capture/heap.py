@@ -105,10 +105,11 @@ def top_growth(now, before, n=TOP):
 
 class GrowthDetector:
     """Light signals only: is memory in use or GC pause time growing over recent epochs?
-    Memory is malloc's bytes in use when every recent epoch read it (see memory.py), else RSS.
-    Epoch time alone is not a trigger: time growing without memory or GC growth is compute, which
-    op timers explain and tracemalloc cannot (and on a shared machine, epoch time jumps by 1.5x
-    with the neighbours)."""
+    Memory is malloc's bytes in use when each half of the recent epochs read it at least once (see
+    memory.py: a costly read puts off the next), else RSS, which misses growth into memory the
+    allocator already holds. Epoch time alone is not a trigger: time growing without memory or GC
+    growth is compute, which op timers explain and tracemalloc cannot (and on a shared machine,
+    epoch time jumps by 1.5x with the neighbours)."""
 
     def __init__(self, span=8, bytes_per_epoch=256 * 1024, ratio=1.5):
         self.recent = collections.deque(maxlen=span)
@@ -117,15 +118,22 @@ class GrowthDetector:
     def add(self, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
         self.recent.append((wall_s, gc_pause_s, rss_bytes, malloc_bytes))
 
+    def _memory(self, half):
+        """(early, late) [(epoch in the window, bytes)] of the measure, split at `half`."""
+        malloc = [(i, r[3]) for i, r in enumerate(self.recent) if r[3] is not None]
+        points = malloc if malloc and malloc[0][0] < half <= malloc[-1][0] else \
+            [(i, r[2]) for i, r in enumerate(self.recent)]
+        return [p for p in points if p[0] < half], [p for p in points if p[0] >= half]
+
     def growing(self):
         if len(self.recent) < self.recent.maxlen:
             return None
         half = len(self.recent) // 2
-        measure = 3 if all(r[3] is not None for r in self.recent) else 2
-        early, late = list(self.recent)[:half], list(self.recent)[half:]
-        rate = (late[-1][measure] - early[0][measure]) / (len(self.recent) - 1)
-        if rate > self.bytes_per_epoch and all(b[measure] >= a[measure] for a, b in zip(early, late)):
+        early, late = self._memory(half)
+        rate = (late[-1][1] - early[0][1]) / (late[-1][0] - early[0][0])
+        if rate > self.bytes_per_epoch and all(b[1] >= a[1] for a, b in zip(early, late)):
             return f"memory in use grows {rate / 1024:.0f} KiB/epoch"
+        early, late = list(self.recent)[:half], list(self.recent)[half:]
         e, l_ = sorted(r[1] for r in early)[half // 2], sorted(r[1] for r in late)[half // 2]
         if e > 0 and l_ / e > self.ratio and l_ > 0.05 * late[-1][0]:
             return f"GC pause grew {l_ / e:.2f}x"

@@ -10,10 +10,12 @@ symbols already loaded into the process (ctypes.CDLL(None)), without ctypes.util
 alone adds ~600 GC-tracked objects to the profiled process.
 
 mallinfo2 walks every free chunk in every arena while holding the arena's lock: ~2 us on a young
-heap, 36 ms on one with 200,000 free chunks (the project's VM). It is read at every epoch end while
-a read costs under MALLINFO_EVERY_EPOCH_NS; after a read that costs more, the next waits until
-the time since is at least 1/MALLINFO_BUDGET times that read's cost (budget.py), and malloc_bytes
-is None in the epochs between (RSS is read every epoch).
+heap, 36 ms on one with 200,000 free chunks (the project's VM), and 10-50 us now and then on a
+young one right after training has filled the caches. It is read at every epoch end while a read
+costs under MALLINFO_EVERY_EPOCH_NS; after a read that costs more, the next waits until the time
+since is at least 1/MALLINFO_BUDGET times that read's cost (budget.py: 1%, so such a spike delays
+at most the next few millisecond-long epochs' reads), and malloc_bytes is None in the epochs
+between (RSS is read every epoch).
 """
 
 import ctypes
@@ -23,7 +25,7 @@ from .budget import Budget
 
 _STATM = "/proc/self/statm"
 MALLINFO_EVERY_EPOCH_NS = 20_000
-MALLINFO_BUDGET = 0.001
+MALLINFO_BUDGET = 0.01
 
 
 class _Mallinfo2(ctypes.Structure):
