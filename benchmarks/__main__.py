@@ -45,10 +45,17 @@ def _arguments():
     return args, chosen
 
 
+# glibc's malloc with fixed thresholds: by default an output above its moving mmap threshold is a
+# fresh mapping, page-faulted on every call (PyTorch's mnist conv1 forward: 9-10 ms a call against
+# 1.7-2.0), and whether a candidate's outputs are depends on what ran before it in the process
+HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
 def _environment(emulate):
-    """The variables this run needs: an emulated ISA's, or none of the OpenBLAS overrides some of
-    these machines set for old OpenBLAS builds (they slow a current numpy; tests never drop them)."""
-    env = dict(os.environ)
+    """The variables this run needs: HEAP, and an emulated ISA's or none of the OpenBLAS overrides
+    some of these machines set for old OpenBLAS builds (they slow a current numpy; tests never
+    drop them)."""
+    env = dict(os.environ) | HEAP
     if emulate:
         return env | EMULATE[emulate]
     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
@@ -81,6 +88,7 @@ def main():
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
              "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
+    parts[-1:-1] = ["| glibc malloc | " + ", ".join(f"{k}={v}" for k, v in HEAP.items()) + " (outputs reuse the heap) |"]
     if args.emulate:
         parts[-1:-1] = [f"| emulating {args.emulate} | " + ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items()
                                                                        if k != "NUMBA_CPU_FEATURES") + " |"]
