@@ -11,9 +11,10 @@ sample when a DataLoader has just started its workers and just before it shuts t
 epoch keeps the sample with the most private memory. Children are listed from /proc/PID/task/TID/children where
 Linux offers it (psutil's listing reads every process on the machine), and one child's memory is
 one read of /proc/PID/smaps_rollup, for which the kernel walks every page the child maps: a forked
-worker maps its parent's whole heap, ~15 ms per GiB on the project's VM. Samples are therefore
-kept to BUDGET of the time (budget.py), wherever they are asked for; an epoch in which none was
-taken records None.
+worker maps its parent's whole heap, 5-16 ms per GiB on the project's VM. The thread's samples and
+the epoch end's are therefore kept to BUDGET of the time (budget.py); the two a DataLoader pass
+asks for (its workers started, its workers about to stop) are always taken. An epoch in which no
+sample was taken (persistent workers, short epochs, a big parent) records None.
 """
 
 import os
@@ -111,11 +112,18 @@ class WorkerProbe:
             self.sample()
 
     def sample(self):
-        """Read the children now, when the budget allows (also called when a DataLoader starts and
-        stops its workers); {pid: (uss, pss)}, or None when it does not."""
+        """Read the children now if the budget allows (the thread, each epoch's end);
+        {pid: (uss, pss)}, or None when it does not."""
         children = self._budget.call(lambda: read(self._process))
-        if children is None:
-            return None
+        return None if children is None else self._record(children)
+
+    def sample_now(self):
+        """Read the children now, whatever the budget: when a DataLoader has just started its
+        workers and just before it shuts them down (twice a pass: the samples that see a
+        non-persistent worker's start and its peak)."""
+        return self._record(read(self._process))
+
+    def _record(self, children):
         with self._lock:
             for pid, (uss, _) in children.items():
                 self._first.setdefault(pid, uss)

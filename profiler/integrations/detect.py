@@ -162,7 +162,7 @@ class Detection:
     def _torch(self, *, epochs, on_orphan_step):
         from .torch import TorchHooks
         hooks = TorchHooks(self.marks, epochs=epochs, on_orphan_step=on_orphan_step,
-                           sample_workers=self._probe.sample)
+                           sample_workers=self._probe.sample_now)
         self._undo.append(hooks.uninstall)
         hooks.install()
 
