@@ -88,10 +88,11 @@ def main():
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
              "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
-    parts[-1:-1] = ["| glibc malloc | " + ", ".join(f"{k}={v}" for k, v in HEAP.items()) + " (outputs reuse the heap) |"]
+    settings = ", ".join(f"{k}={v}" for k, v in HEAP.items())
+    parts[-1:-1] = [f"| glibc malloc | {settings} (outputs reuse the heap) |"]
     if args.emulate:
-        parts[-1:-1] = [f"| emulating {args.emulate} | " + ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items()
-                                                                       if k != "NUMBA_CPU_FEATURES") + " |"]
+        settings = ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES")
+        parts[-1:-1] = [f"| emulating {args.emulate} | {settings} |"]
     for name in chosen:
         title, module = SECTIONS[name], importlib.import_module(f"benchmarks.{name}")
         print(f"== {title}", flush=True)

@@ -2,7 +2,7 @@
 
 Some light signals cost in proportion to what they walk: counting GC-tracked objects walks every
 tracked object, mallinfo2 every free chunk of the heap, a worker's smaps_rollup every page the
-worker maps (15 ms per GiB here). `Budget.call(read)` runs a read only when the time since the
+worker maps (5-16 ms per GiB here). `Budget.call(read)` runs a read only when the time since the
 last one began is at least its cost divided by `share`, so the reads take at most that share of
 the process's time however big the heap grows; a read cheaper than `free_ns` puts off nothing.
 """

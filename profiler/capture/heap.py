@@ -13,10 +13,10 @@ totals: ~70x), so it is a policy, not always-on:
                overhead stays about within the budget (a window can cost more than the last), or
                within the first window's cost if that is more (the first window is the diagnosis).
 Auto mode diffs snapshots at the first and the last epoch of a window (a snapshot costs a
-quarter of a traced mlp epoch), so a run that ends inside one still names its lines. Each snapshot in mode True, and the last of each auto window, also counts GC-tracked
-objects by type (objects.TypeGrowth, a walk over every tracked object): the types that grew most
-since the previous count (the window's start) and where their newest objects were allocated
-("top_types").
+quarter of a traced mlp epoch), so a run that ends inside one still names its lines. Each
+snapshot in mode True, and the last of each auto window, also counts GC-tracked objects by type
+(objects.TypeGrowth, a walk over every tracked object): the types that grew most since the
+previous count (the window's start) and where their newest objects were allocated ("top_types").
 Only per-line totals of the previous snapshot are kept (not the snapshot), so memory stays
 constant and the profiler's own objects do not grow between counts. Snapshots exclude the
 profiler's own frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
