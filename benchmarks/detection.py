@@ -60,20 +60,15 @@ def analysis_speed(steps=1_000_000, steps_per_epoch=1000):
     while it runs (MiB; numpy and Python allocations, traced by tracemalloc in a second pass; the
     memory-mapped steps.bin pages are the file's, not counted)."""
     from profiler.analysis import analyze
-    from profiler.rundir.format import STEP
-    from tests.fixtures import epoch, write_run
+    from tests.fixtures import epoch, step_records, write_run
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         epochs = steps // steps_per_epoch
-        wall = rng.lognormal(np.log(0.005), 0.1, steps).astype(np.float32)
-        gc2 = np.where(rng.random(steps) < 0.01, 0.05, 0.0).astype(np.float32)
+        wall = rng.lognormal(np.log(0.005), 0.1, steps)
+        gc2 = np.where(rng.random(steps) < 0.01, 0.05, 0.0)
         wall += gc2
-        start = np.concatenate([[0.0], np.cumsum(wall[:-1], dtype=np.float64)])
-        records = np.zeros(steps, np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"),
-                                            ("gc0_s", "<f4"), ("gc1_s", "<f4"), ("gc2_s", "<f4")]))
-        assert records.dtype.itemsize == STEP.size
-        records["epoch"], records["start_s"], records["wall_s"], records["gc2_s"] = (
-            np.arange(steps) // steps_per_epoch, start, wall, gc2)
+        start = np.concatenate([[0.0], np.cumsum(wall[:-1])])
+        records = step_records(np.arange(steps) // steps_per_epoch, start, wall, (0 * gc2, 0 * gc2, gc2))
         by_epoch = wall.reshape(epochs, -1).sum(axis=1)
         gc_by_epoch = gc2.reshape(epochs, -1).sum(axis=1)
         run = write_run(Path(tmp) / "run", [epoch(e, float(by_epoch[e]), pause=(0.0, 0.0, float(gc_by_epoch[e])),

@@ -4,7 +4,9 @@ with the format's own layouts (profiler.rundir.format), no Session and no traini
 import json
 from pathlib import Path
 
-from profiler.rundir.format import EPOCHS, FORMAT, GC_EVENT, GC_EVENTS, META, STEP, STEPS
+import numpy as np
+
+from profiler.rundir.format import EPOCHS, FORMAT, GC_EVENT, GC_EVENTS, META, STEP_RECORD, STEPS
 
 MIB = 1 << 20
 
@@ -30,16 +32,31 @@ def epoch(index, wall_s, *, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0), rss=20
     return record
 
 
+def step_records(epoch, start_s, wall_s, gc_s=None):
+    """steps.bin records (format.STEP_RECORD) of steps given in seconds (arrays, or scalars for all),
+    on a clock whose origin is 0 ns (meta.json: clock_origin_ns 0); gc_s: (3, n) pauses by generation."""
+    start_s, wall_s = np.asarray(start_s, float), np.asarray(wall_s, float)
+    records = np.zeros(len(start_s), STEP_RECORD)
+    records["epoch"] = epoch
+    records["start_ns"] = np.round(start_s * 1e9)
+    records["end_ns"] = records["start_ns"] + np.round(wall_s * 1e9)
+    if gc_s is not None:
+        for g in range(3):
+            records[f"gc{g}_ns"] = np.round(np.asarray(gc_s[g], float) * 1e9)
+    return records
+
+
 def write_run(path, epochs, *, steps=(), gc_events=(), meta=None, status="completed"):
     """A run directory at `path`: epochs (records), steps ((epoch, start_s, wall_s, g0, g1, g2), ...),
     gc_events ((start_s, duration_s, generation, collected), ...)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / META).write_text(json.dumps({"format": FORMAT, "status": status, "error": None, "meta": meta or {},
-                                         "clock_origin_unix": 1.7e9}), encoding="utf-8")
+                                         "clock_origin_unix": 1.7e9, "clock_origin_ns": 0}), encoding="utf-8")
     (path / EPOCHS).write_text("".join(json.dumps(r) + "\n" for r in epochs), encoding="utf-8")
     if len(steps):
-        (path / STEPS).write_bytes(b"".join(STEP.pack(*s) for s in steps))
+        columns = np.asarray(steps, float).T
+        (path / STEPS).write_bytes(step_records(columns[0], columns[1], columns[2], columns[3:]).tobytes())
     if len(gc_events):
         (path / GC_EVENTS).write_bytes(b"".join(GC_EVENT.pack(*e) for e in gc_events))
     return path

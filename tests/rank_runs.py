@@ -4,7 +4,9 @@ and synthetic jobs for benchmarks/ranks.py."""
 import numpy as np
 
 from profiler.rundir import FORMAT, GC_EVENTS, STEPS, RunWriter
-from profiler.rundir.format import GC_EVENT_DTYPE, STEP_DTYPE
+from profiler.rundir.format import GC_EVENT_DTYPE
+
+from .fixtures import step_records
 
 ORIGIN_UNIX = 1.8e9
 
@@ -19,21 +21,18 @@ def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_g
     n = len(wall_s)
     gc_s = np.zeros((3, n)) if gc_s is None else np.asarray(gc_s, float)
     per_epoch = steps_per_epoch or max(n, 1)
-    steps = np.zeros(n, STEP_DTYPE)
-    steps["epoch"] = np.arange(n) // per_epoch
-    steps["start_s"] = np.cumsum(wall_s) - wall_s if start_s is None else start_s
-    steps["wall_s"] = wall_s
-    for g in range(3):
-        steps[f"gc{g}_s"] = gc_s[g]
+    start_s = np.cumsum(wall_s) - wall_s if start_s is None else np.asarray(start_s, float)
+    steps = step_records(np.arange(n) // per_epoch, start_s, wall_s, gc_s)
     writer = RunWriter(path)
     writer.write_meta({"format": FORMAT, "status": status, "error": None, "meta": {"label": f"rank {rank}"},
                        "host": host, "rank": rank, "world_size": world_size,
-                       "local_rank": rank if local_rank is None else local_rank, "clock_origin_unix": ORIGIN_UNIX})
+                       "local_rank": rank if local_rank is None else local_rank, "clock_origin_unix": ORIGIN_UNIX,
+                       "clock_origin_ns": 0})
     writer.append_binary(STEPS, steps.tobytes())
     if gap_gc2_s is not None:
         at = np.flatnonzero(gap_gc2_s)
         events = np.zeros(len(at), GC_EVENT_DTYPE)
-        events["start_s"] = steps["start_s"][at] - gap_gc2_s[at]   # ends as the step begins
+        events["start_s"] = start_s[at] - gap_gc2_s[at]   # ends as the step begins
         events["duration_s"], events["generation"], events["collected"] = gap_gc2_s[at], 2, 0
         writer.append_binary(GC_EVENTS, events.tobytes())
     for e, start in enumerate(range(0, n, per_epoch)):

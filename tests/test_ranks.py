@@ -248,15 +248,16 @@ def test_gc_pauses_spread_over_every_rank_are_a_finding_of_their_own(tmp_path, c
     assert ("--gc-policy manual:N" in words) == (cause == "gc")
 
 
-@pytest.mark.parametrize("name, record, offset, field", [("steps.bin", 28, 12, "wall_s"),
-                                                         ("gc_events.bin", 17, 8, "duration_s")])
-def test_a_damaged_rank_file_is_an_error_not_wrong_numbers(tmp_path, name, record, offset, field):
+@pytest.mark.parametrize("name, record, offset, value, shown", [
+    ("steps.bin", 48, 16, np.int64(0), "wall_s -"),                # record 3 ends at the clock's origin
+    ("gc_events.bin", 17, 8, np.float32(np.nan), "duration_s nan")])
+def test_a_damaged_rank_file_is_an_error_not_wrong_numbers(tmp_path, name, record, offset, value, shown):
     root = synthetic_job(tmp_path, 4, 200, straggler=2, where="load")   # rank 2 has GC events between steps
     path = root / "rank-2" / name
     data = bytearray(path.read_bytes())
     assert len(data) >= 4 * record
-    at = 3 * record + offset   # record 3's float32 field
-    data[at:at + 4] = np.float32(np.nan).tobytes()
+    at = 3 * record + offset   # a field of record 3
+    data[at:at + value.nbytes] = value.tobytes()
     path.write_bytes(bytes(data))
-    with pytest.raises(RunDirError, match=rf"rank-2/{name} record 3 has {field} nan"):
+    with pytest.raises(RunDirError, match=rf"rank-2/{name} record 3 has {shown}"):
         analyze_ranks(root)

@@ -7,7 +7,7 @@ import pytest
 
 from profiler.analysis import analyze
 from profiler.rundir import RunDirError, read_run
-from profiler.rundir.format import STEP
+from profiler.rundir.format import LEGACY_STEP, STEP_RECORD
 
 from .fixtures import epoch, from_walls, write_run
 
@@ -114,17 +114,38 @@ def test_steps_and_gc_events_are_memory_mapped_and_torn_records_dropped(tmp_path
     steps = [(0, 0.1 * i, 0.1, 0.0, 0.0, 0.01) for i in range(5)]
     run = write_run(tmp_path / "run", [epoch(0, 0.5)], steps=steps, gc_events=[(0.05, 0.01, 2, 7)])
     with open(run / "steps.bin", "ab") as f:
-        f.write(STEP.pack(*steps[0])[:10])          # a crash mid-record
+        f.write(bytes(STEP_RECORD.itemsize)[:10])          # a crash mid-record
     r = read_run(run)
     assert len(r.steps()) == 5 and r.steps()["gc2_s"][4] == pytest.approx(0.01)
+    assert r.steps()[1:3]["start_s"] == pytest.approx([0.1, 0.2]) and r.steps()["wall_s"] == pytest.approx([0.1] * 5)
     events = r.gc_events()
     assert len(events) == 1 and events["generation"][0] == 2 and events["collected"][0] == 7
 
 
-def test_step_with_a_non_finite_time_is_one_clear_error(tmp_path):
-    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, float("nan"), 0.0, 0.0, 0.0)]
+def test_steps_of_a_run_written_in_seconds_are_read_as_they_were(tmp_path):
+    """A run from before clock_origin_ns kept each step in seconds (28-byte records): still read."""
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)])
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["clock_origin_ns"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "steps.bin").write_bytes(b"".join(LEGACY_STEP.pack(0, 0.1 * i, 0.1, 0.0, 0.0, 0.01 * i) for i in range(4)))
+    steps = read_run(run).steps()
+    assert len(steps) == 4 and steps["start_s"][3] == pytest.approx(0.3) and steps[2:]["gc2_s"] == pytest.approx([0.02, 0.03])
+
+
+def test_a_clock_origin_that_is_not_an_integer_is_one_clear_error(tmp_path):
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)])
+    meta = json.loads((run / "meta.json").read_text())
+    meta["clock_origin_ns"] = "0"
+    (run / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(RunDirError, match="clock_origin_ns '0', not an integer"):
+        read_run(run)
+
+
+def test_step_that_ends_before_it_starts_is_one_clear_error(tmp_path):
+    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, -0.05, 0.0, 0.0, 0.0)]
     run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
-    with pytest.raises(RunDirError, match="steps.bin record 1"):
+    with pytest.raises(RunDirError, match=r"steps.bin record 1 has wall_s -0.05, not a time"):
         analyze(run)
 
 
@@ -135,9 +156,9 @@ def test_gc_pause_within_clock_slack_of_the_wall_time_is_accepted(tmp_path):
 
 
 def test_step_with_a_finite_but_impossible_time_is_one_clear_error(tmp_path):
-    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, 0.1, 0.0, 0.0, 1e30)]
+    steps = [(0, 0.0, 0.1, 0.0, 0.0, 0.0), (0, 0.1, 0.1, 0.0, 0.0, 4e9)]
     run = write_run(tmp_path / "run", [epoch(0, 0.2)], steps=steps)
-    with pytest.raises(RunDirError, match=r"steps.bin record 1 has gc2_s 1e\+30, not a time between 0 and 1e\+07 s"):
+    with pytest.raises(RunDirError, match=r"steps.bin record 1 has gc2_s 4e\+09, not a time between 0 and 1e\+07 s"):
         analyze(run)
 
 

@@ -12,7 +12,7 @@ from profiler import Session, UsageError
 from profiler.capture.gc_timer import GcTimer
 from profiler.capture.steps import StepRecorder
 from profiler.rundir import read_run
-from profiler.rundir.format import GC_EVENT, STEP
+from profiler.rundir.format import GC_EVENT, STEP_RECORD
 
 
 def test_steps_are_recorded_per_epoch_with_the_gc_pause_inside_them(tmp_path):
@@ -32,7 +32,8 @@ def test_steps_are_recorded_per_epoch_with_the_gc_pause_inside_them(tmp_path):
     assert list(collected) == [6] and steps["gc2_s"][6] <= steps["wall_s"][6]
     for record, first in zip(run.epochs, steps["start_s"][::4]):
         assert record["start_s"] <= first <= record["start_s"] + record["wall_s"]
-    assert (tmp_path / "run" / "steps.bin").stat().st_size == 12 * STEP.size == 12 * 28
+    assert (tmp_path / "run" / "steps.bin").stat().st_size == 12 * STEP_RECORD.itemsize == 12 * 48
+    assert read_run(tmp_path / "run").meta["clock_origin_ns"] > 0
 
 
 def test_each_finished_epochs_steps_are_on_disk_before_the_next_begins(tmp_path):
@@ -42,7 +43,7 @@ def test_each_finished_epochs_steps_are_on_disk_before_the_next_begins(tmp_path)
                 for _ in range(5):
                     session.begin_step()
                     session.end_step()
-            assert (tmp_path / "run" / "steps.bin").stat().st_size == 28 * 5 * (epoch + 1)
+            assert (tmp_path / "run" / "steps.bin").stat().st_size == 48 * 5 * (epoch + 1)
 
 
 def test_step_misuse_is_a_usage_error(tmp_path):
@@ -64,22 +65,56 @@ def test_step_misuse_is_a_usage_error(tmp_path):
 
 def test_the_step_buffer_is_written_when_it_fills_and_keeps_constant_size():
     written = []
-    recorder = StepRecorder(origin_ns=0, sink=written.append, capacity=4)
+    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), capacity=4)
     recorder.epoch = 5
-    buffers = (id(recorder._starts), len(recorder._starts))
+    buffer = recorder._buffer
     for _ in range(10):
         with recorder:
             pass
-    assert [len(b) for b in written] == [4 * 28, 4 * 28] and recorder.recorded == 10
+    assert [len(b) for b in written] == [4 * 48, 4 * 48] and recorder.recorded == 10
     recorder.flush()
-    assert [len(b) for b in written] == [112, 112, 56]
-    records = [STEP.unpack_from(b, offset) for b in written for offset in range(0, len(b), 28)]
-    assert len(records) == 10 and all(r[0] == 5 for r in records)
-    assert (id(recorder._starts), len(recorder._starts)) == buffers
+    assert [len(b) for b in written] == [192, 192, 96]
+    records = np.frombuffer(b"".join(written), STEP_RECORD)
+    assert len(records) == 10 and (records["epoch"] == 5).all()
+    assert (records["end_ns"] >= records["start_ns"]).all() and (np.diff(records["start_ns"]) > 0).all()
+    assert recorder._buffer is buffer and len(buffer) == 4 * 6
+
+
+def test_a_gc_pause_is_kept_only_for_the_step_it_ran_in():
+    """A pause added to a step that is then abandoned, or to a step written already, does not
+    reach the next step that takes its place in the buffer."""
+    written = []
+    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), capacity=4)
+    recorder.start_epoch(0)
+    recorder.begin()
+    recorder.add_gc(2, 7_000)
+    recorder.add_gc(0, 5)
+    recorder.end()
+    recorder.begin()
+    recorder.add_gc(1, 9)
+    recorder.abandon()            # its pause goes with it
+    recorder.begin()
+    recorder.end()
+    recorder.flush()
+    recorder.start_epoch(1)
+    recorder.begin()
+    recorder.end()                # in the slot the first step had
+    recorder.flush()
+    records = np.frombuffer(b"".join(written), STEP_RECORD)
+    assert list(records["epoch"]) == [0, 0, 1]
+    assert [list(r) for r in records[["gc0_ns", "gc1_ns", "gc2_ns"]].tolist()] == [[5, 0, 7000], [0, 0, 0], [0, 0, 0]]
+    recorder.begin()
+    recorder.add_gc(2, 3)
+    recorder.end()
+    recorder.discard()            # an abandoned epoch: its steps and their pauses go
+    recorder.begin()
+    recorder.end()
+    recorder.flush()
+    assert np.frombuffer(written[-1], STEP_RECORD)[["gc0_ns", "gc1_ns", "gc2_ns"]].tolist() == [(0, 0, 0)]
 
 
 @pytest.mark.slow
-def test_a_million_steps_constant_memory_and_28_bytes_each(tmp_path):
+def test_a_million_steps_constant_memory_and_48_bytes_each(tmp_path):
     from profiler.capture.memory import MemoryProbe
     probe = MemoryProbe()
     rss = []
@@ -92,7 +127,7 @@ def test_a_million_steps_constant_memory_and_28_bytes_each(tmp_path):
                         pass
             rss.append(probe.rss())
     size = (tmp_path / "run" / "steps.bin").stat().st_size
-    assert size == 28 * 1_000_000
+    assert size == 48 * 1_000_000
     assert max(rss[1:]) - min(rss[1:]) < 2 << 20, [r >> 10 for r in rss]
     assert [r["steps"] for r in read_run(tmp_path / "run").epochs] == [100_000] * 10
 

@@ -68,19 +68,20 @@ def test_unwritable_trace_is_one_clear_error(tmp_path):
         trace.write_run(run, tmp_path / "no" / "such" / "dir" / "t.json")
 
 
-def test_non_finite_step_is_one_clear_error(tmp_path):
+def test_step_ending_before_it_starts_is_one_clear_error(tmp_path):
     from profiler.errors import RunDirError
-    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 0.01, float("inf"), 0, 0, 0)])
-    with pytest.raises(RunDirError, match="steps.bin record 1 has wall_s inf"):
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 0.01, -0.02, 0, 0, 0)])
+    with pytest.raises(RunDirError, match="steps.bin record 1 has wall_s -0.02"):
         trace.write_run(run, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
 
 
 def test_huge_finite_step_start_is_one_clear_error_and_no_file(tmp_path):
-    """A start_s JSON cannot hold in microseconds (1e308 s) is refused by name, not a ValueError from json."""
+    """A start_s beyond any run (4e9 s, the most steps.bin's nanoseconds hold is 9.2e9) is refused by
+    name, not written into the trace."""
     from profiler.errors import RunDirError
-    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 1e308, 0.01, 0, 0, 0)])
-    with pytest.raises(RunDirError, match=r"steps.bin record 1 has start_s 1e\+308, not a time"):
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)], steps=[(0, 0.0, 0.01, 0, 0, 0), (0, 4e9, 0.01, 0, 0, 0)])
+    with pytest.raises(RunDirError, match=r"steps.bin record 1 has start_s 4e\+09, not a time"):
         trace.write_run(run, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..rundir.format import GC_EVENTS, STEP_DTYPE, STEPS
+from ..rundir.format import GC_EVENTS, STEPS
 from ..rundir.reader import check_times
 from ..rundir.ranks import rank_dirs
 from . import diagnose, findings, stats
@@ -271,10 +271,8 @@ def _stalls(block, collective):
 
 
 def _count(rank_dir, unit):
-    if unit == "step":
-        file = rank_dir.path / STEPS
-        return file.stat().st_size // STEP_DTYPE.itemsize if file.exists() else 0
-    return len(rundir.read_run(rank_dir.path).epochs)
+    run = rundir.read_run(rank_dir.path)
+    return len(run.steps()) if unit == "step" else len(run.epochs)
 
 
 def _open(run_dir):

@@ -89,6 +89,8 @@ class GcTimer:
 
     def take_events(self):
         """The packed GC events since the last take (GC_EVENT records), and reset."""
+        if not self._n_events:   # most epochs
+            return b""
         data = bytes(self._events[:self._n_events * GC_EVENT.size])
         self._n_events = 0
         return data

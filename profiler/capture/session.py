@@ -113,7 +113,7 @@ class Session:
         self.ranks = torchrun.rank_env() or dict.fromkeys(torchrun.FIELDS)   # a malformed torchrun env fails here
         self.ops = OpTimers()
         self.op = self.ops.op
-        self._steps = StepRecorder(0, self._write_steps)
+        self._steps = StepRecorder(self._write_steps)
         self._state = "new"          # new -> open -> closed
         self._thread = None
         self._writer = self.memory = self.heap = self.gc_timer = None
@@ -141,13 +141,13 @@ class Session:
         self._thread_name = threading.current_thread().name
         try:
             origin_ns, origin_unix = _now(), time.time()
-            self._origin_ns = self._steps.origin_ns = origin_ns
+            self._origin_ns = origin_ns
             self._meta = {
                 "format": fmt.FORMAT, "status": "running", "error": None, "meta": self.user_meta,
                 "python": sys.version.split()[0], "python_implementation": platform.python_implementation(),
                 "numpy": _version("numpy"), "numba": _version("numba"), "host": socket.gethostname(),
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
-                **self.ranks, "clock_origin_unix": origin_unix,
+                **self.ranks, "clock_origin_unix": origin_unix, "clock_origin_ns": origin_ns,
                 "started": _now_iso(), "finished": None, "options": self.options,
             }
             self._writer.write_meta(self._meta)

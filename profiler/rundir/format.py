@@ -14,12 +14,24 @@ META, EPOCHS, STEPS, GC_EVENTS = "meta.json", "epochs.jsonl", "steps.bin", "gc_e
 STATUSES = ("running", "completed", "halted", "failed", "interrupted", "terminated")
 RANK_PREFIX = "rank-"
 
-# One training step: epoch index, start (seconds since the session's clock origin), wall time,
-# GC pause inside the step by generation.
-STEP = struct.Struct("<idffff")
-STEP_FIELDS = (("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"), ("gc0_s", "<f4"), ("gc1_s", "<f4"),
-               ("gc2_s", "<f4"))
-STEP_DTYPE = np.dtype(list(STEP_FIELDS))    # the same record as a numpy structured type (STEP.size bytes)
+# One training step as the Session writes it (steps.bin): six int64 slots, so the capture's buffer
+# (an array of int64) is written as it is: epoch index, start and end (time.perf_counter_ns()
+# readings; meta.json's clock_origin_ns is the origin) and the GC pause inside the step by
+# generation, in nanoseconds.
+STEP_RECORD = np.dtype([("epoch", "<i8"), ("start_ns", "<i8"), ("end_ns", "<i8"), ("gc0_ns", "<i8"),
+                        ("gc1_ns", "<i8"), ("gc2_ns", "<i8")])
+STEP_SLOTS = len(STEP_RECORD.names)
+
+# One training step as readers see it (Run.steps()): start in seconds since the clock origin, wall
+# time, GC pause by generation.
+STEP_FIELDS = (("epoch", "<i8"), ("start_s", "<f8"), ("wall_s", "<f8"), ("gc0_s", "<f8"), ("gc1_s", "<f8"),
+               ("gc2_s", "<f8"))
+STEP_DTYPE = np.dtype(list(STEP_FIELDS))
+
+# steps.bin of runs written before clock_origin_ns (meta.json has none): the step in seconds.
+LEGACY_STEP = struct.Struct("<idffff")
+LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"), ("gc0_s", "<f4"),
+                              ("gc1_s", "<f4"), ("gc2_s", "<f4")])
 
 # One garbage collection worth keeping (every generation-2 one, and any above the Session's
 # threshold): start (seconds since the clock origin), duration, generation, objects collected.

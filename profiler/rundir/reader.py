@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, META, RANK_PREFIX, STATUSES, STEP_DTYPE, STEPS
+from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, STATUSES,
+                     STEP_DTYPE, STEP_RECORD, STEPS)
 
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
 MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
@@ -41,12 +42,49 @@ class Run:
         return meta if isinstance(meta, dict) else {}
 
     def steps(self):
-        """Every recorded step as a read-only structured array (memory-mapped; empty if none)."""
-        return _records(self.path / STEPS, STEP_DTYPE)
+        """Every recorded step: indexed by a field name (an array of that field) or by a slice (a
+        structured array of format.STEP_DTYPE), read from the memory-mapped file as asked; empty
+        if none."""
+        origin = self.meta.get("clock_origin_ns")
+        if origin is None:   # written before steps were kept in nanoseconds
+            return _records(self.path / STEPS, LEGACY_STEP_DTYPE)
+        return Steps(_records(self.path / STEPS, STEP_RECORD), origin)
 
     def gc_events(self):
         """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
         return _records(self.path / GC_EVENTS, GC_EVENT_DTYPE)
+
+
+class Steps:
+    """steps.bin's records (format.STEP_RECORD, nanoseconds on the capture's clock) read as steps
+    in seconds since the clock origin (format.STEP_DTYPE), a field or a slice at a time, so a
+    reader that walks them in blocks needs memory for one block only."""
+
+    def __init__(self, records, origin_ns):
+        self._records, self._origin_ns = records, origin_ns
+
+    def __len__(self):
+        return len(self._records)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self._field(self._records, key)
+        block = self._records[key]
+        steps = np.empty(len(block), STEP_DTYPE)
+        for name in STEP_DTYPE.names:
+            steps[name] = self._field(block, name)
+        return steps
+
+    def _field(self, records, name):
+        if name == "epoch":
+            return np.asarray(records["epoch"])
+        if name == "start_s":
+            return (records["start_ns"] - self._origin_ns) / 1e9
+        if name == "wall_s":
+            return (records["end_ns"] - records["start_ns"]) / 1e9
+        if name in ("gc0_s", "gc1_s", "gc2_s"):
+            return records[name[:3] + "_ns"] / 1e9
+        raise KeyError(name)
 
 
 def check_times(block, fields, source, offset):
@@ -90,6 +128,9 @@ def read_run(path):
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
+    origin = meta.get("clock_origin_ns")
+    if origin is not None and type(origin) is not int:
+        raise RunDirError(f"{meta_file} has clock_origin_ns {origin!r}, not an integer: not written by this profiler")
     problems = []
     status = meta.get("status")
     if status == "running":
