@@ -19,6 +19,8 @@ shape from the Block it was given. Any shape gives the same results; tests run s
 """
 
 
+import math
+
 from llvmlite import ir
 from numba import prange, types, uint64
 from numba.core import cgutils
@@ -141,6 +143,92 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     return types.none(acc, out, o0, sop, pn, accumulate, rows, lanes), codegen
 
 
+def _transpose_plan(rows, lanes):
+    """How _store_cols turns `rows` vectors of `lanes` floats into runs of `rows` floats, one per
+    lane: the rows padded to a power of two R (and the lanes to a multiple of R), then log2(R)
+    rounds of interleaving pairs of vectors, 1, 2, 4, ... floats at a time (the steps of an
+    in-register transpose). Returns (rounds, runs): each round a list of (first, second, mask)
+    shuffles, the vectors numbered as they are made (the rows first); runs as (vector, offset, lane)
+    for each lane's run of R floats, rows past `rows` in its last places."""
+    r = 1 << max(0, (rows - 1).bit_length())
+    width = -(-lanes // r) * r
+    labels = [[(p, j) for j in range(width)] for p in range(r)]
+    live, rounds = list(range(r)), []
+    g = 1
+    while g < r:
+        def key(v):   # (first row of its runs of g rows, the lane of each run)
+            return labels[v][0][0], [labels[v][t][1] for t in range(0, width, g)]
+        shuffles, nxt = [], []
+        for a in live:
+            first, lanes_a = key(a)
+            if first % (2 * g):
+                continue
+            b = next(v for v in live if key(v) == (first + g, lanes_a))
+            merged = [m for t in range(0, width, g) for m in list(range(t, t + g)) + list(range(width + t, width + t + g))]
+            for half in (merged[:width], merged[width:]):
+                shuffles.append((a, b, half))
+                labels.append([(labels[a] + labels[b])[m] for m in half])
+                nxt.append(len(labels) - 1)
+        live = nxt
+        rounds.append(shuffles)
+        g *= 2
+    runs = []
+    for v in live:
+        for off in range(0, width, r):
+            run = labels[v][off:off + r]
+            assert [p for p, _ in run] == list(range(r)) and len({j for _, j in run}) == 1
+            if run[0][1] < lanes:
+                runs.append((v, off, run[0][1]))
+    assert sorted(j for _, _, j in runs) == list(range(lanes))
+    return rounds, runs
+
+
+@intrinsic
+def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
+    """out[o0 + j*soj : +P] (+)= (acc[j], acc[J + j], ..., acc[(P-1)*J + j]) for j < J: a whole
+    block stored transposed, one P-float vector store per lane (a result whose rows are its
+    columns: dx.T in dense's backward), the block transposed in registers by _transpose_plan's
+    shuffles instead of P*J scalar stores."""
+    if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
+        raise TypingError("_store_cols needs constant rows and lanes")
+    p_, j_ = rows.literal_value, lanes.literal_value
+    rounds, runs = _transpose_plan(p_, j_)
+    r = 1 << max(0, (p_ - 1).bit_length())
+    width = -(-j_ // r) * r
+
+    def codegen(context, builder, signature, args):
+        accp, outv, o0v, sojv, accum = args[:5]
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        vec, run = ir.VectorType(ir.FloatType(), width), ir.VectorType(ir.FloatType(), p_)
+        o0_, soj_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sojv), signature.args[2:4])]
+        odata = context.make_array(signature.args[1])(context, builder, outv).data
+        add = context.cast(builder, accum, signature.args[4], types.boolean)
+        vectors = []
+        for p in range(r):
+            if p < p_:
+                row = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]),
+                                                   ir.VectorType(ir.FloatType(), j_).as_pointer()), align=4)
+                if width > j_:
+                    row = builder.shuffle_vector(row, ir.Constant(row.type, ir.Undefined),
+                                                 ir.Constant(ir.VectorType(i32, width),
+                                                             [min(j, j_ - 1) for j in range(width)]))
+            else:
+                row = ir.Constant(vec, ir.Undefined)
+            vectors.append(row)
+        for shuffles in rounds:
+            for a, b, mask in shuffles:
+                vectors.append(builder.shuffle_vector(vectors[a], vectors[b], ir.Constant(ir.VectorType(i32, width), mask)))
+        for v, off, j in runs:
+            value = builder.shuffle_vector(vectors[v], ir.Constant(vec, ir.Undefined),
+                                           ir.Constant(ir.VectorType(i32, p_), list(range(off, off + p_))))
+            optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, builder.mul(ir.Constant(i64, j), soj_))]),
+                                   run.as_pointer())
+            total = builder.fadd(builder.load(optr, align=4), value)
+            builder.store(builder.select(add, total, value), optr, align=4)
+        return context.get_dummy_value()
+    return types.none(acc, out, o0, soj, accumulate, rows, lanes), codegen
+
+
 def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate):
     """One P x J block of a product, held in registers over the whole reduction:
 
@@ -165,6 +253,8 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
                 _fma_rows(acc, a, ao, sap, pn, b, bo, P, J)
     if soj == 1 and jn == J:
         _store_rows(acc, out, o0, sop, pn, accumulate, P, J)
+    elif sop == 1 and pn == P and jn == J:   # a whole block whose rows are the result's columns
+        _store_cols(acc, out, o0, soj, accumulate, P, J)
     elif soj == 1:   # separate loop so the contiguous store stays vectorised
         for p in range(pn):
             for j in range(jn):
@@ -248,11 +338,20 @@ def _panels(src, dst):
                 dst[g, k, j] = row[g * J + j] if g * J + j < n else 0.0
 
 
+def aligned(workspace, name, shape):
+    """A float32 workspace buffer of `shape` that starts on a 64-byte line, so the J-float runs a
+    block loads from it (J a multiple of 16) never straddle two lines (numpy aligns to 16 bytes)."""
+    size = math.prod(shape)
+    flat = workspace.take(name, (size + 15,))
+    skip = -flat.ctypes.data % 64 // 4
+    return flat[skip:skip + size].reshape(shape)
+
+
 def panels(blk, workspace, name, b):
     """A (K, N) B operand as (ceil(N/J), K, J) panels, so a block reads one contiguous J-float run
     per step (read in place with N = 128, a block's lines are 512 bytes apart and share 8 of L1's
     64 sets)."""
     k, n = b.shape
-    out = workspace.take(name, (blk.padded(n) // blk.lanes, k, blk.lanes))
+    out = aligned(workspace, name, (blk.padded(n) // blk.lanes, k, blk.lanes))
     _panels[blk](out.size, b, out)
     return out

@@ -17,12 +17,12 @@ bias uses broadcast_add on (N, C), the kernel the conv layers use.
 
 import numba
 import numpy as np
-from numba import prange
+from numba import prange, uint64
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, transpose
 from ._jit import kernel
-from ._tile import J, P, block as block_of, panels, tile, tiled
+from ._tile import J, P, aligned, block as block_of, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
@@ -39,13 +39,13 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
-# The input grad as dx.T = w @ dy.T writes dx a column at a time: one scalar store per output
-# element, 36 KB apart for mnist's 9216 inputs (the same L1 set), and the weight grad reads x.T
-# with the same stride. With 32-lane blocks and a batch of at least a quarter of the outputs, both
-# grads are formed a slab of inputs at a time instead (_backward_slabs). With cifar's batch of 32
-# and 512 outputs the column stores are few against the 512-step reductions, and the slabs'
-# transposes of w cost more than they save (slabs of 32 inputs: 1.2-1.4x slower). 16-lane blocks
-# (AVX2) keep the in-place orientation: not measured there.
+# The input grad as dx.T = w @ dy.T stores each whole block of dx transposed (_tile's _store_cols:
+# a run of P floats per batch row), the rows 36 KB apart for mnist's 9216 inputs (one L1 set), and
+# the weight grad reads x.T with the same stride. With 32-lane blocks and a batch of at least a
+# quarter of the outputs, both grads are formed a slab of inputs at a time instead
+# (_backward_slabs), dx's blocks stored into an in-cache copy. With cifar's batch of 32 and 512
+# outputs the stores are few against the 512-step reductions (slabs of 32 inputs, with w's rows
+# transposed in them: 1.2-1.4x slower). 16-lane blocks (AVX2) keep the two products.
 _DX_BY_ROWS = 4
 # J-lane blocks of inputs per slab of _backward_slabs: x's and dx's rows are copied in runs of
 # 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
@@ -98,45 +98,51 @@ def _forward_in_place(x, w, y, group):
 
 
 @tiled
-def _backward_slabs(x, w, dy, dyp, dx, dw, scratch):
+def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
     """dx = dy @ w.T and dw = x.T @ dy, a slab of _SLAB_BLOCKS * J inputs at a time, each chunk
     of slabs with its own `scratch` row: the slab's columns of x are copied out of x's rows (runs
-    of 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), dx's columns are
-    formed in the same layout and copied out to dx's rows the same way, and each J inputs' rows
-    of w are transposed (O x J) where the tiles read them. So x and w are read once, dx and dw
-    written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's
-    9216 inputs: one L1 set), which a packing of w.T (4.7 MB) and a weight grad reading x.T in
-    place did. dw's rows come from x's copies against dy's panels `dyp`."""
+    of 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns are
+    formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
+    written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's 9216
+    inputs: one L1 set), which a weight grad reading x.T in place did. Each block of J inputs
+    takes dx.T = w @ dy.T, w's rows read in place against dy.T's panels `dytp` and each block
+    stored transposed (_tile's _store_cols), and dw = x.T @ dy from x's copies against dy's panels
+    `dyp`: w and dw are read and written once, in order."""
     n, i_ = x.shape
     o = w.shape[1]
     width = _SLAB_BLOCKS * J
-    xf, wf, dyf, dxf, dwf = x.reshape(-1), w.reshape(-1), dy.reshape(-1), dx.reshape(-1), dw.reshape(-1)
+    xf, wf, dxf, dwf = x.reshape(-1), w.reshape(-1), dx.reshape(-1), dw.reshape(-1)
     slabs = (i_ + width - 1) // width
     chunks = scratch.shape[0]
     for t in prange(chunks):
-        xs, dxs, wt = scratch[t, :width * n], scratch[t, width * n:2 * width * n], scratch[t, 2 * width * n:]
+        xs, dxs = scratch[t, :width * n], scratch[t, width * n:]
         for s in range(t * slabs // chunks, (t + 1) * slabs // chunks):
             s0 = s * width
             sw = min(width, i_ - s0)
             for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
                 for j in range(0, sw, J):
-                    copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
+                    if j + J <= sw:   # a whole run inline: `copy` is a call, dearer than 128 bytes
+                        for lane in range(J):
+                            xs[uint64(j * n + k * J + lane)] = xf[uint64(k * i_ + s0 + j + lane)]
+                    else:
+                        copy(xf, k * i_ + s0 + j, xs, j * n + k * J, sw - j)
             for j in range(0, sw, J):   # the slab's blocks of J inputs
                 i0, jn = s0 + j, min(J, sw - j)
-                transpose(wf, i0 * o, o, wt, 0, J, jn, o)
-                for k in range(o):   # lanes past the last input: zeros, never copied out
-                    for lane in range(jn, J):
-                        wt[k * J + lane] = 0.0
-                for r0 in range(0, n, P):   # dxs[b] = dy @ wt
-                    tile(dyf, r0 * o, o, min(P, n - r0), (0, 0, 1), wt, 0, (0, 0, J), (1, 1, o),
-                         dxs, j * n + r0 * J, J, 1, J, False)
+                for n0 in range(0, n, J):   # dxs[b].T = w[i0:i0+jn] @ dy.T, a panel of dy.T over the block's rows
+                    for r0 in range(0, jn, P):
+                        tile(wf, (i0 + r0) * o, o, min(P, jn - r0), (0, 0, 1), dytp, n0 * o, (0, 0, J), (1, 1, o),
+                             dxs, j * n + n0 * J + r0, 1, J, min(J, n - n0), False)
                 for n0 in range(0, o, J):   # dw[i0:i0+jn] = xs[b].T @ dy, a panel of dy over the block's rows
                     for r0 in range(0, jn, P):
                         tile(xs, j * n + r0, 1, min(P, jn - r0), (0, 0, J), dyp, n0 * n, (0, 0, J), (1, 1, n),
                              dwf, (i0 + r0) * o + n0, o, 1, min(J, o - n0), False)
             for k in range(n):   # dx[k, s0 + b*J : s0 + (b+1)*J] = dxs[b, k, :]
                 for j in range(0, sw, J):
-                    copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, min(J, sw - j))
+                    if j + J <= sw:
+                        for lane in range(J):
+                            dxf[uint64(k * i_ + s0 + j + lane)] = dxs[uint64(j * n + k * J + lane)]
+                    else:
+                        copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, sw - j)
 
 
 @kernel
@@ -158,7 +164,7 @@ def _packed(blk, ws, name, b):
     """b (K, N) as (ceil(N/J), K, J) panels; b may be the transpose of a C-ordered array."""
     if b.flags.c_contiguous:
         return panels(blk, ws, name, b)
-    out = ws.take(name, (blk.padded(b.shape[1]) // blk.lanes, b.shape[0], blk.lanes))
+    out = aligned(ws, name, (blk.padded(b.shape[1]) // blk.lanes, b.shape[0], blk.lanes))
     _panels_t(out.size, b.T, out)
     return out
 
@@ -257,8 +263,8 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     n, i, o = x.shape[0], x.shape[1], w.shape[1]
     if blk.lanes >= 32 and n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
         chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())   # two per thread, for the balance
-        _backward_slabs[blk](n * i * o, x, w, dy, panels(blk, ws, "dense.dy", dy), dx, dw,
-                             ws.take("dense.slabs", (chunks, (2 * _SLAB_BLOCKS * n + o) * blk.lanes)))
+        _backward_slabs[blk](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
+                             dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))
     else:
         _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
         _product(blk, ws, "dense.dy", x.T, dy, dw)

@@ -71,3 +71,36 @@ def test_backward_by_slabs_keeps_no_copy_of_w(rng):
     finally:
         numba.set_num_threads(before)
     assert sizes[0] == sizes[1] < 2000 * 96 * 4
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("n,i,o", [
+    (32, 600, 300),    # whole blocks, each added to over two reduction blocks of 256 outputs
+    (64, 333, 260),    # a last row block of 5 inputs (stored lane by lane)
+    (40, 257, 170),    # a last lane block of 8 of the batch (stored lane by lane)
+])
+def test_backward_transposed_blocks_match_a_float64_reference(n, i, o, block, rng):
+    """A batch under a quarter of the outputs takes dx.T = w @ dy.T, whose whole blocks _tile stores
+    transposed (_store_cols: runs of P floats, one per lane); the partial ones lane by lane."""
+    x, w, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, n, o)
+    check_backward(x, w, dy, block, K.Workspace())
+
+
+@pytest.mark.parametrize("rows,lanes", [(8, 32), (6, 16), (5, 24), (12, 32), (14, 32), (16, 16), (4, 8), (1, 16),
+                                        (2, 32), (3, 24), (7, 8), (8, 64)])
+def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
+    """_store_cols' shuffles, replayed on numpy vectors (rows past `rows` as NaN padding): each
+    lane's run holds that lane of every row, in row order."""
+    from kernels._tile import _transpose_plan
+    rounds, runs = _transpose_plan(rows, lanes)
+    block = np.arange(rows * lanes, dtype=np.float64).reshape(rows, lanes)
+    r = 1 << max(0, (rows - 1).bit_length())
+    width = -(-lanes // r) * r
+    vectors = [np.concatenate([block[p], np.full(width - lanes, block[p, -1])]) if p < rows else np.full(width, np.nan)
+               for p in range(r)]
+    for shuffles in rounds:
+        for a, b, mask in shuffles:
+            vectors.append(np.concatenate([vectors[a], vectors[b]])[mask])
+    assert sorted(j for _, _, j in runs) == list(range(lanes))
+    for v, off, j in runs:
+        np.testing.assert_array_equal(vectors[v][off:off + rows], block[:, j])
