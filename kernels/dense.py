@@ -8,9 +8,9 @@ per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thr
 
 Each product is C = A @ B with A and C read and written through strides (so x.T, w and dx.T need
 no copies) and B packed into J-column panels in the caller's workspace or read in place. The
-forward reads w in place with 32-lane blocks (_reads_w_in_place), else packs w (x for batches up
+forward reads w in place when its outputs are whole blocks (_reads_w_in_place), else packs w (x for batches up
 to 32, computing y.T = w.T @ x.T); the weight grad packs dy; the input grad packs dy.T (dx.T =
-w @ dy.T, w read in place). With 32-lane blocks and a batch large against the outputs, both grads
+w @ dy.T, w read in place). With a batch large against the outputs, both grads
 are formed together a slab of inputs at a time instead (_backward_slabs, see _DX_BY_ROWS). The
 bias uses broadcast_add on (N, C), the kernel the conv layers use.
 """
@@ -41,11 +41,12 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 _SMALL_BATCH = 32
 # The input grad as dx.T = w @ dy.T stores each whole block of dx transposed (_tile's _store_cols:
 # a run of P floats per batch row), the rows 36 KB apart for mnist's 9216 inputs (one L1 set), and
-# the weight grad reads x.T with the same stride. With 32-lane blocks and a batch of at least a
+# the weight grad reads x.T with the same stride. With a batch of at least a
 # quarter of the outputs, both grads are formed a slab of inputs at a time instead
 # (_backward_slabs), dx's blocks stored into an in-cache copy. With cifar's batch of 32 and 512
 # outputs the stores are few against the 512-step reductions (slabs of 32 inputs, with w's rows
-# transposed in them: 1.2-1.4x slower). 16-lane blocks (AVX2) keep the two products.
+# transposed in them: 1.2-1.4x slower). AVX2's 6 x 16 blocks (emulated on an AVX-512 host), mnist's
+# backward by slabs against the two products, 1 thread: 0.92 of the time.
 _DX_BY_ROWS = 4
 # J-lane blocks of inputs per slab of _backward_slabs: x's and dx's rows are copied in runs of
 # 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
@@ -170,12 +171,13 @@ def _packed(blk, ws, name, b):
 
 
 def _reads_w_in_place(blk, w):
-    """Whether the forward reads w's rows as B where they are, each step one 128-byte run of a row:
-    with 32-lane blocks, when the outputs are whole blocks (a ragged last block would read past
-    w's end). At 1 thread, against the packings, cifar10-cnn's 32x2304->512 1.23-1.28 (x packed)
-    and 1.12 (w packed) -> 0.78-0.85 ms (PyTorch 0.52), mnist-cnn's 128x9216->128 0.96-1.16x as
-    fast as with w packed (five runs). 16-lane blocks (AVX2) keep the packings: not measured there."""
-    return blk.lanes >= 32 and w.shape[1] % blk.lanes == 0
+    """Whether the forward reads w's rows as B where they are, each step one J-float run of a row:
+    when the outputs are whole blocks (a ragged last block would read past w's end). At 1 thread,
+    against the packings, with 8 x 32 blocks: cifar10-cnn's 32x2304->512 1.23-1.28 (x packed) and
+    1.12 (w packed) -> 0.78-0.85 ms (PyTorch 0.52), mnist-cnn's 128x9216->128 0.96-1.16x as fast
+    as with w packed (five runs); with AVX2's 6 x 16 (emulated on an AVX-512 host) 0.85-0.95 and
+    0.88-0.94 of the packings' time."""
+    return w.shape[1] % blk.lanes == 0
 
 
 def _group(blk, m, n):
@@ -261,7 +263,7 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
     no_overlap("out[2] (db)", db, inputs)
     n, i, o = x.shape[0], x.shape[1], w.shape[1]
-    if blk.lanes >= 32 and n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
+    if n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
         chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())   # two per thread, for the balance
         _backward_slabs[blk](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
                              dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))

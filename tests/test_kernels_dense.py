@@ -1,6 +1,6 @@
-"""dense's backward by slabs of inputs (kernels/dense.py, _backward_slabs: 32-lane blocks with a
-batch of at least a quarter of the outputs) against a float64 reference; the same shapes at the
-other block shapes, which form the grads as two products."""
+"""dense's backward against a float64 reference at several block shapes: by slabs of inputs
+(kernels/dense.py, _backward_slabs: a batch of at least a quarter of the outputs) and as two
+products, whose transposed result (dx.T) _tile stores a whole block at a time."""
 
 import numba
 import numpy as np
