@@ -34,6 +34,7 @@ _KB = 256       # reduction block
 # of 256; panels outside row blocks, 64 against 128: mnist 1.04-1.10x, cifar within the noise)
 _KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
+_BAND_BLOCKS_1 = 16   # the same for the forward reading w in place at 1 thread (_in_place_band)
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone
 # Up to this batch the forward packs x rather than w: packing w copies K*N floats for M*K*N
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
@@ -78,16 +79,15 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
 
 
 @tiled
-def _forward_in_place(x, w, y, group):
+def _forward_in_place(x, w, y, band, group):
     """y = x @ w with w's rows read in place as B (_reads_w_in_place): like _matmul, each parallel
-    iteration is a band of rows x a group of columns, but walked a reduction block of _KB_IN_PLACE
-    steps at a time panel by panel, so each panel's block of w (64 rows of 128 bytes) is read by
-    the band's row blocks while it is in L1."""
+    iteration is a band of `band` rows x a group of columns, but walked a reduction block of
+    _KB_IN_PLACE steps at a time panel by panel, so each panel's block of w (64 rows of 128 bytes)
+    is read by the band's row blocks while it is in L1, and w is read once per band."""
     n, i_ = x.shape
     o = w.shape[1]
     xf, wf, yf = x.reshape(-1), w.reshape(-1), y.reshape(-1)
     groups = (o + group - 1) // group
-    band = _BAND_BLOCKS * P
     for it in prange((n + band - 1) // band * groups):
         m0, g0 = it // groups * band, it % groups * group
         for k0 in range(0, i_, _KB_IN_PLACE):
@@ -180,6 +180,13 @@ def _reads_w_in_place(blk, w):
     return w.shape[1] % blk.lanes == 0
 
 
+def _in_place_band(blk):
+    """Rows per band of the forward that reads w in place: one thread takes up to _BAND_BLOCKS_1
+    row blocks at once, so mnist-cnn's batch of 128 reads w (4.7 MB) once, not once per band of
+    _BAND_BLOCKS (its forward product 0.94 of the time, 1 thread); several threads share the bands."""
+    return (_BAND_BLOCKS_1 if numba.get_num_threads() == 1 else _BAND_BLOCKS) * blk.rows
+
+
 def _group(blk, m, n):
     """Columns per parallel iteration: all of them unless the bands of rows are too few to give
     each of several threads two iterations (a batch of 32 is one band). One thread takes all
@@ -238,7 +245,7 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     if n * i * o < _BLAS_MAX:   # as in _product
         np.matmul(x, w, out=y)
     elif _reads_w_in_place(blk, w):
-        _forward_in_place[blk](n * i * o, x, w, y, _group(blk, n, o))
+        _forward_in_place[blk](n * i * o, x, w, y, _in_place_band(blk), _group(blk, n, o))
     elif n <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(blk, ws, "dense.x", w.T, x.T, y.T)
     else:

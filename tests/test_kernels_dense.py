@@ -104,3 +104,19 @@ def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
     assert sorted(j for _, _, j in runs) == list(range(lanes))
     for v, off, j in runs:
         np.testing.assert_array_equal(vectors[v][off:off + rows], block[:, j])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_forward_in_place_bands_match_a_float64_reference(threads, block, rng):
+    """The forward reading w in place takes 16 row blocks a band at 1 thread, 8 at more: batches
+    past one band, with a ragged last row block."""
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for n in (130, 301):
+            x, w, b = f32(rng, n, 700), f32(rng, 700, 96), f32(rng, 96)
+            np.testing.assert_allclose(K.dense_forward(x, w, b, block=block),
+                                       x.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4 * np.sqrt(700))
+    finally:
+        numba.set_num_threads(before)
