@@ -1,9 +1,31 @@
 """Flat-array copies compiled into the kernels (conv's layout changes and padding, dense's slabs
-and panels): numba helpers, each inlined into its callers."""
+and panels): numba helpers, each inlined into its callers; and a prefetch for write."""
 
-from numba import uint64
+from llvmlite import ir
+from numba import types, uint64
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
 
 from ._jit import helper
+
+
+@intrinsic
+def prefetch_write(typingctx, a, i):
+    """Ask for the cache line holding a[i] for writing (prefetchw: the line is fetched into L1 and
+    owned without the core waiting for it). A hint: it never faults, so i may point past `a`."""
+    if not (isinstance(a, types.Array) and isinstance(i, types.Integer)):
+        raise TypingError("prefetch_write needs an array and an integer index")
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        ptr = builder.bitcast(builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)]), i8p)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])   # write, keep, data
+        return context.get_dummy_value()
+    return types.none(a, i), codegen
 
 
 @helper

@@ -20,13 +20,13 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing; a 'valid' forward reads x itself): the stride-1 forward of reductions at least 64
-deep uses blocks of 6 output pixels x 16 output channels, as NHWC does, with the pixels broadcast
-from the planes and y stored a channel at a time (every lane computes an output); with 32 lanes
+deep uses, with 32 lanes, blocks of P output pixels x J output channels, as NHWC does, with the
+pixels broadcast from the planes and y stored a channel at a time (every lane computes an output);
 the shallower forwards (first layers) use blocks of output channels x consecutive output pixels
-over each image's column-shifted planes (_forward_shifted); with 16 lanes they, and the input grad,
-use blocks of 6 output channels x 16 pixels (contiguous loads and
-stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes (mnist
-conv2's forward: 11% faster straight through); the weight grad reads dy in
+over each image's column-shifted planes (_forward_shifted), with any block shape; with 16 lanes
+the deeper forwards, and the input grad, use blocks of 6 output channels x 16 pixels (contiguous
+loads and stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes
+(mnist conv2's forward: 11% faster straight through); the weight grad reads dy in
 place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
 transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first
 layers' weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
@@ -47,7 +47,7 @@ import numpy as np
 from numba import prange, uint64
 
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
-from ._copies import copy, transpose
+from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, tile, tiled
 
@@ -206,7 +206,9 @@ def _forward_shifted(x, pt, pl, wr, y):
     reads position q + kh*OW of every plane: blocks are P output channels x J consecutive output
     pixels, contiguous in both x's planes and y, with no lanes on padding columns and whole-lane
     vector stores (row blocks of mnist conv1's 26-pixel rows stored 26 of 32 lanes one float at a
-    time)."""
+    time). Every block shape: with AVX2's 6 x 16 (emulated on the AVX-512 host, 1 thread) it took
+    0.49x the row blocks' time on mnist conv1 and 0.78x on cifar conv1. Each block first
+    prefetches the output lines its rows store two blocks on (_prefetch_rows)."""
     bsz, c, h, w = x.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
@@ -223,8 +225,24 @@ def _forward_shifted(x, pt, pl, wr, y):
                           (kw * c + ci) * slot + (ih + pt) * ow_ + j0, j1 - j0)
         for n0 in range(0, n, P):
             for q0 in range(0, pixels, J):
+                y0 = (b * n + n0) * pixels + q0
+                _prefetch_rows(yf, y0, min(P, n - n0), pixels, J)
                 tile(wf, n0 * kh_ * kl, 1, min(P, n - n0), (0, kl * P, P), planes, q0, (0, ow_, slot), (1, kh_, kl),
-                     yf, (b * n + n0) * pixels + q0, pixels, 1, min(J, pixels - q0), False)
+                     yf, y0, pixels, 1, min(J, pixels - q0), False)
+
+
+@helper
+def _prefetch_rows(yf, o, pn, stride, lanes):
+    """Prefetch for writing the lines that rows p < pn of a block of `lanes` NCHW output positions
+    (rows `stride` apart, the block at o) will store _AHEAD blocks on. A block's P output planes are P
+    store streams, which the hardware prefetchers follow poorly when the planes are not whole pages
+    (mnist conv1's, 2704 B apart: NCHW/NHWC forward 1.15-1.28 without, 0.79-1.06 with, 1 thread)."""
+    for p in range(pn):
+        for k in range(0, lanes, 16):   # a 64-byte line per 16 floats
+            prefetch_write(yf, o + p * stride + _AHEAD * lanes + k)
+
+
+_AHEAD = 2
 
 
 def _flat_rows(blk, ow, wp, depth):
@@ -635,7 +653,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
         xp = plan.x.reshape(plan.n, plan.c, -1) if valid else plan.x_planes()
         _forward_planes[blk](plan.macs(), xp, plan.wp, wk, (plan.pt, plan.pt + plan.h), y)
         return y
-    if plan.nchw and stride == 1 and blk.lanes >= 32:   # shallower than the pixel blocks: the first layers
+    if plan.nchw and stride == 1 and plan.kh * plan.kl < _FLAT_DEPTH:   # shallow: the first layers
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
     if plan.nchw and stride == 1:
