@@ -20,14 +20,13 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
 L1 set aliasing; a 'valid' forward reads x itself): the stride-1 forward of reductions at least 64
-deep uses, with 32 lanes, blocks of P output pixels x J output channels, as NHWC does, with the
-pixels broadcast from the planes and y stored a channel at a time (every lane computes an output);
-the shallower forwards (first layers) use blocks of output channels x consecutive output pixels
-over each image's column-shifted planes (_forward_shifted), with any block shape; with 16 lanes
-the deeper forwards, and the input grad, use blocks of 6 output channels x 16 pixels (contiguous
-loads and stores in NCHW), row by row or straight through the planes, whichever wastes fewer lanes
-(mnist conv2's forward: 11% faster straight through); the weight grad reads dy in
-place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
+deep uses blocks of 6 output pixels x 16 output channels, as NHWC does, with the pixels broadcast
+from the planes and y stored a channel at a time (every lane computes an output); the shallower
+forwards (first layers) use blocks of output channels x consecutive output pixels over each
+image's column-shifted planes (_forward_shifted); the input grad uses blocks of 6 output
+channels x 16 positions (contiguous loads and stores in NCHW), row by row or straight through the
+planes, whichever wastes fewer lanes (straight through ran mnist conv2's forward 11% faster); the
+weight grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
 transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first
 layers' weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
 forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
@@ -114,7 +113,7 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 @tiled
 def _forward_planes(xp, wp, wk, rows, y):
     """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide and wk
-    (KH, KW*C, Np) (see _pixel_blocks for when). Blocks are P output pixels running on
+    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Blocks are P output pixels running on
     from one output row to the next (as in _forward_nhwc) x J output channels, so every lane
     computes an output: _forward_nchw_rows' flat blocks also compute the planes' wp - OW padding
     columns (cifar conv4: 13 of 15 lanes used). The pixels are read as broadcasts, never past
@@ -144,13 +143,12 @@ def _forward_planes(xp, wp, wk, rows, y):
             q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
 
 
-def _pixel_blocks(blk, depth):
-    """Whether the stride-1 NCHW forward runs _forward_planes: with 32 lanes and reductions at
-    least 64 deep (AVX-512, 8 x 32: 1.1-1.5x faster than the row and flat blocks on cifar10-cnn's
-    and mnist-cnn's 32/64-channel layers). Shallower ones (the first layers, depth 9 and 27) spend
-    more on its transposed stores than the full lanes save; 16-lane blocks (AVX2) waste fewer lanes
-    in row blocks and keep the blocks measured on the Zen 3."""
-    return blk.lanes >= 32 and depth >= 64
+# reduction depth from which the stride-1 NCHW forward runs _forward_planes (pixel blocks), with
+# any block shape: on cifar10-cnn's and mnist-cnn's 32/64-channel layers 1.1-1.5x faster than the
+# row and flat blocks with 8 x 32 (AVX-512), 1.1-1.2x with 6 x 16 (AVX2, emulated on the Intel host).
+# Shallower ones (the first layers, depth 9 and 27) run _forward_shifted: there the pixel blocks
+# spend more on their transposed stores than the full lanes save
+_PIXEL_DEPTH = 64
 
 
 @tiled
@@ -647,18 +645,14 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     blk = plan.blk
     y = out_buffer(out, plan.y_shape)
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
-    if plan.nchw and stride == 1 and _pixel_blocks(blk, plan.kh * plan.kl):
+    if plan.nchw and stride == 1 and plan.kh * plan.kl >= _PIXEL_DEPTH:
         wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
         valid = plan.hp == plan.h and plan.wp == plan.wd
         xp = plan.x.reshape(plan.n, plan.c, -1) if valid else plan.x_planes()
         _forward_planes[blk](plan.macs(), xp, plan.wp, wk, (plan.pt, plan.pt + plan.h), y)
         return y
-    if plan.nchw and stride == 1 and plan.kh * plan.kl < _FLAT_DEPTH:   # shallow: the first layers
+    if plan.nchw and stride == 1:   # shallower than the pixel blocks: the first layers
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
-        return y
-    if plan.nchw and stride == 1:
-        _forward_nchw_rows[blk](plan.macs(), plan.x_planes(), plan.wp, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
-                                _flat_rows(blk, plan.ow, plan.wp, plan.kh * plan.kl), y)
         return y
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
