@@ -133,6 +133,16 @@ def test_steps_of_a_run_written_in_seconds_are_read_as_they_were(tmp_path):
     assert len(steps) == 4 and steps["start_s"][3] == pytest.approx(0.3) and steps[2:]["gc2_s"] == pytest.approx([0.02, 0.03])
 
 
+def test_steps_lost_from_steps_bin_are_a_problem_of_the_run(tmp_path):
+    """steps.bin deleted (or cut) while the run went on: the epochs count more steps than it holds."""
+    steps = [(0, 0.1 * i, 0.1, 0.0, 0.0, 0.0) for i in range(3)]
+    whole = write_run(tmp_path / "whole", [epoch(0, 0.3, steps=3)], steps=steps)
+    assert read_run(whole).complete
+    cut = write_run(tmp_path / "cut", [epoch(0, 0.3, steps=3), epoch(1, 0.3, steps=2)], steps=steps)
+    assert read_run(cut).problems == ["steps.bin holds 3 steps but epochs.jsonl counts 5: steps were lost (was "
+                                      "steps.bin deleted or cut during the run?)"]
+
+
 def test_a_clock_origin_that_is_not_an_integer_is_one_clear_error(tmp_path):
     run = write_run(tmp_path / "run", [epoch(0, 0.5)])
     meta = json.loads((run / "meta.json").read_text())

@@ -144,7 +144,12 @@ def read_run(path):
         problems.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
-    return Run(path, meta, epochs, problems)
+    run = Run(path, meta, epochs, problems)
+    counted = sum(r.get("steps") or 0 for r in epochs)
+    if counted > len(run.steps()):   # more steps are written than counted (the unfinished epoch's), never fewer
+        problems.append(f"{STEPS} holds {len(run.steps())} steps but {EPOCHS} counts {counted}: steps were lost "
+                        f"(was {STEPS} deleted or cut during the run?)")
+    return run
 
 
 def _number(value, nonneg=True, limit=math.inf):
