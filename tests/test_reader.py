@@ -3,11 +3,12 @@ damage is one RunDirError naming the file and the line."""
 
 import json
 
+import numpy as np
 import pytest
 
 from profiler.analysis import analyze
 from profiler.rundir import RunDirError, read_run
-from profiler.rundir.format import LEGACY_STEP, STEP_RECORD
+from profiler.rundir.format import LEGACY_STEP_DTYPE, STEP_RECORD
 
 from .fixtures import epoch, from_walls, write_run
 
@@ -128,9 +129,13 @@ def test_steps_of_a_run_written_in_seconds_are_read_as_they_were(tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     del meta["clock_origin_ns"]
     (run / "meta.json").write_text(json.dumps(meta))
-    (run / "steps.bin").write_bytes(b"".join(LEGACY_STEP.pack(0, 0.1 * i, 0.1, 0.0, 0.0, 0.01 * i) for i in range(4)))
+    legacy = np.zeros(4, LEGACY_STEP_DTYPE)
+    legacy["start_s"], legacy["wall_s"], legacy["gc2_s"] = np.arange(4) * 0.1, 0.1, np.arange(4) * 0.01
+    legacy.tofile(run / "steps.bin")
+    assert LEGACY_STEP_DTYPE.itemsize == 28
     steps = read_run(run).steps()
-    assert len(steps) == 4 and steps["start_s"][3] == pytest.approx(0.3) and steps[2:]["gc2_s"] == pytest.approx([0.02, 0.03])
+    assert len(steps) == 4 and steps["start_s"][3] == pytest.approx(0.3)
+    assert steps[2:]["gc2_s"] == pytest.approx([0.02, 0.03]) and steps[1]["wall_s"] == pytest.approx(0.1)
 
 
 def test_steps_lost_from_steps_bin_are_a_problem_of_the_run(tmp_path):
@@ -143,13 +148,32 @@ def test_steps_lost_from_steps_bin_are_a_problem_of_the_run(tmp_path):
                                       "steps.bin deleted or cut during the run?)"]
 
 
-def test_a_clock_origin_that_is_not_an_integer_is_one_clear_error(tmp_path):
+@pytest.mark.parametrize("origin", ["0", True, -5, 1 << 63, None, 1.5])
+def test_a_clock_origin_that_is_not_a_clock_reading_is_one_clear_error(tmp_path, origin):
     run = write_run(tmp_path / "run", [epoch(0, 0.5)])
     meta = json.loads((run / "meta.json").read_text())
-    meta["clock_origin_ns"] = "0"
+    meta["clock_origin_ns"] = origin
     (run / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(RunDirError, match="clock_origin_ns '0', not an integer"):
+    with pytest.raises(RunDirError, match=f"clock_origin_ns {origin!r}, not a perf_counter_ns\\(\\) reading"):
         read_run(run)
+
+
+def test_steps_are_read_in_seconds_since_the_clock_origin_by_field_slice_or_index(tmp_path):
+    run = write_run(tmp_path / "run", [epoch(0, 0.5, steps=4)])
+    meta = json.loads((run / "meta.json").read_text())
+    meta["clock_origin_ns"] = origin = 7_000_000_000
+    (run / "meta.json").write_text(json.dumps(meta))
+    records = np.zeros(4, STEP_RECORD)
+    records["start_ns"] = origin + np.arange(4) * 100_000_000
+    records["end_ns"] = records["start_ns"] + [10_000_000, 20_000_000, 30_000_000, 40_000_000]
+    records["gc1_ns"][2] = 5_000_000
+    records.tofile(run / "steps.bin")
+    steps = read_run(run).steps()
+    assert len(steps) == 4 and steps["start_s"] == pytest.approx([0.0, 0.1, 0.2, 0.3])
+    assert steps[1:3]["wall_s"] == pytest.approx([0.02, 0.03]) and steps[::2]["gc1_s"] == pytest.approx([0.0, 0.005])
+    one = steps[-2]
+    assert one.shape == () and one["gc1_s"] == pytest.approx(0.005) and one["start_s"] == pytest.approx(0.2)
+    assert np.asarray(steps).shape == (4,) and list(np.asarray(steps)["epoch"]) == [0] * 4
 
 
 def test_step_that_ends_before_it_starts_is_one_clear_error(tmp_path):

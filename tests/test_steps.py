@@ -113,6 +113,46 @@ def test_a_gc_pause_is_kept_only_for_the_step_it_ran_in():
     assert np.frombuffer(written[-1], STEP_RECORD)[["gc0_ns", "gc1_ns", "gc2_ns"]].tolist() == [(0, 0, 0)]
 
 
+def test_many_collections_in_one_step_keep_one_entry_and_a_failed_write_frees_the_buffer():
+    recorder = StepRecorder(sink=lambda view: None, capacity=2)
+    recorder.start_epoch(0)
+    recorder.begin()
+    for _ in range(1000):
+        recorder.add_gc(0, 1)
+    recorder.end()
+    assert recorder._gc_slots == [0] and recorder._buffer[3] == 1000
+
+    def refuse(view):
+        raise OSError("disk full")
+    recorder.sink = refuse
+    recorder.begin()
+    with pytest.raises(OSError):
+        recorder.end()            # the buffer filled: its write failed
+    assert recorder._slot == 0 and recorder._gc_slots == [] and recorder._buffer[3] == 0
+    recorder.begin()              # the next steps have the whole buffer
+    recorder.add_gc(2, 5)
+    recorder.end()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_writes_no_steps_into_the_parents_run(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            with session.step():
+                pass
+            pid = os.fork()
+            if pid == 0:   # the child: its steps (a buffer's worth) go nowhere
+                try:
+                    session._steps.epoch = 0
+                    for _ in range(2 * 8192):
+                        session._steps.begin()
+                        session._steps.end()
+                finally:
+                    os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+    assert len(read_run(tmp_path / "run").steps()) == 1
+
+
 @pytest.mark.slow
 def test_a_million_steps_constant_memory_and_48_bytes_each(tmp_path):
     from profiler.capture.memory import MemoryProbe

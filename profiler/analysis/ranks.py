@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import rundir
 from ..rundir.format import GC_EVENTS, STEPS
-from ..rundir.reader import check_times
+from ..rundir.reader import check_times, step_count
 from ..rundir.ranks import rank_dirs
 from . import diagnose, findings, stats
 
@@ -205,7 +205,8 @@ def _rank(rank_dir, unit):
     if gap_events is not None:    # collections between steps are the rank's GC time too
         pause = [p + float(gap_events[2][gap_events[1] == g].sum()) for g, p in enumerate(pause)]
     if unit == "step" and len(wall):
-        total = float(steps["start_s"][-1] + wall[-1] - steps["start_s"][0])   # the time between steps too
+        first, last = steps[0], steps[-1]
+        total = float(last["start_s"] + last["wall_s"] - first["start_s"])   # the time between steps too
     else:
         total = float(wall.sum())
     used = epochs[warm_epochs:]
@@ -271,8 +272,9 @@ def _stalls(block, collective):
 
 
 def _count(rank_dir, unit):
-    run = rundir.read_run(rank_dir.path)
-    return len(run.steps()) if unit == "step" else len(run.epochs)
+    if unit == "step":
+        return step_count(rank_dir.path)
+    return len(rundir.read_run(rank_dir.path).epochs)
 
 
 def _open(run_dir):

@@ -81,7 +81,7 @@ def find(chunks, unit, source, totals=None):
 
 
 def of_steps(steps, source, first_epoch, totals):
-    """Spikes among the steps of a run (a structured array, usually memory-mapped) from
+    """Spikes among the steps of a run (Run.steps(): sliced a chunk at a time) from
     `first_epoch` on (the warm-up left out)."""
     def chunks():
         for a in range(0, len(steps), CHUNK):

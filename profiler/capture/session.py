@@ -66,6 +66,10 @@ def _now_iso():
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _discard(data):
+    pass
+
+
 def _forget_in_child():
     """A process forked while a Session is open (DataLoader workers, multiprocessing) is not the
     profiled loop: it drops the Session's hooks and never writes to the parent's run directory."""
@@ -73,6 +77,7 @@ def _forget_in_child():
     session, _active = _active, None
     if session is not None:
         session._unhook()
+        session._steps.sink = _discard
 
 
 if hasattr(os, "register_at_fork"):

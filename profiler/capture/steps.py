@@ -18,6 +18,7 @@ from ..rundir.format import STEP_SLOTS
 _now = time.perf_counter_ns
 CAPACITY = 8192   # steps buffered between writes: 384 KiB
 _START, _END, _GC0 = 1, 2, 3   # slots of a record (format.STEP_RECORD)
+_NO_PAUSES = array.array("q", bytes(8 * (STEP_SLOTS - _GC0)))
 
 
 class StepRecorder:
@@ -34,7 +35,8 @@ class StepRecorder:
         self._size = STEP_SLOTS * capacity
         self._buffer = array.array("q", bytes(8 * self._size))
         self._view = memoryview(self._buffer)
-        self._gc_slots = []      # slots a collection's pause was added to (zeroed once written)
+        self._gc_slots = []      # first slots of the records a collection's pause was added to (zeroed
+                                 # once written): one entry per step, however many collections it saw
 
     def __enter__(self):
         if self.open_ns or self.epoch is None:
@@ -79,9 +81,10 @@ class StepRecorder:
 
     def add_gc(self, generation, pause_ns):
         """Called by the GC timer when a collection ends while a step is open."""
-        slot = self._slot + _GC0 + generation
-        self._buffer[slot] += pause_ns
-        self._gc_slots.append(slot)
+        slot = self._slot
+        self._buffer[slot + _GC0 + generation] += pause_ns
+        if not self._gc_slots or self._gc_slots[-1] != slot:
+            self._gc_slots.append(slot)
 
     def abandon(self):
         """Drop a step left open (its epoch raised, or a framework's step did not finish)."""
@@ -95,10 +98,10 @@ class StepRecorder:
         self._slot = 0
 
     def _clear_gc(self, first):
-        """Zero the GC pauses added at or after slot `first`."""
+        """Zero the GC pauses of the records at or after slot `first`."""
         for slot in self._gc_slots:
             if slot >= first:
-                self._buffer[slot] = 0
+                self._buffer[slot + _GC0:slot + STEP_SLOTS] = _NO_PAUSES
         self._gc_slots = [slot for slot in self._gc_slots if slot < first]
 
     def flush(self):
@@ -108,8 +111,10 @@ class StepRecorder:
             return
         n = end // STEP_SLOTS
         self._buffer[0:end:STEP_SLOTS] = array.array("q", (self.epoch,)) * n
-        self.sink(self._view[:end])
-        self._slot = 0
-        self._flushed += n
-        if self._gc_slots:
-            self._clear_gc(0)
+        try:
+            self.sink(self._view[:end])
+        finally:   # written or not, the buffer is free for the next steps
+            self._slot = 0
+            self._flushed += n
+            if self._gc_slots:
+                self._clear_gc(0)

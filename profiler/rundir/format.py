@@ -29,7 +29,6 @@ STEP_FIELDS = (("epoch", "<i8"), ("start_s", "<f8"), ("wall_s", "<f8"), ("gc0_s"
 STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 
 # steps.bin of runs written before clock_origin_ns (meta.json has none): the step in seconds.
-LEGACY_STEP = struct.Struct("<idffff")
 LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"), ("gc0_s", "<f4"),
                               ("gc1_s", "<f4"), ("gc2_s", "<f4")])
 

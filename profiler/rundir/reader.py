@@ -45,10 +45,9 @@ class Run:
         """Every recorded step: indexed by a field name (an array of that field) or by a slice (a
         structured array of format.STEP_DTYPE), read from the memory-mapped file as asked; empty
         if none."""
-        origin = self.meta.get("clock_origin_ns")
-        if origin is None:   # written before steps were kept in nanoseconds
+        if "clock_origin_ns" not in self.meta:   # written before steps were kept in nanoseconds
             return _records(self.path / STEPS, LEGACY_STEP_DTYPE)
-        return Steps(_records(self.path / STEPS, STEP_RECORD), origin)
+        return Steps(_records(self.path / STEPS, STEP_RECORD), self.meta["clock_origin_ns"])
 
     def gc_events(self):
         """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
@@ -70,10 +69,15 @@ class Steps:
         if isinstance(key, str):
             return self._field(self._records, key)
         block = self._records[key]
+        one = block.ndim == 0   # an integer index: one step
+        block = np.atleast_1d(block)
         steps = np.empty(len(block), STEP_DTYPE)
         for name in STEP_DTYPE.names:
             steps[name] = self._field(block, name)
-        return steps
+        return steps[0] if one else steps
+
+    def __array__(self, dtype=None, copy=None):
+        return self[:] if dtype is None else self[:].astype(dtype)
 
     def _field(self, records, name):
         if name == "epoch":
@@ -85,6 +89,14 @@ class Steps:
         if name in ("gc0_s", "gc1_s", "gc2_s"):
             return records[name[:3] + "_ns"] / 1e9
         raise KeyError(name)
+
+
+def step_count(path):
+    """Steps in the run directory `path`'s steps.bin, from its size (meta.json says the layout)."""
+    meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+    file = Path(path) / STEPS
+    dtype = STEP_RECORD if "clock_origin_ns" in meta else LEGACY_STEP_DTYPE
+    return file.stat().st_size // dtype.itemsize if file.exists() else 0
 
 
 def check_times(block, fields, source, offset):
@@ -128,9 +140,10 @@ def read_run(path):
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
-    origin = meta.get("clock_origin_ns")
-    if origin is not None and type(origin) is not int:
-        raise RunDirError(f"{meta_file} has clock_origin_ns {origin!r}, not an integer: not written by this profiler")
+    origin = meta.get("clock_origin_ns", 0)
+    if not (type(origin) is int and 0 <= origin < 1 << 63):
+        raise RunDirError(f"{meta_file} has clock_origin_ns {origin!r}, not a perf_counter_ns() reading: not written "
+                          f"by this profiler")
     problems = []
     status = meta.get("status")
     if status == "running":
