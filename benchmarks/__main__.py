@@ -63,13 +63,6 @@ def _environment(emulate):
     return env
 
 
-ARGS, CHOSEN = _arguments()
-if _environment(ARGS.emulate) != dict(os.environ):   # libraries read these once, when loaded: start afresh
-    os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], _environment(ARGS.emulate))
-
-from .timing import machine  # noqa: E402
-
-
 def _merge(old, parts):
     """Keep the sections of an earlier full run that this (--only) run did not redo, in the
     usual order; the header (machine, date) is this run's."""
@@ -81,8 +74,8 @@ def _merge(old, parts):
     return [header + "\n"] + [merged[title] for title in SECTIONS.values() if title in merged]
 
 
-def main():
-    args, chosen = ARGS, CHOSEN
+def main(args, chosen):
+    from .timing import machine   # after the re-exec: it loads the libraries the environment sets up
     info = machine()
     parts = ["# Benchmark results", "", "Written by `make bench` (`python -m benchmarks`). Ratios come from one "
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
@@ -117,4 +110,8 @@ def main():
     print(f"wrote {args.out}")
 
 
-main()
+if __name__ == "__main__":   # importing this module (a helper script) runs nothing
+    ARGS, CHOSEN = _arguments()
+    if _environment(ARGS.emulate) != dict(os.environ):   # libraries read these once, when loaded: start afresh
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *sys.argv[1:]], _environment(ARGS.emulate))
+    main(ARGS, CHOSEN)
