@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from profiler.cli import main
+from profiler.rundir.format import STEP_RECORD
 from profiler.errors import UsageError
 from profiler.integrations.launch import free_port, launch, launcher_command, rank_argv, rank_env, rank_out_dir
 
@@ -211,7 +212,7 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
     try:
         steps = out / "rank-1" / "steps.bin"
         deadline = time.monotonic() + TIMEOUT
-        while not (steps.exists() and steps.stat().st_size >= 150 * 28):   # after the first epochs
+        while not (steps.exists() and steps.stat().st_size >= 150 * STEP_RECORD.itemsize):   # after the first epochs
             assert job.poll() is None and time.monotonic() < deadline, "the job ended before rank 1 recorded steps"
             time.sleep(0.1)
         os.kill(json.loads((out / "rank-1" / "meta.json").read_text())["pid"], signal.SIGKILL)
