@@ -45,9 +45,8 @@ class Run:
         """Every recorded step: indexed by a field name (an array of that field) or by a slice (a
         structured array of format.STEP_DTYPE), read from the memory-mapped file as asked; empty
         if none."""
-        if "clock_origin_ns" not in self.meta:   # written before steps were kept in nanoseconds
-            return _records(self.path / STEPS, LEGACY_STEP_DTYPE)
-        return Steps(_records(self.path / STEPS, STEP_RECORD), self.meta["clock_origin_ns"])
+        records = _records(self.path / STEPS, _step_layout(self.meta))
+        return records if records.dtype == LEGACY_STEP_DTYPE else Steps(records, self.meta["clock_origin_ns"])
 
     def gc_events(self):
         """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
@@ -91,12 +90,15 @@ class Steps:
         raise KeyError(name)
 
 
+def _step_layout(meta):
+    """steps.bin's record: nanoseconds, or seconds in a run written before clock_origin_ns."""
+    return STEP_RECORD if "clock_origin_ns" in meta else LEGACY_STEP_DTYPE
+
+
 def step_count(path):
     """Steps in the run directory `path`'s steps.bin, from its size (meta.json says the layout)."""
     meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
-    file = Path(path) / STEPS
-    dtype = STEP_RECORD if "clock_origin_ns" in meta else LEGACY_STEP_DTYPE
-    return file.stat().st_size // dtype.itemsize if file.exists() else 0
+    return len(_records(Path(path) / STEPS, _step_layout(meta)))
 
 
 def check_times(block, fields, source, offset):
@@ -158,9 +160,9 @@ def read_run(path):
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
     run = Run(path, meta, epochs, problems)
-    counted = sum(r.get("steps") or 0 for r in epochs)
-    if counted > len(run.steps()):   # more steps are written than counted (the unfinished epoch's), never fewer
-        problems.append(f"{STEPS} holds {len(run.steps())} steps but {EPOCHS} counts {counted}: steps were lost "
+    counted, held = sum(r.get("steps") or 0 for r in epochs), len(run.steps())
+    if counted > held:   # more steps are written than counted (the unfinished epoch's), never fewer
+        problems.append(f"{STEPS} holds {held} steps but {EPOCHS} counts {counted}: steps were lost "
                         f"(was {STEPS} deleted or cut during the run?)")
     return run
 
