@@ -401,3 +401,21 @@ def test_auto_detector_reads_malloc_where_each_half_has_it_else_rss():
     # malloc read in the first half only: RSS across the window
     assert window(grows, lambda e: flat(e) if e < 4 else None) == "memory in use grows 1024 KiB/epoch"
     assert window(flat, lambda e: grows(e) if e < 4 else None) is None
+
+
+def test_auto_detector_sees_growth_across_sparse_malloc_reads():
+    """On a big fragmented heap malloc is read every few hundred epochs (its budget), and a leak
+    into memory the allocator holds leaves RSS flat: the reads, however far apart, show it."""
+    from profiler.capture.heap import GrowthDetector
+    detector, seen = GrowthDetector(), []
+    for epoch in range(31):
+        detector.add(0.01, 0.0, 50 << 20, ((200 << 20) + epoch * (512 << 10)) if epoch % 10 == 0 else None)
+        seen.append(detector.growing())
+    assert seen[:20] == [None] * 20   # two reads: not yet a trend
+    assert seen[20] == "memory in use grows 512 KiB/epoch"
+    flat, seen = GrowthDetector(), []
+    for epoch in range(31):
+        flat.add(0.01, 0.0, (50 << 20) + epoch * (512 << 10), (200 << 20) if epoch % 10 == 0 else None)
+        seen.append(flat.growing())
+    # RSS is the measure until three reads cover half the span; then malloc's flat reads outweigh it
+    assert seen[7:20] == ["memory in use grows 512 KiB/epoch"] * 13 and seen[20:] == [None] * 11

@@ -105,34 +105,50 @@ def top_growth(now, before, n=TOP):
 
 class GrowthDetector:
     """Light signals only: is memory in use or GC pause time growing over recent epochs?
-    Memory is malloc's bytes in use when each half of the recent epochs read it at least once (see
-    memory.py: a costly read puts off the next), else RSS, which misses growth into memory the
-    allocator already holds. Epoch time alone is not a trigger: time growing without memory or GC
+    Memory is malloc's bytes in use, from its last `span` reads, when at least MIN_READS of them
+    cover half the span or more: a costly read puts off the next (memory.py), so on a big
+    fragmented heap the reads may lie hundreds of epochs apart, and growth shows across them even
+    when RSS stays flat (a leak that reuses memory the allocator holds). Otherwise RSS over the
+    last `span` epochs. Epoch time alone is not a trigger: time growing without memory or GC
     growth is compute, which op timers explain and tracemalloc cannot (and on a shared machine,
     epoch time jumps by 1.5x with the neighbours)."""
 
+    MIN_READS = 3
+
     def __init__(self, span=8, bytes_per_epoch=256 * 1024, ratio=1.5):
-        self.recent = collections.deque(maxlen=span)
+        self.recent = collections.deque(maxlen=span)   # (wall_s, gc_pause_s, (epoch, rss_bytes))
+        self.reads = collections.deque(maxlen=span)    # (epoch, malloc_bytes) of malloc's last reads
         self.bytes_per_epoch, self.ratio = bytes_per_epoch, ratio
+        self._epochs = 0
 
     def add(self, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
-        self.recent.append((wall_s, gc_pause_s, rss_bytes, malloc_bytes))
+        self.recent.append((wall_s, gc_pause_s, (self._epochs, rss_bytes)))
+        if malloc_bytes is not None:
+            self.reads.append((self._epochs, malloc_bytes))
+        self._epochs += 1
 
-    def _memory(self, half):
-        """(early, late) [(epoch in the window, bytes)] of the measure, split at `half`."""
-        malloc = [(i, r[3]) for i, r in enumerate(self.recent) if r[3] is not None]
-        points = malloc if malloc and malloc[0][0] < half <= malloc[-1][0] else \
-            [(i, r[2]) for i, r in enumerate(self.recent)]
-        return [p for p in points if p[0] < half], [p for p in points if p[0] >= half]
+    def clear(self):
+        """Forget the signals (a window ended: tracing moved them)."""
+        self.recent.clear()
+        self.reads.clear()
+
+    def _memory(self):
+        """[(epoch, bytes)] of the measure: malloc's reads when they cover enough epochs, else RSS."""
+        reads = self.reads
+        if len(reads) >= self.MIN_READS and reads[-1][0] - reads[0][0] >= self.recent.maxlen // 2:
+            return list(reads)
+        return [r[2] for r in self.recent]
 
     def growing(self):
         if len(self.recent) < self.recent.maxlen:
             return None
-        half = len(self.recent) // 2
-        early, late = self._memory(half)
+        points = self._memory()
+        half = len(points) // 2
+        early, late = points[:half], points[half:]
         rate = (late[-1][1] - early[0][1]) / (late[-1][0] - early[0][0])
         if rate > self.bytes_per_epoch and all(b[1] >= a[1] for a, b in zip(early, late)):
             return f"memory in use grows {rate / 1024:.0f} KiB/epoch"
+        half = len(self.recent) // 2
         early, late = list(self.recent)[:half], list(self.recent)[half:]
         e, l_ = sorted(r[1] for r in early)[half // 2], sorted(r[1] for r in late)[half // 2]
         if e > 0 and l_ / e > self.ratio and l_ > 0.05 * late[-1][0]:
@@ -226,7 +242,7 @@ class HeapTracker:
                 excess = max(self._window_s - self.window * self._light_s, 0.0)
                 self._spent_s += excess
                 self._rest, self.trigger = max(self.cooldown, self._budgeted_rest(excess)), None
-                self.detector.recent.clear()
+                self.detector.clear()
             return
         if self._rest > 0:
             self._rest -= 1
