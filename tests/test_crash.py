@@ -17,6 +17,7 @@ import pytest
 from profiler import Session
 from profiler.analysis import analyze
 from profiler.rundir import RunWriteError, read_run
+from profiler.rundir.writer import ALIVE_CHECK_NS
 
 LOOP = """
 import sys, time
@@ -107,8 +108,22 @@ def test_run_directory_removed_under_a_live_run(tmp_path):
                     if epoch == 2:
                         shutil.rmtree(tmp_path / "run")
                         os.chmod(tmp_path, 0o500)   # and it cannot be recreated
+                        time.sleep(ALIVE_CHECK_NS / 1e9)   # the next check is due at this epoch's end
     os.chmod(tmp_path, 0o700)
     assert gc.callbacks == callbacks and not tracemalloc.is_tracing()
+
+
+def test_the_run_directory_is_checked_once_per_interval_not_per_epoch(tmp_path, monkeypatch):
+    checks = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: checks.append(fd) or real_fstat(fd))
+    with Session(tmp_path / "run") as session:
+        start = time.perf_counter_ns()
+        for epoch in range(200):
+            with session.epoch(epoch):
+                pass
+        elapsed = time.perf_counter_ns() - start
+    assert 1 <= len(checks) <= 1 + elapsed // ALIVE_CHECK_NS
 
 
 @pytest.mark.slow
