@@ -10,9 +10,9 @@ import pytest
 
 from profiler import Session, UsageError
 from profiler.capture.gc_timer import GcTimer
-from profiler.capture.steps import StepRecorder
+from profiler.capture.steps import CAPACITY, StepRecorder
 from profiler.rundir import read_run
-from profiler.rundir.format import GC_EVENT, STEP_RECORD
+from profiler.rundir.format import GC_EVENT, STEP_RECORD, STEPS
 
 
 def test_steps_are_recorded_per_epoch_with_the_gc_pause_inside_them(tmp_path):
@@ -65,7 +65,7 @@ def test_step_misuse_is_a_usage_error(tmp_path):
 
 def test_the_step_buffer_is_written_when_it_fills_and_keeps_constant_size():
     written = []
-    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), capacity=4)
+    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), drop=None, capacity=4)
     recorder.epoch = 5
     buffer = recorder._buffer
     for _ in range(10):
@@ -83,8 +83,8 @@ def test_the_step_buffer_is_written_when_it_fills_and_keeps_constant_size():
 def test_a_gc_pause_is_kept_only_for_the_step_it_ran_in():
     """A pause added to a step that is then abandoned, or to a step written already, does not
     reach the next step that takes its place in the buffer."""
-    written = []
-    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), capacity=4)
+    written, dropped = [], []
+    recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), drop=dropped.append, capacity=4)
     recorder.start_epoch(0)
     recorder.begin()
     recorder.add_gc(2, 7_000)
@@ -106,7 +106,8 @@ def test_a_gc_pause_is_kept_only_for_the_step_it_ran_in():
     recorder.begin()
     recorder.add_gc(2, 3)
     recorder.end()
-    recorder.discard()            # an abandoned epoch: its steps and their pauses go
+    recorder.discard()            # an abandoned epoch: its steps and their pauses go, written ones too
+    assert dropped == [1]
     recorder.begin()
     recorder.end()
     recorder.flush()
@@ -114,7 +115,7 @@ def test_a_gc_pause_is_kept_only_for_the_step_it_ran_in():
 
 
 def test_many_collections_in_one_step_keep_one_entry_and_a_failed_write_frees_the_buffer():
-    recorder = StepRecorder(sink=lambda view: None, capacity=2)
+    recorder = StepRecorder(sink=lambda view: None, drop=None, capacity=2)
     recorder.start_epoch(0)
     recorder.begin()
     for _ in range(1000):
@@ -132,6 +133,26 @@ def test_many_collections_in_one_step_keep_one_entry_and_a_failed_write_frees_th
     recorder.begin()              # the next steps have the whole buffer
     recorder.add_gc(2, 5)
     recorder.end()
+
+
+def test_an_abandoned_epoch_leaves_no_steps_even_those_a_full_buffer_wrote(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            with session.step():
+                pass
+        with pytest.raises(KeyError):
+            with session.epoch(1):
+                for _ in range(CAPACITY + 10):   # the buffer fills and is written once
+                    with session.step():
+                        pass
+                raise KeyError("a failed epoch")
+        with session.epoch(1):   # its index again
+            for _ in range(3):
+                with session.step():
+                    pass
+    run = read_run(tmp_path / "run")
+    assert list(run.steps()["epoch"]) == [0, 1, 1, 1] and not run.problems
+    assert os.path.getsize(tmp_path / "run" / STEPS) == 4 * STEP_RECORD.itemsize
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")

@@ -77,7 +77,7 @@ def _forget_in_child():
     session, _active = _active, None
     if session is not None:
         session._unhook()
-        session._steps.sink = _discard
+        session._steps.sink = session._steps.drop = _discard
 
 
 if hasattr(os, "register_at_fork"):
@@ -118,7 +118,7 @@ class Session:
         self.ranks = torchrun.rank_env() or dict.fromkeys(torchrun.FIELDS)   # a malformed torchrun env fails here
         self.ops = OpTimers()
         self.op = self.ops.op
-        self._steps = StepRecorder(self._write_steps)
+        self._steps = StepRecorder(self._write_steps, self._drop_steps)
         self._state = "new"          # new -> open -> closed
         self._thread = None
         self._writer = self.memory = self.heap = self.gc_timer = None
@@ -358,6 +358,9 @@ class Session:
     # -- writing -------------------------------------------------------------------------------
     def _write_steps(self, data):
         self._writer.append_binary(fmt.STEPS, data)
+
+    def _drop_steps(self, n):
+        self._writer.drop_binary(fmt.STEPS, n * fmt.STEP_RECORD.itemsize)
 
     def _write_gc_events(self, data):
         if data:

@@ -6,7 +6,7 @@ generation); nothing is allocated per step. The GC timer adds a collection's pau
 step (rare: most steps see none). The buffer is written as it is when the epoch ends and whenever
 it fills (its epoch slots filled in one slice assignment, no conversion), so memory stays
 constant for any number of steps and every finished epoch's steps are on disk when the next epoch
-begins.
+begins. An abandoned epoch's steps are dropped, those a full buffer wrote already included.
 """
 
 import array
@@ -24,10 +24,11 @@ _NO_PAUSES = array.array("q", bytes(8 * (STEP_SLOTS - _GC0)))
 class StepRecorder:
     """`with recorder:` (or begin()/end()) times one step; `flush()` writes the buffered steps."""
 
-    __slots__ = ("epoch", "sink", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed")
+    __slots__ = ("epoch", "sink", "drop", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed")
 
-    def __init__(self, sink, capacity=CAPACITY):
+    def __init__(self, sink, drop, capacity=CAPACITY):
         self.sink = sink         # sink(buffer) appends records (a bytes-like object) to steps.bin
+        self.drop = drop         # drop(n) removes the last n records appended
         self.epoch = None        # index of the open epoch; steps happen only inside one
         self._flushed = 0        # steps of the open epoch written already (the buffer filled)
         self.open_ns = 0         # perf_counter_ns at the start of the open step; 0 when none is open
@@ -93,9 +94,13 @@ class StepRecorder:
             self._clear_gc(self._slot)
 
     def discard(self):
-        """Drop the buffered steps (their epoch was abandoned, unwritten)."""
+        """Drop the open epoch's steps (it was abandoned): those buffered, and those written
+        already when the buffer filled (the epoch's index is taken again by the next epoch)."""
         self._clear_gc(0)
         self._slot = 0
+        flushed, self._flushed = self._flushed, 0
+        if flushed:
+            self.drop(flushed)
 
     def _clear_gc(self, first):
         """Zero the GC pauses of the records at or after slot `first`."""

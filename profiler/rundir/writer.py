@@ -78,6 +78,15 @@ class RunWriter:
         except OSError as e:
             raise RunWriteError(f"cannot append to {self.path / name}: {e}") from e
 
+    def drop_binary(self, name, size):
+        """Remove the last `size` bytes appended to `name` (an abandoned epoch's steps)."""
+        file = self._binary[name]
+        try:
+            file.flush()
+            file.truncate(file.tell() - size)
+        except OSError as e:
+            raise RunWriteError(f"cannot remove an abandoned epoch's records from {self.path / name}: {e}") from e
+
     def close(self):
         for file in (self._epochs, *self._binary.values()):
             try:
