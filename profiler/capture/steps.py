@@ -118,8 +118,8 @@ class StepRecorder:
         self._buffer[0:end:STEP_SLOTS] = array.array("q", (self.epoch,)) * n
         try:
             self.sink(self._view[:end])
+            self._flushed += n
         finally:   # written or not, the buffer is free for the next steps
             self._slot = 0
-            self._flushed += n
             if self._gc_slots:
                 self._clear_gc(0)
