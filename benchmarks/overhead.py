@@ -309,6 +309,48 @@ def mlp_ab(epochs=400):
     return {"none": float(np.median(none)), "light": float(np.median(light)), "end_epoch_s": float(np.median(ends[2:]))}
 
 
+def _torch_models():
+    import torch
+    torch.manual_seed(0)
+    nn = torch.nn
+    return {"MLP 784-128-10": (nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)), 0.1),
+            "CNN conv 1->32, pool, dense": (nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                                                          nn.Linear(32 * 13 * 13, 10)), 0.01)}
+
+
+def torch_ab(epochs=60, steps=40, batch=64):
+    """Unmodified PyTorch loops (a DataLoader pass per epoch, an optimizer step per batch: what
+    `profiler run train.py` sees through integrations.torch), alternating pass by pass between no
+    session and light capture (the hooks installed for the pass, its epoch and steps written)."""
+    import torch
+    from profiler.integrations.torch import track
+    x, y = torch.randn(steps * batch, 1, 28, 28), torch.randint(0, 10, (steps * batch,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch)
+    loss_fn, out = torch.nn.CrossEntropyLoss(), {}
+    tmp = _scratch()
+    try:
+        with Session(f"{tmp}/run") as session:
+            for name, (model, lr) in _torch_models().items():
+                optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+                def one_pass():
+                    for xb, yb in loader:
+                        optimizer.zero_grad()
+                        loss_fn(model(xb), yb).backward()
+                        optimizer.step()
+                times = {"none": [], "light": []}
+                for epoch in range(epochs):
+                    mode = "light" if epoch % 2 else "none"
+                    start = _now()
+                    with track(session) if mode == "light" else contextlib.nullcontext():
+                        one_pass()
+                    times[mode].append(_now() - start)
+                out[name] = {k: float(np.median(v[2:])) for k, v in times.items()}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def _spin(seconds):
     end = _now() + seconds
     while _now() < end:
@@ -417,6 +459,7 @@ def run(rounds=7):
             "instruments": instrument_costs(rounds=2 * rounds + 1),
             "mlp": mlp_ab(epochs=60 * rounds),
             "ops": ops_ab(epochs=45 * rounds),
+            "torch": torch_ab(epochs=8 * rounds + 4),
             "auto": auto_ab(rounds=1 if rounds < 3 else 2),
             "memory": own_memory()}
 
@@ -501,6 +544,9 @@ def markdown(result):
             _ab_row("mlp epoch (36 steps, 252 ops, engine; epoch start to epoch start)", mlp["none"], mlp["light"])]
     for mode in ("session.op()", "kept timer"):
         out.append(_ab_row(f"250 ops of 15 us, `{mode}` per op, and the epoch", ops["none"], ops[mode]))
+    for name, t in result["torch"].items():
+        out.append(_ab_row(f"PyTorch {name}, unmodified loop, 40 steps of batch 64 (a DataLoader pass; captured "
+                           f"through the torch hooks, as `profiler run` does)", t["none"], t["light"]))
     out += ["", f"1,000 mlp epochs that leak 300 KB each under auto deep capture: its windows (tracing, snapshots, "
             f"type counts) add {100 * auto['extra']:.1f}% to the run's own light epochs (epoch start to epoch "
             f"start). Totals, alternating runs: auto {auto['auto_s']:.2f} s, "
