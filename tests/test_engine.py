@@ -54,6 +54,23 @@ def test_scenarios_learn_clearly_better_than_chance(name, options, epochs, accur
     assert state.history[-1]["loss"] < state.history[0]["loss"]
 
 
+def test_dropout_draws_a_new_mask_each_step_and_its_backward_reuses_it():
+    layer = Dropout(0.25)
+    layer.build((6, 6, 8), "NHWC", np.random.default_rng(5))
+    x = np.random.default_rng(0).uniform(1, 2, (16, 6, 6, 8)).astype(np.float32)
+    y1 = layer.forward(x, training=True).copy()
+    dx1 = layer.backward(np.ones_like(x)).copy()
+    np.testing.assert_array_equal(dx1 != 0, y1 != 0)   # the forward's mask and scale
+    np.testing.assert_array_equal(y1[y1 != 0], x[y1 != 0] * np.float32(4 / 3))
+    assert abs((y1 != 0).mean() - 0.75) < 0.03
+    y2 = layer.forward(x, training=True)
+    assert 0.5 < ((y2 != 0) == (y1 != 0)).mean() < 0.75   # a fresh mask (same one: 1.0)
+    assert layer.forward(x, training=False) is x
+    again = Dropout(0.25)
+    again.build((6, 6, 8), "NHWC", np.random.default_rng(5))
+    np.testing.assert_array_equal(again.forward(x, training=True), y1)   # seeded from the model's rng
+
+
 def test_mlp_scenario_is_the_seed_model():
     sc = scenarios.build("mlp")
     assert sc.x.shape == (9000, 2) and len(sc.data) == 36

@@ -12,6 +12,7 @@ import contextlib
 import numpy as np
 
 import kernels as K
+from kernels.dropout import dropout_backward, dropout_forward
 
 
 _UNTIMED = contextlib.nullcontext()
@@ -236,6 +237,10 @@ class Flatten(Layer):
 
 
 class Dropout(Layer):
+    """Inverted dropout. Each training forward draws a 64-bit seed from the layer's generator; the
+    mask is a function of that seed and the element's index (kernels.dropout), so the backward
+    computes it again rather than keeping it."""
+
     def __init__(self, rate):
         super().__init__()
         if not 0.0 <= rate < 1.0:
@@ -251,18 +256,14 @@ class Dropout(Layer):
         if not self.active:
             return x
         with self.timed("dropout_forward"):
-            u = self.ws.take("u", x.shape)
-            self.rng.random(dtype=np.float32, out=u)
-            mask = self.ws.take("mask", x.shape)
-            np.greater_equal(u, self.rate, out=mask, casting="unsafe")
-            mask *= 1.0 / (1.0 - self.rate)
-            return np.multiply(x, mask, out=self.ws.take("y", x.shape))
+            self.seed = int(self.rng.bit_generator.random_raw())
+            return dropout_forward(x, rate=self.rate, seed=self.seed, out=self.ws.take("y", x.shape))
 
     def backward(self, dy):
         if not self.active:
             return dy
         with self.timed("dropout_backward"):
-            return np.multiply(dy, self.ws.take("mask", dy.shape), out=self.ws.take("dx", dy.shape))
+            return dropout_backward(dy, rate=self.rate, seed=self.seed, out=self.ws.take("dx", dy.shape))
 
     def __repr__(self):
         return f"Dropout({self.rate})"
