@@ -61,22 +61,27 @@ class Layer:
 class Activation(Layer):
     kinds = {"relu": (K.relu_forward, K.relu_backward), "sigmoid": (K.sigmoid_forward, K.sigmoid_backward)}
 
-    def __init__(self, kind):
-        """relu or sigmoid; softmax only as a model's last activation, where the loss fuses it."""
+    def __init__(self, kind, in_place=False):
+        """relu or sigmoid; softmax only as a model's last activation, where the loss fuses it.
+        `in_place`: the forward overwrites its input and the backward its dy (for a layer's own
+        activation, whose input is that layer's output buffer): two 4 MB passes of cifar10-cnn's
+        first layers instead of three."""
         super().__init__()
         if kind not in self.kinds and kind != "softmax":
             raise ValueError(f"unknown activation {kind!r}; choose one of relu, sigmoid, softmax")
-        self.kind = kind
+        self.kind, self.in_place = kind, in_place
         self.forward_op, self.backward_op = f"{kind}_forward", f"{kind}_backward"
 
     def forward(self, x, training):
         with self.timed(self.forward_op):
-            self.y = self.kinds[self.kind][0](x, out=self.ws.take("y", x.shape))
+            out = x if self.in_place else self.ws.take("y", x.shape)
+            self.y = self.kinds[self.kind][0](x, out=out)
         return self.y
 
     def backward(self, dy):
         with self.timed(self.backward_op):
-            return self.kinds[self.kind][1](self.y, dy, out=self.ws.take("dx", dy.shape))
+            out = dy if self.in_place else self.ws.take("dx", dy.shape)
+            return self.kinds[self.kind][1](self.y, dy, out=out)
 
     def __repr__(self):
         return f"Activation({self.kind!r})"
@@ -102,7 +107,7 @@ class Dense(Layer):
         if not isinstance(units, (int, np.integer)) or units < 1:
             raise ValueError(f"Dense units must be a positive int, got {units!r}")
         self.units = int(units)
-        self.activation = Activation(activation) if activation else None
+        self.activation = Activation(activation, in_place=True) if activation else None
 
     def build(self, in_shape, layout, rng, row_order=None):
         if len(in_shape) != 1:
@@ -143,7 +148,7 @@ class Conv2D(Layer):
         self.filters = int(filters)
         self.kernel_size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else tuple(kernel_size)
         self.padding, self.stride = padding, stride
-        self.activation = Activation(activation) if activation else None
+        self.activation = Activation(activation, in_place=True) if activation else None
 
     def build(self, in_shape, layout, rng):
         if len(in_shape) != 3:
