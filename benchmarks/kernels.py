@@ -14,6 +14,7 @@ CONVS = [  # name, N, C, H, W, C_out, padding
     ("cifar conv1 32x32x32 3->32 same", 32, 3, 32, 32, 32, "same"),
     ("cifar conv2 32x32x32 32->32", 32, 32, 32, 32, 32, "valid"),
     ("cifar conv3 32x15x15 32->64 same", 32, 32, 15, 15, 64, "same"),
+    ("cifar conv4 32x15x15 64->64", 32, 64, 15, 15, 64, "valid"),
 ]
 
 
