@@ -146,9 +146,12 @@ def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("c,kh,kw,padding", [(1, 3, 3, "valid"), (3, 3, 3, "same"), (3, 2, 2, "valid"),
-                                             (2, 3, 5, "same"), (1, 5, 1, "same"), (3, 5, 5, "same")])
+                                             (2, 3, 5, "same"), (1, 5, 1, "same"), (3, 5, 5, "same"),
+                                             (2, 2, 4, "same")])
 def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
-    """The shallow layers' own paths (1-3 input channels): the NCHW forward over shifted planes,
+    """The shallow layers' own paths (1-3 input channels): the NCHW forward over shifted planes
+    ('same' layers copy each channel whole, shifted by -2..2 columns, and zero the floats that
+    wrapped round a row end; 'valid' ones row by row; 2 x 4 pads one column more on the right),
     the NCHW weight grad over dy transposed by bands, the weight grad's blocks of patch elements
     running on over kernel rows (KW*C_in from 8: 9, 10 and 15 here), the input grad by whole
     patches (up to 75 values: more than one block of lanes), each with rows that are not a
