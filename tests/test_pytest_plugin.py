@@ -2,12 +2,14 @@
 in its message, a clean one passes; limits are checked; pytest's start-up imports nothing heavy."""
 
 import importlib.metadata
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from profiler.integrations.pytest_plugin import Limits
+from profiler.integrations.pytest_plugin import Limits, growth_per_epoch, peak_rss
 
 pytest_plugins = ["pytester"]
 
@@ -78,6 +80,32 @@ def test_limits_refused(kwargs, words):
     with pytest.raises(pytest.UsageError) as e:
         Limits(**kwargs)
     assert all(w in str(e.value) for w in words)
+
+
+def _allocation(rss_end, rss=1_300_000, malloc=2_000, traced=None):
+    return SimpleNamespace(allocation=SimpleNamespace(
+        rss_growth_bytes_per_epoch=rss, malloc_growth_bytes_per_epoch=malloc, traced_growth_bytes_per_epoch=traced,
+        rss_end_bytes=rss_end))
+
+
+def test_rss_growth_counts_only_past_the_peak_the_process_had_before_the_test():
+    # pages an earlier test freed, faulted in again: RSS climbs back, malloc's bytes in use stay flat
+    assert growth_per_epoch(_allocation(rss_end=400 << 20), rss_peak_before=406 << 20) == 2_000
+    assert growth_per_epoch(_allocation(rss_end=410 << 20), rss_peak_before=406 << 20) == 1_300_000
+    assert growth_per_epoch(_allocation(rss_end=400 << 20)) == 1_300_000
+    assert growth_per_epoch(_allocation(rss_end=400 << 20, traced=5e6), rss_peak_before=406 << 20) == 5e6
+    assert growth_per_epoch(_allocation(rss_end=1, malloc=None), rss_peak_before=2) == 0.0
+    limits = Limits(max_growth_bytes_per_epoch=1_000_000)
+    clean = SimpleNamespace(epochs=6, epoch_time=SimpleNamespace(slowdown=False), **vars(_allocation(400 << 20)))
+    assert limits.breaches(clean, rss_peak_before=406 << 20) == []
+    assert limits.breaches(clean) == ["memory grows 1,300,000 bytes per epoch (limit 1,000,000)"]
+
+
+def test_peak_rss_is_the_process_high_water_mark():
+    peak = peak_rss()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert rss <= peak * 1.01 and peak < 1 << 40
 
 
 @pytest.mark.slow

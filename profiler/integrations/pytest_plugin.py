@@ -14,7 +14,9 @@ memory grows, with the profiler's finding in the failure message.
 max_slowdown: the largest sustained rise in epoch time allowed, as a fraction (0.2: 20% slower
 at the end than at the start). max_growth_bytes_per_epoch: the largest memory growth per epoch,
 judged as `profiler report` judges it: the fastest-growing of RSS, malloc's bytes in use and
-traced bytes, per epoch after the warm-up. min_epochs (default 3, at least 1): fewer epochs fail
+traced bytes, per epoch after the warm-up; RSS counts only once it passes the peak the process
+had reached before the test (tests share one process, and pages an earlier test freed are
+faulted in again when reused: the footprint grows back, nothing leaks). min_epochs (default 3, at least 1): fewer epochs fail
 the test, since nothing can be judged from them. Bad marker arguments and a test with no epoch
 fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
 directory, named in the failure message).
@@ -23,6 +25,7 @@ Nothing heavy is imported when pytest starts: the profiler loads only for a mark
 """
 
 import contextlib
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import pytest
 
 MARKER = "profile_epochs"
 _session_key = pytest.StashKey()
+_peak_key = pytest.StashKey()
 
 
 def pytest_addoption(parser):
@@ -68,7 +72,7 @@ class Limits:
         except TypeError as e:   # a name given twice, positionally and by keyword
             raise pytest.UsageError(f"@pytest.mark.{MARKER}: {e}") from None
 
-    def breaches(self, diagnosis):
+    def breaches(self, diagnosis, rss_peak_before=None):
         """What went past the limits, as lines; empty when the run is within them."""
         out = []
         if diagnosis.epochs < self.min_epochs:
@@ -77,17 +81,29 @@ class Limits:
         if self.max_slowdown is not None and et.slowdown and et.change.relative > self.max_slowdown:
             out.append(f"epochs slow down by {100 * et.change.relative:.0f}% "
                        f"(limit {100 * self.max_slowdown:.0f}%)")
-        growth = growth_per_epoch(diagnosis)
+        growth = growth_per_epoch(diagnosis, rss_peak_before)
         if self.max_growth is not None and growth > self.max_growth:
             out.append(f"memory grows {growth:,.0f} bytes per epoch (limit {self.max_growth:,})")
         return out
 
 
-def growth_per_epoch(diagnosis):
-    """The fastest of RSS, malloc and traced growth (pymalloc's arenas are in RSS, not malloc)."""
+def growth_per_epoch(diagnosis, rss_peak_before=None):
+    """The fastest of RSS, malloc and traced growth (pymalloc's arenas are in RSS, not malloc);
+    RSS only when it ended above `rss_peak_before`, the process's peak RSS before the test."""
     a = diagnosis.allocation
-    rates = (a.rss_growth_bytes_per_epoch, a.malloc_growth_bytes_per_epoch, a.traced_growth_bytes_per_epoch)
-    return max(rate for rate in rates if rate is not None)
+    rss = a.rss_growth_bytes_per_epoch if rss_peak_before is None or a.rss_end_bytes > rss_peak_before else None
+    rates = (rss, a.malloc_growth_bytes_per_epoch, a.traced_growth_bytes_per_epoch)
+    return max((rate for rate in rates if rate is not None), default=0.0)
+
+
+def peak_rss():
+    """The process's peak RSS so far in bytes (getrusage), or None where it is not to be had."""
+    try:
+        import resource
+    except ImportError:            # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024   # bytes on macOS, KiB elsewhere
 
 
 def _limits(item):
@@ -128,6 +144,7 @@ class _Open:
 def profile_session(request):
     """An open profiler Session for the test to mark its own epochs (and steps) in."""
     from profiler.capture import Session
+    request.node.stash[_peak_key] = peak_rss()
     session = Session(_run_dir(request.node), meta={"test": request.node.nodeid})
     holder = request.node.stash[_session_key] = _Open(session.__enter__())
     try:
@@ -150,6 +167,7 @@ def pytest_runtest_call(item):
     else:
         from profiler.capture import Session
         from profiler.integrations.detect import Detection
+        item.stash[_peak_key] = peak_rss()
         session = Session(_run_dir(item), meta={"test": item.nodeid})
         with contextlib.ExitStack() as stack:
             stack.enter_context(session)
@@ -157,12 +175,12 @@ def pytest_runtest_call(item):
             outcome = yield
             stack.__exit__(*(outcome.excinfo or (None, None, None)))
     if outcome.excinfo is None:        # a test that failed on its own is not judged
-        message = _breaches(limits, session.run_dir)
+        message = _breaches(limits, session.run_dir, item.stash.get(_peak_key, None))
         if message:
             outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
 
 
-def _breaches(limits, run_dir):
+def _breaches(limits, run_dir, rss_peak_before):
     """The failure message, or None when the run is within the limits."""
     from profiler import ProfilerError, analyze
     from profiler.report import text
@@ -171,7 +189,7 @@ def _breaches(limits, run_dir):
     except ProfilerError as e:   # no epoch written: nothing to judge
         return (f"profile_epochs: nothing to judge: {e} (mark epochs with profile_session.epoch(), or train with "
                 f"PyTorch, Keras or Lightning)")
-    breaches = limits.breaches(diagnosis)
+    breaches = limits.breaches(diagnosis, rss_peak_before)
     if not breaches:
         return None
     return (f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"
