@@ -25,7 +25,6 @@ Nothing heavy is imported when pytest starts: the profiler loads only for a mark
 """
 
 import contextlib
-import sys
 import tempfile
 from pathlib import Path
 
@@ -97,13 +96,16 @@ def growth_per_epoch(diagnosis, rss_peak_before=None):
 
 
 def peak_rss():
-    """The process's peak RSS so far in bytes (getrusage), or None where it is not to be had."""
+    """The process's peak RSS so far in bytes (VmHWM), or None off Linux. getrusage's ru_maxrss
+    is no substitute: a child started by fork and exec reports its parent's peak until it passes it."""
     try:
-        import resource
-    except ImportError:            # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024   # bytes on macOS, KiB elsewhere
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _limits(item):
