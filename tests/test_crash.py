@@ -17,6 +17,7 @@ import pytest
 from profiler import Session
 from profiler.analysis import analyze
 from profiler.rundir import RunWriteError, read_run
+from profiler.capture.steps import CAPACITY as STEP_CAPACITY
 from profiler.rundir.writer import ALIVE_CHECK_NS
 
 LOOP = """
@@ -123,7 +124,70 @@ def test_the_run_directory_is_checked_once_per_interval_not_per_epoch(tmp_path, 
             with session.epoch(epoch):
                 pass
         elapsed = time.perf_counter_ns() - start
-    assert 1 <= len(checks) <= 1 + elapsed // ALIVE_CHECK_NS
+    assert 2 <= len(checks) <= 2 + elapsed // ALIVE_CHECK_NS   # and one as the run ends
+
+
+def test_epochs_file_deleted_just_before_the_end_is_an_error_not_a_quiet_loss(tmp_path):
+    with pytest.raises(RunWriteError, match="cannot finish the run .*was deleted"):
+        with Session(tmp_path / "run") as session:
+            for epoch in range(3):
+                with session.epoch(epoch):
+                    pass
+            os.unlink(tmp_path / "run" / "epochs.jsonl")   # within 0.1 s of the first epoch's check
+
+
+def test_a_record_json_cannot_hold_leaves_no_steps_behind(tmp_path):
+    with pytest.raises(RunWriteError, match="cannot record epoch 1 .*not JSON compliant"):
+        with Session(tmp_path / "run") as session:
+            losses = iter([0.5, float("nan")])
+            session.add_epoch_field("loss", lambda: next(losses))
+            for epoch in range(2):
+                with session.epoch(epoch):
+                    for _ in range(3):
+                        with session.step():
+                            pass
+    run = read_run(tmp_path / "run")
+    assert [r["epoch"] for r in run.epochs] == [0] and run.meta["status"] == "failed"
+    assert len(run.problems) == 1 and run.problems[0].startswith("the run failed: RunWriteError")   # no steps astray
+    assert list(run.steps()["epoch"]) == [0, 0, 0]
+
+
+def test_the_bodys_exception_goes_up_when_the_abandoned_epochs_steps_cannot_be_cut(tmp_path, monkeypatch, capfd):
+    with pytest.raises(ZeroDivisionError):
+        with Session(tmp_path / "run") as session:
+            def fails(name, size):
+                raise RunWriteError("cannot remove an abandoned epoch's records from steps.bin: disk gone")
+            monkeypatch.setattr(session._writer, "drop_binary", fails)
+            with session.epoch(0):
+                for _ in range(STEP_CAPACITY + 1):   # the buffer filled: steps on disk to cut
+                    with session.step():
+                        pass
+                1 / 0
+    assert "profiler: cannot remove an abandoned epoch's records" in capfd.readouterr().err
+    assert read_run(tmp_path / "run").meta["status"] == "failed"
+
+
+FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from profiler.rundir.writer import RunWriter, RunWriteError, STEPS
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # past the limit a write comes back short, then EFBIG
+writer = RunWriter(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+writer.append_binary(STEPS, bytes(range(48)) * 10)   # 480 bytes
+try:
+    writer.append_binary(STEPS, bytes(48) * 20)      # 960 more: 520 fit, then the limit
+except RunWriteError as e:
+    print("refused:", e)
+writer.drop_binary(STEPS, 48 * 5)
+writer.close()
+"""
+
+
+def test_a_block_that_fails_part_way_is_cut_and_drops_cut_whole_records(tmp_path):
+    out = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=60)
+    assert "refused: cannot append to" in out.stdout, out.stderr
+    assert (tmp_path / "run" / "steps.bin").read_bytes() == bytes(range(48)) * 5
 
 
 @pytest.mark.slow

@@ -104,14 +104,15 @@ def top_growth(now, before, n=TOP):
 
 
 class GrowthDetector:
-    """Light signals only: is memory in use or GC pause time growing over recent epochs?
-    Memory is malloc's bytes in use, from its last `span` reads, when at least MIN_READS of them
-    cover half the span or more: a costly read puts off the next (memory.py), so on a big
-    fragmented heap the reads may lie hundreds of epochs apart, and growth shows across them even
-    when RSS stays flat (a leak that reuses memory the allocator holds). Otherwise RSS over the
-    last `span` epochs. Epoch time alone is not a trigger: time growing without memory or GC
-    growth is compute, which op timers explain and tracemalloc cannot (and on a shared machine,
-    epoch time jumps by 1.5x with the neighbours)."""
+    """Light signals only: is memory or GC pause time growing over recent epochs?
+    Memory is judged twice, and either growing is a trigger. RSS over the last `span` epochs sees
+    Python objects (pymalloc's arenas are mapped apart from malloc). Malloc's bytes in use, from
+    its last `span` reads once at least MIN_READS of them cover half the span or more, sees a leak
+    that reuses memory the allocator holds (RSS flat): a costly read puts off the next
+    (memory.py), so on a big fragmented heap the reads may lie hundreds of epochs apart. Epoch
+    time alone is not a trigger: time growing without memory or GC growth is compute, which op
+    timers explain and tracemalloc cannot (and on a shared machine, epoch time jumps by 1.5x with
+    the neighbours)."""
 
     MIN_READS = 3
 
@@ -132,22 +133,30 @@ class GrowthDetector:
         self.recent.clear()
         self.reads.clear()
 
-    def _memory(self):
-        """[(epoch, bytes)] of the measure: malloc's reads when they cover enough epochs, else RSS."""
+    def _measures(self):
+        """(name, [(epoch, bytes)]) of each memory measure there is enough of to judge."""
         reads = self.reads
         if len(reads) >= self.MIN_READS and reads[-1][0] - reads[0][0] >= self.recent.maxlen // 2:
-            return list(reads)
-        return [r[2] for r in self.recent]
+            yield "memory in use", list(reads)
+        yield "RSS", [r[2] for r in self.recent]
 
-    def growing(self):
-        if len(self.recent) < self.recent.maxlen:
-            return None
-        points = self._memory()
+    def _grows(self, points):
+        """Bytes per epoch from the first point to the last, when every late point is at or above
+        its early twin and the rate passes bytes_per_epoch; else None."""
         half = len(points) // 2
         early, late = points[:half], points[half:]
         rate = (late[-1][1] - early[0][1]) / (late[-1][0] - early[0][0])
         if rate > self.bytes_per_epoch and all(b[1] >= a[1] for a, b in zip(early, late)):
-            return f"memory in use grows {rate / 1024:.0f} KiB/epoch"
+            return rate
+        return None
+
+    def growing(self):
+        if len(self.recent) < self.recent.maxlen:
+            return None
+        for name, points in self._measures():
+            rate = self._grows(points)
+            if rate is not None:
+                return f"{name} grows {rate / 1024:.0f} KiB/epoch"
         half = len(self.recent) // 2
         early, late = list(self.recent)[:half], list(self.recent)[half:]
         e, l_ = sorted(r[1] for r in early)[half // 2], sorted(r[1] for r in late)[half // 2]

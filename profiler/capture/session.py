@@ -97,8 +97,11 @@ class _Epoch:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.session.end_epoch()
-        else:
+            return False
+        try:
             self.session.abandon_epoch()
+        except RunWriteError as e:   # the body's exception is the one to see
+            print(f"profiler: {e}", file=sys.stderr)
         return False
 
 
@@ -200,13 +203,16 @@ class Session:
     def _finish(self, status, error):
         """Write what is buffered and the final status, then remove every hook."""
         try:
-            if self._epoch is not None:
-                self._drop_epoch()
-            self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
-            self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
-            if self.gc_timer is not None and self.gc_timer.events_dropped:
-                self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
-            self._writer.write_meta(self._meta)
+            try:
+                if self._epoch is not None:
+                    self._drop_epoch()
+            finally:   # the final status is recorded even when the open epoch's steps could not be cut
+                self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
+                self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
+                if self.gc_timer is not None and self.gc_timer.events_dropped:
+                    self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
+                self._writer.check_alive()
+                self._writer.write_meta(self._meta)
         finally:
             self._teardown()
 
@@ -320,11 +326,20 @@ class Session:
                   "heap": heap, "ops": ops}
         for name, read in self._fields.items():
             record[name] = read()
+        line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open
+        steps = self._steps.recorded
         self._steps.flush()
         self._epoch = self._steps.epoch = None
         self._last = index
-        self._write_gc_events(self.gc_timer.take_events())
-        self._writer.append_epoch(record)
+        try:
+            self._write_gc_events(self.gc_timer.take_events())
+            self._writer.write_epoch_line(line, index)
+        except RunWriteError:
+            try:   # steps with no epoch line would be counted under the next epoch's
+                self._drop_steps(steps)
+            except RunWriteError:
+                pass
+            raise
         self.epochs_written += 1
 
     def abandon_epoch(self):

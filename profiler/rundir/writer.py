@@ -2,8 +2,10 @@
 
 meta.json is replaced atomically (write meta.json.tmp, then rename; the .tmp is removed when the
 write fails); epochs.jsonl gets one line per finished epoch, flushed at once; steps.bin and
-gc_events.bin get fixed-size binary records in blocks, flushed as they are handed over. Every
-failure is a RunWriteError that names the file.
+gc_events.bin get fixed-size binary records in blocks, each block one unbuffered write. The writer
+counts the bytes of every block written whole and cuts a file back to that count when a write
+fails part-way, so a file never ends in part of a record and dropping the last records (an
+abandoned epoch's steps) cuts exactly those. Every failure is a RunWriteError that names the file.
 """
 
 import json
@@ -33,6 +35,7 @@ class RunWriter:
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
         self._binary = {}
+        self._sizes = {}           # bytes of whole blocks in each binary file
         self._next_check_ns = 0
 
     def write_meta(self, meta):
@@ -45,47 +48,77 @@ class RunWriter:
             tmp.unlink(missing_ok=True)
             raise RunWriteError(f"cannot write {self.path / META}: {e}") from e
 
-    def _check_alive(self, file, name):
+    def _check_alive(self, file, name, force=False):
         """Writes to a deleted file succeed on POSIX and vanish: refuse to lose records quietly.
         One fstat (~10 us here) at most every ALIVE_CHECK_NS, not every epoch: what is written to a
         deleted file is lost however soon the loss is noticed."""
         now = _now()
-        if now < self._next_check_ns:
+        if now < self._next_check_ns and not force:
             return
         self._next_check_ns = now + ALIVE_CHECK_NS
         if os.fstat(file.fileno()).st_nlink == 0:
             raise OSError(f"{name} was deleted (was the run directory removed?)")
 
+    def check_alive(self):
+        """Raise a RunWriteError now if epochs.jsonl was deleted (the run's last records are checked
+        whatever the time since the last check)."""
+        try:
+            self._check_alive(self._epochs, EPOCHS, force=True)
+        except OSError as e:
+            raise RunWriteError(f"cannot finish the run in {self.path}: {e}") from e
+
+    def encode_epoch(self, record):
+        """The epoch's line; a record JSON cannot hold (NaN, a value of no JSON type) is a
+        RunWriteError here, before anything of the epoch is written."""
+        try:
+            return _ENCODE(record) + "\n"
+        except (ValueError, TypeError) as e:
+            raise RunWriteError(f"cannot record epoch {record.get('epoch')} in {self.path / EPOCHS}: {e}") from e
+
     def append_epoch(self, record):
+        self.write_epoch_line(self.encode_epoch(record), record.get("epoch"))
+
+    def write_epoch_line(self, line, index):
+        """Append an epoch's line (encode_epoch's) and flush it."""
         try:
             self._check_alive(self._epochs, EPOCHS)
-            self._epochs.write(_ENCODE(record) + "\n")
+            self._epochs.write(line)
             self._epochs.flush()
-        except (OSError, ValueError, TypeError) as e:
-            raise RunWriteError(f"cannot append epoch {record.get('epoch')} to {self.path / EPOCHS}: {e}") from e
+        except OSError as e:
+            raise RunWriteError(f"cannot append epoch {index} to {self.path / EPOCHS}: {e}") from e
 
     def append_binary(self, name, data):
-        """Append packed records to `name` (STEPS or GC_EVENTS) and flush them. A removed run
+        """Append packed records to `name` (STEPS or GC_EVENTS), all of them or none. A removed run
         directory is caught by the epoch lines written after them (_check_alive)."""
         if not data:
             return
+        file = self._binary.get(name)
         try:
-            file = self._binary.get(name)
             if file is None:
-                file = self._binary[name] = open(self.path / name, "ab")
-            file.write(data)
-            file.flush()
+                file = self._binary[name] = open(self.path / name, "ab", buffering=0)
+                self._sizes[name] = file.tell()   # "a" mode opens at the end
+            view, done = memoryview(data).cast("B"), 0
+            while done < len(view):
+                done += file.write(view[done:])
         except OSError as e:
+            if file is not None:
+                try:   # what went out of a failed block is cut, so the next block starts on a record
+                    os.ftruncate(file.fileno(), self._sizes[name])
+                except OSError:
+                    pass
             raise RunWriteError(f"cannot append to {self.path / name}: {e}") from e
+        self._sizes[name] += done
 
     def drop_binary(self, name, size):
         """Remove the last `size` bytes appended to `name` (an abandoned epoch's steps)."""
+        if not size:
+            return
         file = self._binary[name]
         try:
-            file.flush()
-            file.truncate(file.tell() - size)
+            os.ftruncate(file.fileno(), self._sizes[name] - size)
         except OSError as e:
             raise RunWriteError(f"cannot remove an abandoned epoch's records from {self.path / name}: {e}") from e
+        self._sizes[name] -= size
 
     def close(self):
         for file in (self._epochs, *self._binary.values()):
