@@ -1,7 +1,9 @@
 """broadcast_add: the per-channel bias, forward and backward, in both layouts.
 
 Both layouts reduce to one of two shapes, so each direction is two loop nests:
-  channels-outer (NCHW): x viewed as (N, C, HW), the bias is constant along the last axis;
+  channels-outer (NCHW): x viewed as (N*C, HW) rows, row r of channel r % C, the bias constant
+  along each row (a 2-D view: rows of the 3-D (N, C, HW) view, found by r // C and r % C, ran
+  7-17% slower at 1 thread and 9-15% at 2 on 128x64x24x24, Zen 4);
   channels-inner (NHWC and 2-D (N, C)): x viewed as (R, C), the bias is a row added to every row.
 The backward reductions accumulate blocks in float32 (vectorised) and blocks into float64, so a sum
 over ~10^5 values keeps float32 accuracy.
@@ -18,11 +20,11 @@ _ROW_BLOCK = 256
 
 @kernel
 def _add_outer(x, b, y):
-    n, c, hw = x.shape
-    for r in prange(n * c):
-        i, ch = r // c, r % c
-        bias = b[ch]
-        xr, yr = x[i, ch], y[i, ch]
+    rows, hw = x.shape
+    c = b.shape[0]
+    for r in prange(rows):
+        bias = b[r % c]
+        xr, yr = x[r], y[r]
         for k in range(hw):
             yr[k] = xr[k] + bias
 
@@ -39,9 +41,10 @@ def _add_inner(x, b, y):
 @kernel
 def _iadd_outer(y, b):
     """In place. A separate loop nest, because y aliasing x defeats the vectorised one above."""
-    n, c, hw = y.shape
-    for r in prange(n * c):
-        yr, bias = y[r // c, r % c], b[r % c]
+    rows, hw = y.shape
+    c = b.shape[0]
+    for r in prange(rows):
+        yr, bias = y[r], b[r % c]
         for k in range(hw):
             yr[k] += bias
 
@@ -57,18 +60,19 @@ def _iadd_inner(y, b):
 
 @kernel
 def _sum_outer(dy, db):
-    n, c, hw = dy.shape
-    partial = np.empty(n * c, np.float64)
-    for r in prange(n * c):
-        row = dy[r // c, r % c]
+    rows, hw = dy.shape
+    c = db.shape[0]
+    partial = np.empty(rows, np.float64)
+    for r in prange(rows):
+        row = dy[r]
         acc = np.float32(0.0)
         for k in range(hw):
             acc += row[k]
         partial[r] = acc
     for ch in range(c):
         total = 0.0
-        for i in range(n):
-            total += partial[i * c + ch]
+        for r in range(ch, rows, c):
+            total += partial[r]
         db[ch] = total
 
 
@@ -93,10 +97,10 @@ def _sum_inner(dy, db):
 
 
 def _views(a, layout):
-    """(kind, 3-D or 2-D view) of a 2-D or 4-D array for the loop nests above."""
+    """(kind, 2-D view) of a 2-D or 4-D array for the loop nests above."""
     if a.ndim == 4 and layout == "NCHW":
         n, c, h, w = a.shape
-        return "outer", a.reshape(n, c, h * w)
+        return "outer", a.reshape(n * c, h * w)
     return "inner", a.reshape(-1, a.shape[-1])
 
 

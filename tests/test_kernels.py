@@ -248,6 +248,9 @@ def test_broadcast_add_4d_matches_torch(layout, n, c, h, w, strided, seed):
     xl = maybe_strided(ref.to_layout(x, layout), strided)
     y = K.broadcast_add_forward(xl, b, layout=layout)
     close(ref.to_nchw(y, layout), (torch.tensor(x) + torch.tensor(b)[:, None, None]).numpy())
+    a = xl.copy()
+    assert K.broadcast_add_forward(a, b, layout=layout, out=a) is a
+    np.testing.assert_array_equal(a, y)
     db = K.broadcast_add_backward(xl, layout=layout)
     close(db, torch.tensor(x).sum(dim=(0, 2, 3)).numpy(), scale=n * h * w)
 
@@ -262,6 +265,9 @@ def test_broadcast_add_2d_and_large_reductions(layout, rng):
     exact = ref.to_nchw(big, layout).astype(np.float64).sum(axis=(0, 2, 3))
     np.testing.assert_allclose(K.broadcast_add_backward(big, layout=layout), exact, rtol=1e-5, atol=1e-2)
     close(K.broadcast_add_forward(big, b[:1].repeat(8) + 1, layout=layout), big + 1 + b[0])
+    bias = np.arange(8, dtype=np.float32)
+    expect = ref.to_layout(ref.to_nchw(big, layout) + bias[:, None, None], layout)
+    np.testing.assert_array_equal(K.broadcast_add_forward(big, bias, layout=layout, out=big), expect)   # in place
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
