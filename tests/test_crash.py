@@ -167,6 +167,40 @@ def test_the_bodys_exception_goes_up_when_the_abandoned_epochs_steps_cannot_be_c
     assert read_run(tmp_path / "run").meta["status"] == "failed"
 
 
+def test_a_loop_that_catches_its_epochs_error_goes_on_after_a_cut_that_failed(tmp_path, monkeypatch):
+    with Session(tmp_path / "run") as session:
+        real = session._writer.drop_binary
+        monkeypatch.setattr(session._writer, "drop_binary", lambda name, size: (_ for _ in ()).throw(
+            RunWriteError("cannot remove an abandoned epoch's records: disk gone")))
+        with pytest.raises(ZeroDivisionError):
+            with session.epoch(0):
+                for _ in range(STEP_CAPACITY + 1):
+                    with session.step():
+                        pass
+                1 / 0
+        monkeypatch.setattr(session._writer, "drop_binary", real)
+        with session.epoch(0):   # the failed epoch's index is free again, and no epoch is left open
+            pass
+    assert [r["epoch"] for r in read_run(tmp_path / "run").epochs] == [0]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RunWriteError])
+def test_an_epoch_whose_line_is_not_written_leaves_no_steps(tmp_path, monkeypatch, interrupt):
+    with pytest.raises(interrupt):
+        with Session(tmp_path / "run") as session:
+            for epoch in range(3):
+                if epoch == 2:   # the steps are on disk, the line is not: Ctrl-C or a full disk there
+                    monkeypatch.setattr(session._writer, "write_epoch_line",
+                                        lambda line, index: (_ for _ in ()).throw(interrupt("at the line")))
+                with session.epoch(epoch):
+                    for _ in range(4):
+                        with session.step():
+                            pass
+    run = read_run(tmp_path / "run")
+    assert [r["epoch"] for r in run.epochs] == [0, 1] and list(run.steps()["epoch"]) == [0] * 4 + [1] * 4
+    assert not [p for p in run.problems if "step" in p]
+
+
 FILE_SIZE_LIMIT = """
 import resource, signal, sys
 from profiler.rundir.writer import RunWriter, RunWriteError, STEPS
@@ -179,6 +213,11 @@ try:
 except RunWriteError as e:
     print("refused:", e)
 writer.drop_binary(STEPS, 48 * 5)
+writer.append_epoch({"epoch": 0, "pad": "x" * 100})     # 116 bytes: steps.bin's 240 and this fit
+try:
+    writer.append_epoch({"epoch": 1, "pad": "x" * 1000})   # part of it fits: cut, not finished by close()
+except RunWriteError as e:
+    print("refused:", e)
 writer.close()
 """
 
@@ -186,8 +225,38 @@ writer.close()
 def test_a_block_that_fails_part_way_is_cut_and_drops_cut_whole_records(tmp_path):
     out = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(tmp_path / "run")], capture_output=True,
                          text=True, timeout=60)
-    assert "refused: cannot append to" in out.stdout, out.stderr
+    assert "refused: cannot append to" in out.stdout and "refused: cannot append epoch 1" in out.stdout, out.stderr
     assert (tmp_path / "run" / "steps.bin").read_bytes() == bytes(range(48)) * 5
+    assert (tmp_path / "run" / "epochs.jsonl").read_text() == json.dumps({"epoch": 0, "pad": "x" * 100},
+                                                                        separators=(",", ":")) + "\n"
+
+
+def test_a_write_that_cannot_be_cut_back_refuses_every_later_one(tmp_path, monkeypatch):
+    from profiler.rundir.writer import STEPS, RunWriter
+
+    class Full:   # writes half of what it is given, then the disk is full
+        def __init__(self, file):
+            self.file, self.calls = file, 0
+
+        def write(self, data):
+            self.calls += 1
+            if self.calls > 1:
+                raise OSError(28, "No space left on device")
+            return self.file.write(data[:len(data) // 2])
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+    writer = RunWriter(tmp_path / "run")
+    writer.append_binary(STEPS, bytes(48))
+    writer._files[STEPS] = Full(writer._files[STEPS])
+    monkeypatch.setattr(os, "ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(RunWriteError, match="No space left"):
+        writer.append_binary(STEPS, bytes(96))
+    monkeypatch.undo()
+    for attempt in (lambda: writer.append_binary(STEPS, bytes(48)), lambda: writer.drop_binary(STEPS, 48)):
+        with pytest.raises(RunWriteError, match="an earlier write to it failed and could not be cut back"):
+            attempt()
+    writer.close()
 
 
 @pytest.mark.slow

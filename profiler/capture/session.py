@@ -97,11 +97,8 @@ class _Epoch:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
             self.session.end_epoch()
-            return False
-        try:
+        else:
             self.session.abandon_epoch()
-        except RunWriteError as e:   # the body's exception is the one to see
-            print(f"profiler: {e}", file=sys.stderr)
         return False
 
 
@@ -128,6 +125,7 @@ class Session:
         self._halted = False
         self._epoch = None           # index of the open epoch
         self._last = None            # index of the last epoch begun and finished
+        self._unlined = 0            # steps of the closing epoch on disk before its line is
         self._start_ns = 0
         self._fields = {}
         self._tracked = TrackedCounter()
@@ -203,16 +201,13 @@ class Session:
     def _finish(self, status, error):
         """Write what is buffered and the final status, then remove every hook."""
         try:
-            try:
-                if self._epoch is not None:
-                    self._drop_epoch()
-            finally:   # the final status is recorded even when the open epoch's steps could not be cut
-                self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
-                self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
-                if self.gc_timer is not None and self.gc_timer.events_dropped:
-                    self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
-                self._writer.check_alive()
-                self._writer.write_meta(self._meta)
+            self._cut_unwritten()
+            self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
+            self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
+            if self.gc_timer is not None and self.gc_timer.events_dropped:
+                self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
+            self._writer.check_alive()   # a run whose epochs.jsonl is gone records no final status
+            self._writer.write_meta(self._meta)
         finally:
             self._teardown()
 
@@ -329,31 +324,46 @@ class Session:
         line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open
         steps = self._steps.recorded
         self._steps.flush()
+        self._unlined = steps   # on disk with no line yet: set before the epoch closes (see _cut_unwritten)
         self._epoch = self._steps.epoch = None
         self._last = index
         try:
             self._write_gc_events(self.gc_timer.take_events())
             self._writer.write_epoch_line(line, index)
-        except RunWriteError:
-            try:   # steps with no epoch line would be counted under the next epoch's
-                self._drop_steps(steps)
-            except RunWriteError:
-                pass
+        except BaseException:
+            self._cut_unwritten()
             raise
+        self._unlined = 0
         self.epochs_written += 1
 
     def abandon_epoch(self):
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
-        steps go with it and its index is free for the next epoch. GC events are kept."""
+        steps go with it and its index is free for the next epoch. GC events are kept. Called
+        while the loop's own exception propagates, so a failure to cut the steps is one line on
+        stderr, not an exception in its place (the reader then reports the steps astray)."""
         if self._state != "open" or self._epoch is None:
             return
-        self._drop_epoch()
+        self._cut_unwritten()
+        try:
+            self._write_gc_events(self.gc_timer.take_events())
+        except RunWriteError as e:
+            print(f"profiler: {e}", file=sys.stderr)
 
-    def _drop_epoch(self):
-        self._steps.abandon()
-        self._steps.discard()
-        self._epoch = self._steps.epoch = None
-        self._write_gc_events(self.gc_timer.take_events())
+    def _cut_unwritten(self):
+        """Cut the steps on disk of an epoch that has no line: the open one's (its buffer filled),
+        or those of an epoch whose line failed or was interrupted (self._unlined). Exactly one
+        applies at any point of end_epoch: _unlined is set before the epoch closes."""
+        try:
+            if self._epoch is not None:
+                self._steps.abandon()
+                self._steps.discard()
+            elif self._unlined:
+                n, self._unlined = self._unlined, 0
+                self._drop_steps(n)
+        except RunWriteError as e:
+            print(f"profiler: {e}", file=sys.stderr)
+        finally:
+            self._epoch = self._steps.epoch = None
 
     # -- steps ---------------------------------------------------------------------------------
     def step(self):

@@ -14,9 +14,10 @@ memory grows, with the profiler's finding in the failure message.
 max_slowdown: the largest sustained rise in epoch time allowed, as a fraction (0.2: 20% slower
 at the end than at the start). max_growth_bytes_per_epoch: the largest memory growth per epoch,
 judged as `profiler report` judges it: the fastest-growing of RSS, malloc's bytes in use and
-traced bytes, per epoch after the warm-up; RSS counts only once it passes the peak the process
-had reached before the test (tests share one process, and pages an earlier test freed are
-faulted in again when reused: the footprint grows back, nothing leaks). min_epochs (default 3, at least 1): fewer epochs fail
+traced bytes, per epoch after the warm-up; RSS counts only above the peak the process had
+reached before the test (tests share one process, and pages an earlier test freed are faulted in
+again when reused: the footprint grows back, nothing leaks), so its rate is fitted to the
+epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail
 the test, since nothing can be judged from them. Bad marker arguments and a test with no epoch
 fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
 directory, named in the failure message).
@@ -71,8 +72,9 @@ class Limits:
         except TypeError as e:   # a name given twice, positionally and by keyword
             raise pytest.UsageError(f"@pytest.mark.{MARKER}: {e}") from None
 
-    def breaches(self, diagnosis, rss_peak_before=None):
-        """What went past the limits, as lines; empty when the run is within them."""
+    def breaches(self, diagnosis, rss_rate=None):
+        """What went past the limits, as lines; empty when the run is within them. rss_rate: RSS
+        growth per epoch to judge (default the diagnosis's; see rss_growth_past)."""
         out = []
         if diagnosis.epochs < self.min_epochs:
             return [f"only {diagnosis.epochs} epochs were found (at least {self.min_epochs} are needed to judge)"]
@@ -80,19 +82,28 @@ class Limits:
         if self.max_slowdown is not None and et.slowdown and et.change.relative > self.max_slowdown:
             out.append(f"epochs slow down by {100 * et.change.relative:.0f}% "
                        f"(limit {100 * self.max_slowdown:.0f}%)")
-        growth = growth_per_epoch(diagnosis, rss_peak_before)
+        growth = growth_per_epoch(diagnosis, rss_rate)
         if self.max_growth is not None and growth > self.max_growth:
             out.append(f"memory grows {growth:,.0f} bytes per epoch (limit {self.max_growth:,})")
         return out
 
 
-def growth_per_epoch(diagnosis, rss_peak_before=None):
+def growth_per_epoch(diagnosis, rss_rate=None):
     """The fastest of RSS, malloc and traced growth (pymalloc's arenas are in RSS, not malloc);
-    RSS only when it ended above `rss_peak_before`, the process's peak RSS before the test."""
+    rss_rate, when given, in place of the diagnosis's RSS rate."""
     a = diagnosis.allocation
-    rss = a.rss_growth_bytes_per_epoch if rss_peak_before is None or a.rss_end_bytes > rss_peak_before else None
+    rss = a.rss_growth_bytes_per_epoch if rss_rate is None else rss_rate
     rates = (rss, a.malloc_growth_bytes_per_epoch, a.traced_growth_bytes_per_epoch)
     return max((rate for rate in rates if rate is not None), default=0.0)
+
+
+def rss_growth_past(run_dir, peak):
+    """RSS growth per epoch over the analysed epochs whose RSS is above `peak` (0.0 when fewer
+    than two are): growth back to where the process already was counts for nothing."""
+    from profiler.analysis.findings import growth_rate
+    from profiler.analysis.load import load
+    above = [r for r in load(run_dir).records if r["rss_bytes"] > peak]
+    return growth_rate([r["epoch"] for r in above], [r["rss_bytes"] for r in above]) or 0.0
 
 
 def peak_rss():
@@ -191,7 +202,7 @@ def _breaches(limits, run_dir, rss_peak_before):
     except ProfilerError as e:   # no epoch written: nothing to judge
         return (f"profile_epochs: nothing to judge: {e} (mark epochs with profile_session.epoch(), or train with "
                 f"PyTorch, Keras or Lightning)")
-    breaches = limits.breaches(diagnosis, rss_peak_before)
+    breaches = limits.breaches(diagnosis, None if rss_peak_before is None else rss_growth_past(run_dir, rss_peak_before))
     if not breaches:
         return None
     return (f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"

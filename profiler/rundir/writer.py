@@ -2,10 +2,11 @@
 
 meta.json is replaced atomically (write meta.json.tmp, then rename; the .tmp is removed when the
 write fails); epochs.jsonl gets one line per finished epoch, flushed at once; steps.bin and
-gc_events.bin get fixed-size binary records in blocks, each block one unbuffered write. The writer
-counts the bytes of every block written whole and cuts a file back to that count when a write
-fails part-way, so a file never ends in part of a record and dropping the last records (an
-abandoned epoch's steps) cuts exactly those. Every failure is a RunWriteError that names the file.
+gc_events.bin get fixed-size binary records in blocks. Every append is one unbuffered write; the
+writer counts the bytes of every append written whole and cuts a file back to that count when a
+write fails part-way, so no file ends in part of a record or line, and dropping the last records
+(an abandoned epoch's steps) cuts exactly those. Every failure is a RunWriteError that names the
+file.
 """
 
 import json
@@ -29,13 +30,13 @@ class RunWriter:
             self.path.mkdir(parents=True, exist_ok=True)
             if (self.path / EPOCHS).exists():
                 raise RunWriteError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory")
-            self._epochs = open(self.path / EPOCHS, "a", encoding="utf-8")
+            self._files = {EPOCHS: open(self.path / EPOCHS, "ab", buffering=0)}
         except RunWriteError:
             raise
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
-        self._binary = {}
-        self._sizes = {}           # bytes of whole blocks in each binary file
+        self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file
+        self._broken = set()        # files a failed write could not be cut back on
         self._next_check_ns = 0
 
     def write_meta(self, meta):
@@ -48,7 +49,7 @@ class RunWriter:
             tmp.unlink(missing_ok=True)
             raise RunWriteError(f"cannot write {self.path / META}: {e}") from e
 
-    def _check_alive(self, file, name, force=False):
+    def _check_alive(self, force=False):
         """Writes to a deleted file succeed on POSIX and vanish: refuse to lose records quietly.
         One fstat (~10 us here) at most every ALIVE_CHECK_NS, not every epoch: what is written to a
         deleted file is lost however soon the loss is noticed."""
@@ -56,22 +57,22 @@ class RunWriter:
         if now < self._next_check_ns and not force:
             return
         self._next_check_ns = now + ALIVE_CHECK_NS
-        if os.fstat(file.fileno()).st_nlink == 0:
-            raise OSError(f"{name} was deleted (was the run directory removed?)")
+        if os.fstat(self._files[EPOCHS].fileno()).st_nlink == 0:
+            raise OSError(f"{EPOCHS} was deleted (was the run directory removed?)")
 
     def check_alive(self):
         """Raise a RunWriteError now if epochs.jsonl was deleted (the run's last records are checked
         whatever the time since the last check)."""
         try:
-            self._check_alive(self._epochs, EPOCHS, force=True)
+            self._check_alive(force=True)
         except OSError as e:
             raise RunWriteError(f"cannot finish the run in {self.path}: {e}") from e
 
     def encode_epoch(self, record):
-        """The epoch's line; a record JSON cannot hold (NaN, a value of no JSON type) is a
+        """The epoch's line as bytes; a record JSON cannot hold (NaN, a value of no JSON type) is a
         RunWriteError here, before anything of the epoch is written."""
         try:
-            return _ENCODE(record) + "\n"
+            return (_ENCODE(record) + "\n").encode("ascii")   # the encoder escapes all else
         except (ValueError, TypeError) as e:
             raise RunWriteError(f"cannot record epoch {record.get('epoch')} in {self.path / EPOCHS}: {e}") from e
 
@@ -79,49 +80,61 @@ class RunWriter:
         self.write_epoch_line(self.encode_epoch(record), record.get("epoch"))
 
     def write_epoch_line(self, line, index):
-        """Append an epoch's line (encode_epoch's) and flush it."""
+        """Append an epoch's line (encode_epoch's), whole or not at all."""
+        what = f"cannot append epoch {index} to {self.path / EPOCHS}"
         try:
-            self._check_alive(self._epochs, EPOCHS)
-            self._epochs.write(line)
-            self._epochs.flush()
+            self._check_alive()
         except OSError as e:
-            raise RunWriteError(f"cannot append epoch {index} to {self.path / EPOCHS}: {e}") from e
+            raise RunWriteError(f"{what}: {e}") from e
+        self._append(EPOCHS, line, what)
 
     def append_binary(self, name, data):
         """Append packed records to `name` (STEPS or GC_EVENTS), all of them or none. A removed run
         directory is caught by the epoch lines written after them (_check_alive)."""
-        if not data:
-            return
-        file = self._binary.get(name)
+        if data:
+            self._append(name, data, f"cannot append to {self.path / name}")
+
+    def _append(self, name, data, what):
+        """One unbuffered write of all of `data`; one that fails part-way (a full disk, an
+        interrupt) is cut back to the whole appends before it, so the file never ends in part of a
+        record (or of a line a later close would complete)."""
+        if name in self._broken:
+            raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
+        file = self._files.get(name)
         try:
             if file is None:
-                file = self._binary[name] = open(self.path / name, "ab", buffering=0)
+                file = open(self.path / name, "ab", buffering=0)
                 self._sizes[name] = file.tell()   # "a" mode opens at the end
+                self._files[name] = file
             view, done = memoryview(data).cast("B"), 0
             while done < len(view):
                 done += file.write(view[done:])
-        except OSError as e:
-            if file is not None:
-                try:   # what went out of a failed block is cut, so the next block starts on a record
+        except BaseException as e:
+            if name in self._files:
+                try:
                     os.ftruncate(file.fileno(), self._sizes[name])
                 except OSError:
-                    pass
-            raise RunWriteError(f"cannot append to {self.path / name}: {e}") from e
+                    self._broken.add(name)
+            if isinstance(e, OSError):
+                raise RunWriteError(f"{what}: {e}") from e
+            raise
         self._sizes[name] += done
 
     def drop_binary(self, name, size):
         """Remove the last `size` bytes appended to `name` (an abandoned epoch's steps)."""
         if not size:
             return
-        file = self._binary[name]
+        what = f"cannot remove an abandoned epoch's records from {self.path / name}"
+        if name in self._broken:
+            raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
         try:
-            os.ftruncate(file.fileno(), self._sizes[name] - size)
+            os.ftruncate(self._files[name].fileno(), self._sizes[name] - size)
         except OSError as e:
-            raise RunWriteError(f"cannot remove an abandoned epoch's records from {self.path / name}: {e}") from e
+            raise RunWriteError(f"{what}: {e}") from e
         self._sizes[name] -= size
 
     def close(self):
-        for file in (self._epochs, *self._binary.values()):
+        for file in self._files.values():
             try:
                 file.close()
             except OSError:
