@@ -81,60 +81,71 @@ class RunWriter:
 
     def write_epoch_line(self, line, index):
         """Append an epoch's line (encode_epoch's), whole or not at all."""
-        what = f"cannot append epoch {index} to {self.path / EPOCHS}"
         try:
             self._check_alive()
         except OSError as e:
-            raise RunWriteError(f"{what}: {e}") from e
-        self._append(EPOCHS, line, what)
+            raise RunWriteError(f"{self._what(EPOCHS, index)}: {e}") from e
+        self._append(EPOCHS, line, index)
 
     def append_binary(self, name, data):
         """Append packed records to `name` (STEPS or GC_EVENTS), all of them or none. A removed run
         directory is caught by the epoch lines written after them (_check_alive)."""
         if data:
-            self._append(name, data, f"cannot append to {self.path / name}")
+            self._append(name, data)
 
-    def _append(self, name, data, what):
+    def _what(self, name, index=None):
+        """What failed, for the error (built only then: a path join costs tens of us with the
+        caches cold after training)."""
+        return f"cannot append {'' if index is None else f'epoch {index} '}to {self.path / name}"
+
+    def _append(self, name, data, index=None):
         """One unbuffered write of all of `data`; one that fails part-way (a full disk, an
         interrupt) is cut back to the whole appends before it, so the file never ends in part of a
         record (or of a line a later close would complete)."""
-        if name in self._broken:
-            raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
         file = self._files.get(name)
         try:
             if file is None:
-                file = open(self.path / name, "ab", buffering=0)
-                self._sizes[name] = file.tell()   # "a" mode opens at the end
-                self._files[name] = file
-            view, done = memoryview(data).cast("B"), 0
-            while done < len(view):
-                done += file.write(view[done:])
+                file = self._open(name, self._what(name, index))
+            done = file.write(data)
+            size = memoryview(data).nbytes
+            if done < size:   # a short write: the rest, or the error that stopped it
+                view = memoryview(data).cast("B")
+                while done < size:
+                    done += file.write(view[done:])
         except BaseException as e:
-            if name in self._files:
+            if file is not None:
                 try:
                     os.ftruncate(file.fileno(), self._sizes[name])
                 except OSError:
                     self._broken.add(name)
+                    self._files[name] = None
             if isinstance(e, OSError):
-                raise RunWriteError(f"{what}: {e}") from e
+                raise RunWriteError(f"{self._what(name, index)}: {e}") from e
             raise
         self._sizes[name] += done
+
+    def _open(self, name, what):
+        if name in self._broken:
+            raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
+        file = open(self.path / name, "ab", buffering=0)
+        self._sizes[name] = file.tell()   # "a" mode opens at the end
+        self._files[name] = file
+        return file
 
     def drop_binary(self, name, size):
         """Remove the last `size` bytes appended to `name` (an abandoned epoch's steps)."""
         if not size:
             return
         what = f"cannot remove an abandoned epoch's records from {self.path / name}"
-        if name in self._broken:
-            raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
+        file = self._files.get(name) or self._open(name, what)
         try:
-            os.ftruncate(self._files[name].fileno(), self._sizes[name] - size)
+            os.ftruncate(file.fileno(), self._sizes[name] - size)
         except OSError as e:
             raise RunWriteError(f"{what}: {e}") from e
         self._sizes[name] -= size
 
     def close(self):
-        for file in self._files.values():
+        for file in filter(None, self._files.values()):
             try:
                 file.close()
             except OSError:
