@@ -232,7 +232,7 @@ def test_a_block_that_fails_part_way_is_cut_and_drops_cut_whole_records(tmp_path
 
 
 def test_a_write_that_cannot_be_cut_back_refuses_every_later_one(tmp_path, monkeypatch):
-    from profiler.rundir.writer import STEPS, RunWriter
+    from profiler.rundir.writer import EPOCHS, STEPS, RunWriter
 
     class Full:   # writes half of what it is given, then the disk is full
         def __init__(self, file):
@@ -248,15 +248,39 @@ def test_a_write_that_cannot_be_cut_back_refuses_every_later_one(tmp_path, monke
             return getattr(self.file, name)
     writer = RunWriter(tmp_path / "run")
     writer.append_binary(STEPS, bytes(48))
+    writer.append_epoch({"epoch": 0})
     writer._files[STEPS] = Full(writer._files[STEPS])
+    writer._files[EPOCHS] = Full(writer._files[EPOCHS])
     monkeypatch.setattr(os, "ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "I/O error")))
     with pytest.raises(RunWriteError, match="No space left"):
         writer.append_binary(STEPS, bytes(96))
+    with pytest.raises(RunWriteError, match="No space left"):
+        writer.append_epoch({"epoch": 1, "pad": "x" * 100})
     monkeypatch.undo()
-    for attempt in (lambda: writer.append_binary(STEPS, bytes(48)), lambda: writer.drop_binary(STEPS, 48)):
-        with pytest.raises(RunWriteError, match="an earlier write to it failed and could not be cut back"):
+    for attempt in (lambda: writer.append_binary(STEPS, bytes(48)), lambda: writer.drop_binary(STEPS, 48),
+                    lambda: writer.append_epoch({"epoch": 1}), writer.check_alive):
+        with pytest.raises(RunWriteError, match="could not be cut back") as e:
             attempt()
+        assert str(e.value).count(str(tmp_path)) == 1, e.value   # said once, not wrapped again
     writer.close()
+
+
+def test_steps_are_cut_once_when_an_interrupt_leaves_both_marks_set(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            for _ in range(4):
+                with session.step():
+                    pass
+        session.begin_epoch(1)
+        for _ in range(3):
+            session.begin_step()
+            session.end_step()
+        session._steps.flush()            # end_epoch(1) got this far, and set its mark for them...
+        session._unlined = 3              # ...when Ctrl-C came, before the epoch was marked closed
+        session._cut_unwritten()
+        session._cut_unwritten()          # an integration's abandon, then the Session's end
+    run = read_run(tmp_path / "run")
+    assert [r["epoch"] for r in run.epochs] == [0] and list(run.steps()["epoch"]) == [0] * 4
 
 
 @pytest.mark.slow

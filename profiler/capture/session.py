@@ -362,8 +362,9 @@ class Session:
                 self._drop_steps(n)
         except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
-        finally:
+        finally:   # both markers cleared, so nothing is cut twice
             self._epoch = self._steps.epoch = None
+            self._unlined = 0
 
     # -- steps ---------------------------------------------------------------------------------
     def step(self):

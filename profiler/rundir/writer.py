@@ -57,7 +57,10 @@ class RunWriter:
         if now < self._next_check_ns and not force:
             return
         self._next_check_ns = now + ALIVE_CHECK_NS
-        if os.fstat(self._files[EPOCHS].fileno()).st_nlink == 0:
+        file = self._files[EPOCHS]
+        if file is None:
+            raise OSError(f"an earlier write to {EPOCHS} failed and could not be cut back")
+        if os.fstat(file.fileno()).st_nlink == 0:
             raise OSError(f"{EPOCHS} was deleted (was the run directory removed?)")
 
     def check_alive(self):
@@ -113,12 +116,18 @@ class RunWriter:
                 while done < size:
                     done += file.write(view[done:])
         except BaseException as e:
+            if isinstance(e, RunWriteError):   # _open's: the file is broken already
+                raise
             if file is not None:
                 try:
                     os.ftruncate(file.fileno(), self._sizes[name])
                 except OSError:
                     self._broken.add(name)
                     self._files[name] = None
+                    try:
+                        file.close()
+                    except OSError:
+                        pass
             if isinstance(e, OSError):
                 raise RunWriteError(f"{self._what(name, index)}: {e}") from e
             raise
