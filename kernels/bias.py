@@ -2,8 +2,8 @@
 
 Both layouts reduce to one of two shapes, so each direction is two loop nests:
   channels-outer (NCHW): x viewed as (N*C, HW) rows, row r of channel r % C, the bias constant
-  along each row (a 2-D view: rows of the 3-D (N, C, HW) view, found by r // C and r % C, ran
-  7-17% slower at 1 thread and 9-15% at 2 on 128x64x24x24, Zen 4);
+  along each row (rows of a 3-D (N, C, HW) view, found by r // C and r % C, are slower:
+  docs/performance.md);
   channels-inner (NHWC and 2-D (N, C)): x viewed as (R, C), the bias is a row added to every row.
 The backward reductions accumulate blocks in float32 (vectorised) and blocks into float64, so a sum
 over ~10^5 values keeps float32 accuracy.

@@ -125,7 +125,7 @@ class Session:
         self._halted = False
         self._epoch = None           # index of the open epoch
         self._last = None            # index of the last epoch begun and finished
-        self._unlined = 0            # steps of the closing epoch on disk before its line is
+        self._unlined = 0            # steps of the closing epoch on disk before its line is written
         self._start_ns = 0
         self._fields = {}
         self._tracked = TrackedCounter()

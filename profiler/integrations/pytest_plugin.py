@@ -202,7 +202,8 @@ def _breaches(limits, run_dir, rss_peak_before):
     except ProfilerError as e:   # no epoch written: nothing to judge
         return (f"profile_epochs: nothing to judge: {e} (mark epochs with profile_session.epoch(), or train with "
                 f"PyTorch, Keras or Lightning)")
-    breaches = limits.breaches(diagnosis, None if rss_peak_before is None else rss_growth_past(run_dir, rss_peak_before))
+    rss_rate = None if rss_peak_before is None else rss_growth_past(run_dir, rss_peak_before)
+    breaches = limits.breaches(diagnosis, rss_rate)
     if not breaches:
         return None
     return (f"profile_epochs: {'; '.join(breaches)}\n{text.diagnosis(diagnosis)}\n"

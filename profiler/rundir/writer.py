@@ -35,8 +35,8 @@ class RunWriter:
             raise
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
-        self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file
-        self._broken = set()        # files a failed write could not be cut back on
+        self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file; a file whose failed write
+                                    # could not be cut back stays in self._files as None
         self._next_check_ns = 0
 
     def write_meta(self, meta):
@@ -115,14 +115,13 @@ class RunWriter:
                 view = memoryview(data).cast("B")
                 while done < size:
                     done += file.write(view[done:])
+        except RunWriteError:   # _open's: the file is broken already
+            raise
         except BaseException as e:
-            if isinstance(e, RunWriteError):   # _open's: the file is broken already
-                raise
             if file is not None:
                 try:
                     os.ftruncate(file.fileno(), self._sizes[name])
                 except OSError:
-                    self._broken.add(name)
                     self._files[name] = None
                     try:
                         file.close()
@@ -134,7 +133,7 @@ class RunWriter:
         self._sizes[name] += done
 
     def _open(self, name, what):
-        if name in self._broken:
+        if name in self._files:   # there, but None: broken
             raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
         file = open(self.path / name, "ab", buffering=0)
         self._sizes[name] = file.tell()   # "a" mode opens at the end
