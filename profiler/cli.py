@@ -65,6 +65,14 @@ def _stdout_to_devnull():
         pass
 
 
+def _forget_unhandled_interrupt():
+    """Keep exit code 130 for a Ctrl-C that landed in code run by exec() or eval() of a string
+    (namedtuple and dataclass definitions while numpy or numba import). CPython 3.11 then marks
+    the interrupt unhandled even though it was caught, and ends the process by SIGINT after exit;
+    every exec() of a string clears that mark before it runs."""
+    exec("")
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(os.environ.get("PROFILER_DEBUG"))
@@ -85,6 +93,7 @@ def main(argv=None):
         if debug:
             raise
         print("profiler: interrupted", file=sys.stderr)
+        _forget_unhandled_interrupt()
         return 130
     except ProfilerError as e:
         if debug:

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -121,18 +122,37 @@ def test_halted_loop_marks_the_run_halted(tmp_path):
 
 @pytest.mark.parametrize("exc,status", [(RuntimeError("boom"), "failed"), (KeyboardInterrupt(), "interrupted")])
 def test_hooks_removed_and_status_recorded_on_errors(tmp_path, exc, status):
-    callbacks = list(gc.callbacks)
+    callbacks, unraisable = list(gc.callbacks), sys.unraisablehook
     with pytest.raises(type(exc)):
         with Session(tmp_path / "run", tracemalloc=True) as session:
             with session.epoch(0):
                 pass
             with session.epoch(1):
                 raise exc
-    assert gc.callbacks == callbacks and not tracemalloc.is_tracing()
+    assert gc.callbacks == callbacks and not tracemalloc.is_tracing() and sys.unraisablehook is unraisable
     run = read_run(tmp_path / "run")
     assert run.status == status and len(run.epochs) == 1 and not run.complete
     if status == "failed":
         assert run.meta["error"] == "RuntimeError: boom"
+
+
+def test_ctrl_c_inside_the_gc_callback_still_interrupts_the_loop(tmp_path):
+    # a trace function that raises on the callback's first line stands in for a SIGINT landing there
+    def interrupt_in_callback(frame, event, arg):
+        if event == "call" and frame.f_code is session.gc_timer._callback.__func__.__code__:
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(KeyboardInterrupt):
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                sys.settrace(interrupt_in_callback)
+                gc.collect()
+                sys.settrace(None)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:   # the interrupt is raised here, after the collection
+                    time.sleep(0.001)
+    assert sys.gettrace() is None and read_run(tmp_path / "run").status == "interrupted"
 
 
 def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):

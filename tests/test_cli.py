@@ -152,6 +152,18 @@ def test_ctrl_c_in_the_first_second_is_one_line(tmp_path):
     assert proc.returncode == 130 and err.strip().splitlines() == ["profiler: interrupted"], err
 
 
+def test_ctrl_c_inside_code_run_by_exec_still_exits_130(tmp_path):
+    # as when Ctrl-C lands in a namedtuple or dataclass definition while numpy or numba import:
+    # CPython 3.11 takes an interrupt raised in exec() of a string for an unhandled one
+    (tmp_path / "interrupted.py").write_text(
+        "import sys\nfrom profiler import cli\nfrom profiler.commands.report import ReportCommand\n"
+        "ReportCommand.run = staticmethod(lambda args: exec('raise KeyboardInterrupt'))\n"
+        "sys.exit(cli.main(['report', 'x']))\n")
+    proc = subprocess.run([sys.executable, "-m", "interrupted"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 130 and proc.stderr.strip() == "profiler: interrupted", proc.stderr
+
+
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     proc = profiler("run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
     assert proc.stderr == "" and "wrote" in proc.stdout

@@ -5,9 +5,17 @@ The callback runs inside the collector, so it only adds to counters and packs an
 preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
 events at each epoch end (`take_events()`); a buffer that fills inside an epoch is handed to
 `on_full` from the callback itself, so no event is dropped however long an epoch runs.
+
+CPython reports an exception raised in a gc callback as "Exception ignored" and goes on, so a
+Ctrl-C that lands in the callback would be lost; while the callback is installed, an unraisable
+hook has a short-lived thread interrupt the main thread again. (Interrupted from the hook itself,
+the main thread would raise it inside the hook, where it is ignored too; the thread runs once the
+main thread hands it the GIL, in the loop's own code.)
 """
 
+import _thread
 import gc
+import sys
 import time
 
 from ..rundir.format import GC_EVENT
@@ -26,6 +34,7 @@ class GcTimer:
         self._events = bytearray(GC_EVENT.size * capacity)
         self._n_events = 0
         self._start = 0
+        self._next_hook = None   # the unraisable hook that was in place before install()
         self.reset()
 
     def reset(self):
@@ -68,12 +77,22 @@ class GcTimer:
         except Exception:   # an error inside a gc callback would only be printed: count it instead
             self.events_dropped += len(data) // GC_EVENT.size
 
+    def _unraisable(self, unraisable):
+        if unraisable.exc_type is KeyboardInterrupt and unraisable.object == self._callback:
+            _thread.start_new_thread(_thread.interrupt_main, ())   # as if Ctrl-C came again
+        else:
+            self._next_hook(unraisable)
+
     def install(self):
+        self._next_hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         gc.callbacks.append(self._callback)
 
     def uninstall(self):
         while self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
+        if sys.unraisablehook == self._unraisable:   # else a later hook holds ours: it passes everything on
+            sys.unraisablehook = self._next_hook
 
     def take(self):
         """The GC record since the last take (the epoch record's 'gc' field), and reset."""
