@@ -201,6 +201,55 @@ def test_an_epoch_whose_line_is_not_written_leaves_no_steps(tmp_path, monkeypatc
     assert not [p for p in run.problems if "step" in p]
 
 
+def test_an_interrupt_just_after_the_line_landed_keeps_the_epochs_steps(tmp_path, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        with Session(tmp_path / "run") as session:
+            real = session._writer.write_epoch_line
+
+            def then_interrupted(line, index):   # Ctrl-C or SIGTERM in the bytecodes after the write
+                real(line, index)
+                if index == 1:
+                    raise KeyboardInterrupt
+            monkeypatch.setattr(session._writer, "write_epoch_line", then_interrupted)
+            for epoch in range(3):
+                with session.epoch(epoch):
+                    for _ in range(4):
+                        with session.step():
+                            pass
+    run = read_run(tmp_path / "run")
+    assert [r["epoch"] for r in run.epochs] == [0, 1] and list(run.steps()["epoch"]) == [0] * 4 + [1] * 4
+    assert not [p for p in run.problems if "step" in p] and run.status == "interrupted"
+
+
+def test_a_loop_that_catches_an_epoch_blocks_write_error_goes_on(tmp_path):
+    with Session(tmp_path / "run") as session:
+        losses = iter([0.5, float("nan"), 0.25])
+        session.add_epoch_field("loss", lambda: next(losses))
+        for epoch in range(3):
+            try:
+                with session.epoch():
+                    with session.step():
+                        pass
+            except RunWriteError:
+                pass   # the NaN epoch is dropped at the end of its block, not left open
+    run = read_run(tmp_path / "run")
+    assert [(r["epoch"], r["loss"]) for r in run.epochs] == [(0, 0.5), (1, 0.25)] and run.status == "completed"
+    assert list(run.steps()["epoch"]) == [0, 1] and not run.problems
+
+
+def test_gc_events_that_cannot_be_written_at_the_end_still_let_the_status_be_recorded(tmp_path, monkeypatch,
+                                                                                      capfd):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+        monkeypatch.setattr(session._writer, "append_binary", lambda name, data: (_ for _ in ()).throw(
+            RunWriteError("cannot append to gc_events.bin: disk gone")))
+        gc.collect()   # a generation-2 collection: one GC event, written when the Session ends
+    meta = read_run(tmp_path / "run").meta
+    assert meta["status"] == "completed" and meta["gc_events_dropped"] == 1
+    assert capfd.readouterr().err.strip() == "profiler: cannot append to gc_events.bin: disk gone"
+
+
 FILE_SIZE_LIMIT = """
 import resource, signal, sys
 from profiler.rundir.writer import RunWriter, RunWriteError, STEPS
@@ -276,7 +325,8 @@ def test_steps_are_cut_once_when_an_interrupt_leaves_both_marks_set(tmp_path):
             session.begin_step()
             session.end_step()
         session._steps.flush()            # end_epoch(1) got this far, and set its mark for them...
-        session._unlined = 3              # ...when Ctrl-C came, before the epoch was marked closed
+        session._unlined = (3, session._writer.size("epochs.jsonl"))   # ...when Ctrl-C came, before the
+                                                                        # epoch was marked closed
         session._cut_unwritten()
         session._cut_unwritten()          # an integration's abandon, then the Session's end
     run = read_run(tmp_path / "run")

@@ -96,7 +96,11 @@ class _Epoch:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is None:
-            self.session.end_epoch()
+            try:
+                self.session.end_epoch()
+            except BaseException:   # a record that cannot be written: the block's epoch ends unwritten
+                self.session.abandon_epoch()
+                raise
         else:
             self.session.abandon_epoch()
         return False
@@ -125,7 +129,7 @@ class Session:
         self._halted = False
         self._epoch = None           # index of the open epoch
         self._last = None            # index of the last epoch begun and finished
-        self._unlined = 0            # steps of the closing epoch on disk before its line is written
+        self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
         self._start_ns = 0
         self._fields = {}
         self._tracked = TrackedCounter()
@@ -202,7 +206,7 @@ class Session:
         """Write what is buffered and the final status, then remove every hook."""
         try:
             self._cut_unwritten()
-            self._write_gc_events(self.gc_timer.take_events() if self.gc_timer else b"")
+            self._write_last_gc_events()
             self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
             if self.gc_timer is not None and self.gc_timer.events_dropped:
                 self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
@@ -324,7 +328,8 @@ class Session:
         line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open
         steps = self._steps.recorded
         self._steps.flush()
-        self._unlined = steps   # on disk with no line yet: set before the epoch closes (see _cut_unwritten)
+        # on disk with no line yet, and where the line goes: set before the epoch closes (see _cut_unwritten)
+        self._unlined = (steps, self._writer.size(fmt.EPOCHS))
         self._epoch = self._steps.epoch = None
         self._last = index
         try:
@@ -333,7 +338,7 @@ class Session:
         except BaseException:
             self._cut_unwritten()
             raise
-        self._unlined = 0
+        self._unlined = None
         self.epochs_written += 1
 
     def abandon_epoch(self):
@@ -352,19 +357,22 @@ class Session:
     def _cut_unwritten(self):
         """Cut the steps on disk of an epoch that has no line: the open one's (its buffer filled),
         or those of an epoch whose line failed or was interrupted (self._unlined). Exactly one
-        applies at any point of end_epoch: _unlined is set before the epoch closes."""
+        applies at any point of end_epoch: _unlined is set before the epoch closes. A line that
+        landed before the interrupt (a Ctrl-C or SIGTERM in the few bytecodes after the write)
+        keeps its steps: the epochs file is longer than it was before the line."""
         try:
             if self._epoch is not None:
                 self._steps.abandon()
                 self._steps.discard()
-            elif self._unlined:
-                n, self._unlined = self._unlined, 0
-                self._drop_steps(n)
+            elif self._unlined is not None:
+                (n, line_at), self._unlined = self._unlined, None
+                if not self._writer.holds_more(fmt.EPOCHS, line_at):
+                    self._drop_steps(n)
         except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
         finally:   # both markers cleared, so nothing is cut twice
             self._epoch = self._steps.epoch = None
-            self._unlined = 0
+            self._unlined = None
 
     # -- steps ---------------------------------------------------------------------------------
     def step(self):
@@ -391,3 +399,15 @@ class Session:
     def _write_gc_events(self, data):
         if data:
             self._writer.append_binary(fmt.GC_EVENTS, data)
+
+    def _write_last_gc_events(self):
+        """The events since the last epoch; ones that cannot be written are counted as dropped
+        (meta.json's gc_events_dropped), so the final status is recorded all the same."""
+        if self.gc_timer is None:
+            return
+        data = self.gc_timer.take_events()
+        try:
+            self._write_gc_events(data)
+        except RunWriteError as e:
+            self.gc_timer.events_dropped += len(data) // fmt.GC_EVENT.size
+            print(f"profiler: {e}", file=sys.stderr)

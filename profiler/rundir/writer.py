@@ -132,6 +132,19 @@ class RunWriter:
             raise
         self._sizes[name] += done
 
+    def size(self, name):
+        """Bytes of the whole appends to `name` so far."""
+        return self._sizes.get(name, 0)
+
+    def holds_more(self, name, size):
+        """Whether `name` on disk is longer than `size` bytes (an append landed whose caller was
+        interrupted before it could note it); False for a file that cannot be looked at."""
+        file = self._files.get(name)
+        try:
+            return file is not None and os.fstat(file.fileno()).st_size > size
+        except OSError:
+            return False
+
     def _open(self, name, what):
         if name in self._files:   # there, but None: broken
             raise RunWriteError(f"{what}: an earlier write to it failed and could not be cut back")
