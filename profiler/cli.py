@@ -66,10 +66,11 @@ def _stdout_to_devnull():
 
 
 def _forget_unhandled_interrupt():
-    """Keep exit code 130 for a Ctrl-C that landed in code run by exec() or eval() of a string
-    (namedtuple and dataclass definitions while numpy or numba import). CPython 3.11 then marks
-    the interrupt unhandled even though it was caught, and ends the process by SIGINT after exit;
-    every exec() of a string clears that mark before it runs."""
+    """Keep the exit code after a Ctrl-C that landed in code run by exec() or eval() of a string
+    (namedtuple and dataclass definitions while numpy or numba import). CPython 3.11 to 3.13 then
+    mark the interrupt unhandled even though it was caught, and `python -m profiler` ends by
+    SIGINT after exit; every exec() of a string clears that mark before it runs (3.14 no longer
+    sets it there)."""
     exec("")
 
 
@@ -93,7 +94,6 @@ def main(argv=None):
         if debug:
             raise
         print("profiler: interrupted", file=sys.stderr)
-        _forget_unhandled_interrupt()
         return 130
     except ProfilerError as e:
         if debug:
@@ -105,4 +105,6 @@ def main(argv=None):
             raise
         print(f"profiler: {_message(e)} (PROFILER_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
+    finally:   # every exit code here is meant, also after a Ctrl-C that a recorded script caught
+        _forget_unhandled_interrupt()
     return 0

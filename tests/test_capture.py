@@ -136,23 +136,54 @@ def test_hooks_removed_and_status_recorded_on_errors(tmp_path, exc, status):
         assert run.meta["error"] == "RuntimeError: boom"
 
 
-def test_ctrl_c_inside_the_gc_callback_still_interrupts_the_loop(tmp_path):
-    # a trace function that raises on the callback's first line stands in for a SIGINT landing there
-    def interrupt_in_callback(frame, event, arg):
+@pytest.mark.parametrize("exc,status", [(KeyboardInterrupt(), "interrupted"), (SystemExit(3), "failed"),
+                                        (TimeoutError("alarm"), "failed")])
+def test_a_signal_handlers_exception_inside_the_gc_callback_still_reaches_the_loop(tmp_path, exc, status):
+    # a trace function raising on the callback's first call (the collection's "start") stands in
+    # for a signal handler running there: Ctrl-C, a SIGTERM handler's sys.exit(3), an alarm's timeout
+    def handler_in_callback(frame, event, arg):
         if event == "call" and frame.f_code is session.gc_timer._callback.__func__.__code__:
-            raise KeyboardInterrupt
+            raise exc   # raising removes the trace function too
         return None
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(type(exc)) as raised:
         with Session(tmp_path / "run") as session:
             with session.epoch(0):
-                sys.settrace(interrupt_in_callback)
+                sys.settrace(handler_in_callback)
                 gc.collect()
-                sys.settrace(None)
                 deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:   # the interrupt is raised here, after the collection
+                while time.monotonic() < deadline:   # raised here, after the collection
                     time.sleep(0.001)
-    assert sys.gettrace() is None and read_run(tmp_path / "run").status == "interrupted"
+    assert raised.value.args == exc.args and isinstance(raised.value, type(exc))
+    run = read_run(tmp_path / "run")
+    assert run.status == status and len(run.gc_events()) == 0   # the collection whose start was lost is not timed
+
+
+def test_only_a_signal_handlers_exceptions_are_raised_again_not_our_own_bugs(monkeypatch):
+    import functools
+    import signal
+
+    from profiler.capture import gc_timer
+    timer = gc_timer.GcTimer(0, 0.001)
+
+    def raised(call):
+        try:
+            call()
+        except BaseException as e:
+            return e
+        raise AssertionError("nothing raised")
+    monkeypatch.setattr(gc_timer, "_now", functools.partial(signal.raise_signal, signal.SIGINT))
+    ctrl_c = raised(lambda: timer._callback("start", {}))   # Python's SIGINT handler, in C, raises in our frame
+    monkeypatch.undo()
+    timer._start = 1
+    bug = raised(lambda: timer._callback("stop", None))      # a TypeError of ours
+
+    def alarm_handler():
+        raise TimeoutError("alarm")
+    alarm = raised(alarm_handler)
+    assert isinstance(ctrl_c, KeyboardInterrupt) and gc_timer._from_a_signal(ctrl_c, ctrl_c.__traceback__)
+    assert isinstance(bug, TypeError) and not gc_timer._from_a_signal(bug, bug.__traceback__)
+    assert gc_timer._from_a_signal(alarm, alarm.__traceback__)
 
 
 def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):

@@ -164,6 +164,16 @@ def test_ctrl_c_inside_code_run_by_exec_still_exits_130(tmp_path):
     assert proc.returncode == 130 and proc.stderr.strip() == "profiler: interrupted", proc.stderr
 
 
+def test_a_ctrl_c_that_the_recorded_code_caught_keeps_its_exit_code(tmp_path):
+    (tmp_path / "caught.py").write_text(
+        "import sys\nfrom profiler import cli\nfrom profiler.commands.report import ReportCommand\n"
+        "def run(args):\n    try:\n        exec('raise KeyboardInterrupt')\n    except KeyboardInterrupt:\n"
+        "        print('stopped early')\n"
+        "ReportCommand.run = staticmethod(run)\nsys.exit(cli.main(['report', 'x']))\n")
+    proc = subprocess.run([sys.executable, "-m", "caught"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "stopped early\n", proc.stderr
+
+
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     proc = profiler("run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
     assert proc.stderr == "" and "wrote" in proc.stdout

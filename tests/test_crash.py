@@ -201,24 +201,45 @@ def test_an_epoch_whose_line_is_not_written_leaves_no_steps(tmp_path, monkeypatc
     assert not [p for p in run.problems if "step" in p]
 
 
-def test_an_interrupt_just_after_the_line_landed_keeps_the_epochs_steps(tmp_path, monkeypatch):
-    with pytest.raises(KeyboardInterrupt):
-        with Session(tmp_path / "run") as session:
-            real = session._writer.write_epoch_line
+SIGTERM_AFTER_THE_LINE = """
+import sys
+from profiler import Session
+run, torn = sys.argv[1], sys.argv[2] == "torn"
+with Session(run) as session:
+    real = session._writer._files["epochs.jsonl"]
 
-            def then_interrupted(line, index):   # Ctrl-C or SIGTERM in the bytecodes after the write
-                real(line, index)
-                if index == 1:
-                    raise KeyboardInterrupt
-            monkeypatch.setattr(session._writer, "write_epoch_line", then_interrupted)
-            for epoch in range(3):
-                with session.epoch(epoch):
-                    for _ in range(4):
-                        with session.step():
-                            pass
+    class Terminated:   # the Session's SIGTERM handler runs at the first check after epoch 1's write
+        lines = 0
+
+        def write(self, data):
+            self.lines += 1
+            if self.lines != 2:
+                return real.write(data)
+            done = real.write(data[:len(data) // 2] if torn else data)
+            session._on_sigterm(15, None)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+    session._writer._files["epochs.jsonl"] = Terminated()
+    for epoch in range(3):
+        with session.epoch(epoch):
+            for _ in range(4):
+                with session.step():
+                    pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line", ["whole", "torn"])
+def test_sigterm_just_after_an_epochs_line_keeps_its_steps_only_if_the_line_is_whole(tmp_path, line):
+    proc = subprocess.run([sys.executable, "-c", SIGTERM_AFTER_THE_LINE, str(tmp_path / "run"), line],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
     run = read_run(tmp_path / "run")
-    assert [r["epoch"] for r in run.epochs] == [0, 1] and list(run.steps()["epoch"]) == [0] * 4 + [1] * 4
-    assert not [p for p in run.problems if "step" in p] and run.status == "interrupted"
+    lined = [0, 1] if line == "whole" else [0]
+    assert run.status == "terminated" and run.meta["epochs"] == len(lined)
+    assert [r["epoch"] for r in run.epochs] == lined and list(run.steps()["epoch"]) == [e for e in lined for _ in range(4)]
+    assert not [p for p in run.problems if "step" in p]
 
 
 def test_a_loop_that_catches_an_epoch_blocks_write_error_goes_on(tmp_path):
@@ -246,7 +267,7 @@ def test_gc_events_that_cannot_be_written_at_the_end_still_let_the_status_be_rec
             RunWriteError("cannot append to gc_events.bin: disk gone")))
         gc.collect()   # a generation-2 collection: one GC event, written when the Session ends
     meta = read_run(tmp_path / "run").meta
-    assert meta["status"] == "completed" and meta["gc_events_dropped"] == 1
+    assert meta["status"] == "completed" and meta["gc_events_dropped"] >= 1   # automatic long collections may add more
     assert capfd.readouterr().err.strip() == "profiler: cannot append to gc_events.bin: disk gone"
 
 

@@ -6,14 +6,17 @@ preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Sessi
 events at each epoch end (`take_events()`); a buffer that fills inside an epoch is handed to
 `on_full` from the callback itself, so no event is dropped however long an epoch runs.
 
-CPython reports an exception raised in a gc callback as "Exception ignored" and goes on, so a
-Ctrl-C that lands in the callback would be lost; while the callback is installed, an unraisable
-hook has a short-lived thread interrupt the main thread again. (Interrupted from the hook itself,
-the main thread would raise it inside the hook, where it is ignored too; the thread runs once the
-main thread hands it the GIL, in the loop's own code.)
+A signal handler runs wherever the main thread checks for signals, our callback included, and
+CPython reports an exception raised in a gc callback as "Exception ignored" and goes on: a Ctrl-C,
+or a SIGTERM or SIGALRM handler's SystemExit or TimeoutError, would be lost. While the callback
+is installed, an unraisable hook has a short-lived thread raise such an exception (one that did
+not come from our own code) again in the thread it left, as an asynchronous exception, once that
+thread runs on. Raised from the hook itself it would land inside the hook, ignored again; if it
+lands in the callback again, it is passed on again.
 """
 
 import _thread
+import ctypes
 import gc
 import sys
 import time
@@ -33,8 +36,9 @@ class GcTimer:
         self.events_dropped = 0      # events on_full could not write (meta.json: gc_events_dropped)
         self._events = bytearray(GC_EVENT.size * capacity)
         self._n_events = 0
-        self._start = 0
-        self._next_hook = None   # the unraisable hook that was in place before install()
+        self._start = 0              # the open collection's start; 0 when its start was not seen
+        self._installed = None       # the bound method in gc.callbacks
+        self._next_hook = None       # the unraisable hook that was in place before install()
         self.reset()
 
     def reset(self):
@@ -50,6 +54,8 @@ class GcTimer:
             self._start = _now()
             return
         start = self._start
+        if not start:   # an exception raised in its "start" call (see the module docstring)
+            return
         pause = _now() - start
         gen = info["generation"]
         self.pause_ns[gen] += pause
@@ -78,15 +84,17 @@ class GcTimer:
             self.events_dropped += len(data) // GC_EVENT.size
 
     def _unraisable(self, unraisable):
-        if unraisable.exc_type is KeyboardInterrupt and unraisable.object == self._callback:
-            _thread.start_new_thread(_thread.interrupt_main, ())   # as if Ctrl-C came again
+        if unraisable.object is self._installed and _from_a_signal(unraisable.exc_value, unraisable.exc_traceback):
+            self._start = 0   # the collection it interrupted is not timed
+            _thread.start_new_thread(_raise_again, (_thread.get_ident(), unraisable.exc_value))
         else:
             self._next_hook(unraisable)
 
     def install(self):
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        gc.callbacks.append(self._callback)
+        self._installed = self._callback
+        gc.callbacks.append(self._installed)
 
     def uninstall(self):
         while self._callback in gc.callbacks:
@@ -113,3 +121,26 @@ class GcTimer:
         data = bytes(self._events[:self._n_events * GC_EVENT.size])
         self._n_events = 0
         return data
+
+
+def _from_a_signal(exc, tb):
+    """Whether a signal handler the callback ran raised `exc`: one that is no Exception (Python's
+    own SIGINT handler, in C, raises KeyboardInterrupt from our frame), or one raised in code that
+    is not ours. An Exception from our own code is a bug of ours, printed as usual."""
+    if not isinstance(exc, Exception) or type(exc).__dict__.get("_raised_again"):
+        return True
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename != __file__
+
+
+def _raise_again(thread, exc):
+    """Raise `exc` in `thread` as an asynchronous exception. CPython takes an exception class
+    there, so a subclass of exc's class stands for it, made with exc's arguments (SystemExit's
+    code, TimeoutError's message); one that lands in the callback again is raised again as it is."""
+    again = cls = type(exc)
+    if not cls.__dict__.get("_raised_again"):
+        again = type(cls.__name__, (cls,), {"__init__": lambda self, *_: cls.__init__(self, *exc.args),
+                                             "_raised_again": True, "__module__": cls.__module__,
+                                             "__qualname__": cls.__qualname__})
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(again))

@@ -206,7 +206,7 @@ class Session:
         """Write what is buffered and the final status, then remove every hook."""
         try:
             self._cut_unwritten()
-            self._write_last_gc_events()
+            self._write_pending_gc_events()
             self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
             if self.gc_timer is not None and self.gc_timer.events_dropped:
                 self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
@@ -328,8 +328,8 @@ class Session:
         line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open
         steps = self._steps.recorded
         self._steps.flush()
-        # on disk with no line yet, and where the line goes: set before the epoch closes (see _cut_unwritten)
-        self._unlined = (steps, self._writer.size(fmt.EPOCHS))
+        # on disk with no line yet, and where the line ends: set before the epoch closes (see _cut_unwritten)
+        self._unlined = (steps, self._writer.size(fmt.EPOCHS) + len(line))
         self._epoch = self._steps.epoch = None
         self._last = index
         try:
@@ -349,24 +349,24 @@ class Session:
         if self._state != "open" or self._epoch is None:
             return
         self._cut_unwritten()
-        try:
-            self._write_gc_events(self.gc_timer.take_events())
-        except RunWriteError as e:
-            print(f"profiler: {e}", file=sys.stderr)
+        self._write_pending_gc_events()
 
     def _cut_unwritten(self):
         """Cut the steps on disk of an epoch that has no line: the open one's (its buffer filled),
         or those of an epoch whose line failed or was interrupted (self._unlined). Exactly one
         applies at any point of end_epoch: _unlined is set before the epoch closes. A line that
-        landed before the interrupt (a Ctrl-C or SIGTERM in the few bytecodes after the write)
-        keeps its steps: the epochs file is longer than it was before the line."""
+        landed whole before the interrupt keeps its steps and counts as written: the Session's
+        SIGTERM handler runs wherever the main thread checks for signals, also after the line's
+        write and before the writer or end_epoch could note it."""
         try:
             if self._epoch is not None:
                 self._steps.abandon()
                 self._steps.discard()
             elif self._unlined is not None:
-                (n, line_at), self._unlined = self._unlined, None
-                if not self._writer.holds_more(fmt.EPOCHS, line_at):
+                (n, line_end), self._unlined = self._unlined, None
+                if self._writer.holds(fmt.EPOCHS, line_end):
+                    self.epochs_written += 1
+                else:
                     self._drop_steps(n)
         except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
@@ -400,9 +400,10 @@ class Session:
         if data:
             self._writer.append_binary(fmt.GC_EVENTS, data)
 
-    def _write_last_gc_events(self):
-        """The events since the last epoch; ones that cannot be written are counted as dropped
-        (meta.json's gc_events_dropped), so the final status is recorded all the same."""
+    def _write_pending_gc_events(self):
+        """The events since the last epoch, outside end_epoch (an abandoned epoch, the run's end):
+        ones that cannot be written are counted as dropped (meta.json's gc_events_dropped) and
+        said on stderr, so the loop's own exception and the final status go on."""
         if self.gc_timer is None:
             return
         data = self.gc_timer.take_events()

@@ -136,12 +136,12 @@ class RunWriter:
         """Bytes of the whole appends to `name` so far."""
         return self._sizes.get(name, 0)
 
-    def holds_more(self, name, size):
-        """Whether `name` on disk is longer than `size` bytes (an append landed whose caller was
-        interrupted before it could note it); False for a file that cannot be looked at."""
+    def holds(self, name, size):
+        """Whether `name` on disk is at least `size` bytes long (an append landed whole whose
+        caller was interrupted before it could note it); False for a file that cannot be looked at."""
         file = self._files.get(name)
         try:
-            return file is not None and os.fstat(file.fileno()).st_size > size
+            return file is not None and os.fstat(file.fileno()).st_size >= size
         except OSError:
             return False
 
