@@ -114,6 +114,10 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["flamegraph"], ["SCENARIO", "COMMAND"]),
     (["flamegraph", "--diff", "a.folded", "b.folded"], ["a.folded", "does not exist"]),
     (["report", "x", "--", "ls"], ["`profiler report` takes no -- COMMAND"]),
+    (["scaling", "mlp", "--max-epochs", "10,20", "--out", __file__], ["--out", "is a file, not a directory"]),
+    (["demo", "--quick", "--out", __file__ + "/demo"], ["--out", "is a file, not a directory"]),
+    (["scaling", "mlp", "--history", "preallocated", "--max-epochs", "10,99999999999999"],
+     ["--history preallocated", "GB", "fewer --epochs"]),
 ], ids=lambda v: None)
 def test_usage_errors_exit_2_with_one_line(args, words):
     proc = profiler(*args, check=False, env={"RUST_BACKTRACE": "1"})
@@ -135,6 +139,24 @@ def test_flamegraph_of_a_failing_command_keeps_the_graph_and_its_exit_code(tmp_p
     proc = profiler("flamegraph", "--out", svg, "--", sys.executable, "-c", script, check=False)
     assert proc.returncode == 1 and "exited with code 3" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and svg.read_text().startswith("<svg")
+
+
+def test_a_failed_recording_leaves_the_earlier_one_and_a_bad_out_is_said_before_recording(tmp_path):
+    svg = tmp_path / "f.svg"
+    script = "import time\nend=time.time()+0.6\nwhile time.time()<end: sum(range(1000))\n"
+    profiler("flamegraph", "--out", svg, "--", sys.executable, "-c", script)
+    folded, picture = (tmp_path / "f.folded").read_bytes(), svg.read_bytes()
+    proc = profiler("flamegraph", "--out", svg, "--", "false", check=False)   # over before py-spy could sample it
+    assert proc.returncode == 1 and "before py-spy took a sample" in proc.stderr, proc.stderr
+    assert (tmp_path / "f.folded").read_bytes() == folded and svg.read_bytes() == picture
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.folded", "f.svg"]
+    (tmp_path / "adir").mkdir()
+    proc = profiler("flamegraph", "--out", tmp_path / "adir", "--", sys.executable, "-c", script, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"profiler: error: --out {tmp_path / 'adir'} is a directory: give a file name, e.g. --out "
+        f"{tmp_path / 'adir' / 'flamegraph.svg'}"], proc.stderr
+    proc = profiler("flamegraph", "--out", "/proc/f.svg", "--", sys.executable, "-c", script, check=False)
+    assert proc.returncode == 1 and "cannot write the recording to /proc/f.folded" in proc.stderr, proc.stderr
 
 
 def test_a_command_too_short_to_sample_is_named_as_such(tmp_path):

@@ -203,3 +203,70 @@ def test_gc_events_that_could_not_be_written_are_a_problem_of_the_run(tmp_path):
     (run / "meta.json").write_text(json.dumps(meta))
     r = read_run(run)
     assert not r.complete and any("7 GC events could not be written" in p for p in r.problems)
+
+
+@pytest.mark.parametrize("event,words", [
+    ((0.05, float("nan"), 2, 7), "gc_events.bin record 1 has duration_s nan, not a time"),
+    ((1e300, 0.01, 2, 7), "gc_events.bin record 1 has start_s 1e+300, not a time"),
+    ((0.05, float("inf"), 2, 7), "gc_events.bin record 1 has duration_s inf"),
+    ((0.05, -0.01, 2, 7), "gc_events.bin record 1 has duration_s -0.01"),
+    ((0.05, 0.01, 255, 7), "gc_events.bin record 1 has generation 255, not 0, 1 or 2"),
+], ids=["nan", "huge-start", "inf", "negative", "generation"])
+def test_a_gc_event_this_profiler_cannot_have_written_is_one_clear_error(tmp_path, event, words):
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)], gc_events=[(0.01, 0.01, 2, 3), event])
+    with pytest.raises(RunDirError, match=words.replace("+", r"\+")):
+        read_run(run)   # every reader (report, compare, timeline) meets the same error
+
+
+def test_steps_bin_of_garbage_or_written_twice_is_one_clear_error(tmp_path):
+    steps = [(e, 0.1 * i, 0.1, 0.0, 0.0, 0.0) for i, e in enumerate([0, 0, 1, 1])]
+    run = write_run(tmp_path / "run", [epoch(0, 0.2, steps=2), epoch(1, 0.2, steps=2)], steps=steps)
+    whole = (run / "steps.bin").read_bytes()
+    (run / "steps.bin").write_bytes(whole + whole)   # appended to itself: epoch 0 after epoch 1
+    with pytest.raises(RunDirError, match="steps.bin record 4 has epoch 0, after epoch 1: not written"):
+        read_run(run)
+    (run / "steps.bin").write_bytes(b"\xff" * len(whole))
+    with pytest.raises(RunDirError, match="steps.bin record 0 has "):
+        read_run(run)
+    records = np.frombuffer(whole, STEP_RECORD).copy()
+    records["epoch"][0] = -3
+    (run / "steps.bin").write_bytes(records.tobytes())
+    with pytest.raises(RunDirError, match="steps.bin record 0 has epoch -3, not a non-negative integer"):
+        read_run(run)
+
+
+@pytest.mark.parametrize("call", [lambda: analyze(None), lambda: read_run(123), lambda: analyze(["run"]),
+                                  lambda: __import__("profiler").compare("run", None)],
+                         ids=["analyze-None", "read_run-int", "analyze-list", "compare-None"])
+def test_a_run_directory_that_is_not_a_path_is_a_usage_error(call):
+    from profiler.errors import UsageError
+    with pytest.raises(UsageError, match=r"run directory .*: expected a path \(str or os.PathLike\), got "):
+        call()
+
+
+@pytest.mark.parametrize("runs", [["a", "b"], {"a": "x", "b": "y"}, {1: "x", -2: "y"}, {True: "x", 2: "y"}])
+def test_scaling_takes_positive_max_epochs_as_keys(runs):
+    from profiler.analysis import scaling
+    from profiler.errors import UsageError
+    with pytest.raises(UsageError, match=r"scaling\(\) takes \{max_epochs: run_dir\} with positive int keys"):
+        scaling(runs)
+
+
+@pytest.mark.parametrize("name", ["meta.json", "epochs.jsonl", "steps.bin", "gc_events.bin"])
+def test_a_directory_where_a_file_belongs_is_one_clear_error(tmp_path, name):
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)])
+    path = run / name
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    with pytest.raises(RunDirError, match=f"cannot read {path}: Is a directory \\(a directory where the profiler "
+                                          f"writes a file\\)"):
+        read_run(run)
+
+
+def test_a_line_nested_too_deeply_is_not_valid_json(tmp_path):
+    run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
+    first, _, last = lines(run)
+    rewrite(run, [first, b"[" * 100_000, last])
+    with pytest.raises(RunDirError, match="line 2 is not valid JSON \\(nested too deeply\\)"):
+        read_run(run)

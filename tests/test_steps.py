@@ -290,6 +290,10 @@ def test_add_epoch_field(tmp_path):
         session.add_epoch_field("workers", lambda: {"count": 0, "uss_bytes": 0, "pss_bytes": 0})
         with pytest.raises(UsageError, match="writes itself"):
             session.add_epoch_field("gc", dict)
+        with pytest.raises(UsageError, match="the name must be a non-empty string"):
+            session.add_epoch_field(5, dict)
+        with pytest.raises(UsageError, match="read must be a function"):
+            session.add_epoch_field("loss", 0.5)
         with session.epoch(0):
             pass
     assert read_run(tmp_path / "run").epochs[0]["workers"] == {"count": 0, "uss_bytes": 0, "pss_bytes": 0}

@@ -93,3 +93,17 @@ def test_directory_as_the_trace_path_is_one_clear_error_and_stays(tmp_path):
     with pytest.raises(RunWriteError, match="cannot write the trace to"):
         trace.write_run(run, tmp_path / "d")
     assert (tmp_path / "d").is_dir()
+
+
+def test_a_trace_that_cannot_be_finished_leaves_an_earlier_one_as_it_was(tmp_path):
+    from profiler.errors import RunDirError
+    out = tmp_path / "t.json"
+    trace.write_run(write_run(tmp_path / "run", [epoch(0, 0.01)]), out)
+    good = out.read_text()
+
+    def damaged_rank():   # a multi-rank trace reads each rank as it is written
+        yield {"name": "x", "ph": "i", "ts": 0, "pid": 0}
+        raise RunDirError("rank-1/gc_events.bin record 0 has duration_s nan")
+    with pytest.raises(RunDirError):
+        trace.write(out, [damaged_rank()])
+    assert out.read_text() == good and sorted(p.name for p in tmp_path.iterdir()) == ["run", "t.json"]

@@ -113,9 +113,9 @@ def analyze(run_dir):
     steps = run.steps()
     if len(steps):   # fractions of the epochs' time: steps leave out the time between them
         totals = (float(wall.sum()), spk.epoch_arrays(records)[1].sum(axis=0))
-        spikes = spk.of_steps(steps, str(run.path / rundir.STEPS), records[0]["epoch"], totals)
+        spikes = spk.of_steps(steps, records[0]["epoch"], totals)
     else:
-        spikes = spk.of_epochs(records, str(run.path / rundir.EPOCHS))
+        spikes = spk.of_epochs(records)
     sites = fnd.top_sites(records)
     site = fnd.python_site(sites)
     objs = fnd.objects(records)

@@ -35,8 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..rundir.format import GC_EVENTS, STEPS
-from ..rundir.reader import check_times, step_count
+from ..rundir.reader import step_count
 from ..rundir.ranks import rank_dirs
 from . import diagnose, findings, stats
 
@@ -175,7 +174,6 @@ def _gap_events(run, steps):
     events = run.gc_events()
     if not len(events) or not len(steps):
         return None
-    check_times(events, ("start_s", "duration_s"), run.path / GC_EVENTS, 0)
     starts = np.asarray(steps["start_s"], float)
     ends = starts + steps["wall_s"]
     t = np.asarray(events["start_s"], float)
@@ -192,7 +190,6 @@ def _rank(rank_dir, unit):
     epochs = run.epochs
     warm_epochs = stats.warmup(len(epochs))
     if unit == "step":
-        check_times(steps, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / STEPS, 0)
         wall = np.asarray(steps["wall_s"], float)
         pause = [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)]
         first_epoch = epochs[warm_epochs]["epoch"] if warm_epochs < len(epochs) else np.inf

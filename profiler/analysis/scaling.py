@@ -42,6 +42,9 @@ class Scaling:
 
 def scaling(runs):
     """`runs`: {max_epochs: run_dir}, at least two."""
+    if not isinstance(runs, dict) or not all(type(k) is int and k > 0 for k in runs):
+        raise UsageError(f"scaling() takes {{max_epochs: run_dir}} with positive int keys, e.g. "
+                         f"{{100: 'runs/a', 1000: 'runs/b'}}; got {runs!r}"[:300])
     if len(runs) < 2:
         raise UsageError(f"scaling compares runs with different max_epochs: give at least two, got {len(runs)}")
     rows, label = [], ""

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..rundir.reader import check_times
 from . import stats
 
 CHUNK = 1 << 18
 SPIKE_OVER_MEDIAN = 1.5   # a spike lasts at least 1.5x the median, and either passes the far-out
 FENCE_IQRS = 3.0          # fence (Q3 + 3 IQR: far above the run's own spread) or holds a GC pause
-FIELDS = ("wall_s", "gc0_s", "gc1_s", "gc2_s")   # of each item, as steps.bin names them
 GC_OVER_MEDIAN = 0.5      # of at least half the median (frequent pauses widen the spread they hide in)
 
 
@@ -44,14 +42,13 @@ class Spikes:
     generation: int                 # the generation with the most pause inside the spikes
 
 
-def find(chunks, unit, source, totals=None):
+def find(chunks, unit, totals=None):
     """Spikes over `chunks()`, a function returning an iterator of (offset, wall, gc0, gc1, gc2) arrays.
     `totals` (wall seconds, [g0, g1, g2] pause seconds) is the run's time when the items do not
     cover all of it (steps leave out the time between them); fractions are of that time."""
     quantiles = stats.Quantiles()
     wall_s, gc = 0.0, np.zeros(3)
-    for offset, *chunk in chunks():
-        check_times(dict(zip(FIELDS, chunk)), FIELDS, source, offset)
+    for _, *chunk in chunks():   # the records' times are checked as the run is read (read_run)
         quantiles.add(chunk[0])
         wall_s += float(chunk[0].sum())
         gc += [float(g.sum()) for g in chunk[1:]]
@@ -80,7 +77,7 @@ def find(chunks, unit, source, totals=None):
                   generation=int(np.argmax(spike_gc)) if spike_gc.any() else 2)
 
 
-def of_steps(steps, source, first_epoch, totals):
+def of_steps(steps, first_epoch, totals):
     """Spikes among the steps of a run (Run.steps(): sliced a chunk at a time) from
     `first_epoch` on (the warm-up left out)."""
     def chunks():
@@ -90,13 +87,13 @@ def of_steps(steps, source, first_epoch, totals):
             block = block[kept]
             yield (a + int(np.argmax(kept)), np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
                    np.asarray(block["gc1_s"], float), np.asarray(block["gc2_s"], float))
-    return find(chunks, "step", source, totals)
+    return find(chunks, "step", totals)
 
 
-def of_epochs(records, source):
+def of_epochs(records):
     """Spikes among epoch records."""
     wall, gens = epoch_arrays(records)
-    return find(lambda: iter([(0, wall, gens[:, 0], gens[:, 1], gens[:, 2])]), "epoch", source)
+    return find(lambda: iter([(0, wall, gens[:, 0], gens[:, 1], gens[:, 2])]), "epoch")
 
 
 def epoch_arrays(records):

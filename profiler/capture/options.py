@@ -6,9 +6,9 @@ Each bad value is a UsageError naming the option, the value given and what is ac
 import json
 import math
 import operator
-import os
 
 from ..errors import UsageError
+from ..rundir.format import run_path
 
 MAX_FRAMES = 65535   # tracemalloc.start() accepts 1..65535 frames
 
@@ -33,13 +33,7 @@ def _number(name, value, low, high, low_open):
 
 
 def run_dir(value):
-    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
-        raise UsageError(f"Session run_dir {value!r}: expected a path (str or os.PathLike), "
-                         f"got {type(value).__name__}")
-    path = os.fspath(value)
-    if not isinstance(path, str) or not path.strip():
-        raise UsageError(f"Session run_dir {value!r}: expected a non-empty path")
-    return path
+    return str(run_path(value, "Session run_dir"))
 
 
 def meta(value):

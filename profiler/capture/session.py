@@ -270,6 +270,11 @@ class Session:
 
     def add_epoch_field(self, name, read):
         """Record read() (a JSON value) under `name` in every epoch record (e.g. "workers")."""
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"add_epoch_field({name!r}, ...): the name must be a non-empty string")
+        if not callable(read):
+            raise UsageError(f"add_epoch_field({name!r}, {read!r}): read must be a function called at each "
+                             f"epoch's end, e.g. lambda: loss")
         if name in ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops"):
             raise UsageError(f"add_epoch_field({name!r}): {name!r} is a field the Session writes itself")
         self._fields[name] = read

@@ -1,5 +1,7 @@
 """`profiler demo`: reproduce both bug reports at small scale and write an HTML report."""
 
+from .output import output_dir
+
 
 class DemoCommand:
     name = "demo"
@@ -12,7 +14,5 @@ class DemoCommand:
 
     @staticmethod
     def run(args):
-        from pathlib import Path
-
         from ..workloads.demo import demo
-        demo(Path(args.out), quick=args.quick)
+        demo(output_dir(args.out, "--out"), quick=args.quick)

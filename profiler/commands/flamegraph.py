@@ -8,6 +8,7 @@ from pathlib import Path
 from ..errors import UsageError, WorkloadError
 from ..workloads.names import SCENARIO_NAMES
 from .options import add_scenario_options, positive, scenario_argv
+from .output import output_file
 
 
 def _folded_for(path):
@@ -69,7 +70,7 @@ class FlamegraphCommand:
     def run(args):
         from ..capture import pyspy
         from ..report import flamegraph
-        out, command = Path(args.out), args.command
+        out, command = output_file(args.out, "--out", "flamegraph.svg"), args.command
         if args.diff:
             if command or args.scenario:
                 raise UsageError("--diff takes two recordings; give no scenario or command with it")

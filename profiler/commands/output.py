@@ -26,6 +26,18 @@ def output_file(path, flag, example):
     return path
 
 
+def output_dir(path, flag):
+    """`path` (given with `flag`) as a directory for runs; UsageError when a file stands there or
+    where one of its parent directories belongs."""
+    path = Path(path)
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise UsageError(f"{flag} {path}: {candidate} is a file, not a directory; choose another path")
+            break
+    return path
+
+
 def write_html(path, **sections):
     """Render an HTML page (report.html.render(**sections)) to `path`, checked by output_file."""
     from ..report import html

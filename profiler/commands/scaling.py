@@ -1,10 +1,8 @@
 """`profiler scaling SCENARIO --max-epochs ...`: does epoch time depend on max_epochs?"""
 
-from pathlib import Path
-
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .output import output_file, write_html
+from .output import output_dir, output_file, write_html
 from .options import add_scenario_options, int_list, scenario_argv, timestamp
 
 
@@ -28,9 +26,11 @@ class ScalingCommand:
         from ..analysis import scaling
         from ..report import figures, json_out, text
         from ..workloads.processes import run_many
-        out = Path(args.out or f"runs/scaling-{args.scenario}-{timestamp()}")
+        from ..workloads.history import check_history_fits
+        out = output_dir(args.out or f"runs/scaling-{args.scenario}-{timestamp()}", "--out")
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
+        check_history_fits(args.history, max(args.max_epochs))   # before the first run, not after it
         html_path = output_file(args.html, "--html", "scaling.html") if args.html else None
         runs = {n: out / f"max-{n}" for n in args.max_epochs}
         run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")

@@ -18,6 +18,7 @@ them as one file, streaming, so a million steps never sit in memory as Python ob
 """
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,6 @@ import numpy as np
 from .. import rundir
 from ..errors import RunWriteError
 from ..rundir import ranks
-from ..rundir.reader import check_times
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
 CHUNK = 1 << 16
@@ -74,7 +74,6 @@ def _steps(run, pid, offset_s):
     steps = run.steps()
     for a in range(0, len(steps), CHUNK):
         block = np.array(steps[a:a + CHUNK])
-        check_times(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), run.path / rundir.STEPS, a)
         for i, s in enumerate(block.tolist(), start=a):
             epoch, start, wall, g0, g1, g2 = s
             yield {"name": "step", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID, "ts": _us(start, offset_s),
@@ -88,7 +87,6 @@ def _gc_events(run, pid, offset_s):
     events = run.gc_events()
     for a in range(0, len(events), CHUNK):
         block = np.array(events[a:a + CHUNK])
-        check_times(block, ("start_s", "duration_s"), run.path / rundir.GC_EVENTS, a)
         for start, duration, generation, collected in block.tolist():
             yield {"name": f"gc gen {generation}", "cat": "gc", "ph": "X", "pid": pid, "tid": GC_TID + generation,
                    "ts": _us(start, offset_s), "dur": _us(duration, 0.0), "args": {"collected": collected}}
@@ -104,11 +102,14 @@ def events(run, pid=0, offset_s=0.0, name=None):
 
 def write(path, streams):
     """Write the events of every stream in `streams` to `path` as one trace; returns the event count.
-    A trace that cannot be finished (damaged input, a full disk) is removed, not left half-written."""
+    The trace is written next to `path` and replaces it when finished: one that cannot be finished
+    (damaged input, a full disk) leaves no half-written file and an earlier trace as it was. A
+    path that is no regular file (/dev/stdout, a pipe) is written in place."""
     path = Path(path)
+    target = path.with_name(path.name + ".part") if path.is_file() or not path.exists() else path
     n = 0
     try:
-        with open(path, "w", encoding="utf-8") as out:
+        with open(target, "w", encoding="utf-8") as out:
             out.write('{"displayTimeUnit": "ms", "otherData": {"time_axis": "microseconds since the clock origin"},\n'
                       ' "traceEvents": [\n')
             for stream in streams:
@@ -116,11 +117,13 @@ def write(path, streams):
                     out.write((",\n" if n else "") + json.dumps(event, allow_nan=False, separators=(",", ":")))
                     n += 1
             out.write("\n]}\n")
+        if target != path:
+            os.replace(target, path)
     except BaseException as e:
-        if path.is_file():   # not a directory given as the path: that is the error to report
-            path.unlink()
+        if target != path:
+            target.unlink(missing_ok=True)
         if isinstance(e, OSError):
-            raise RunWriteError(f"cannot write the trace to {path}: {e}") from e
+            raise RunWriteError(f"cannot write the trace to {path}: {e.strerror or e}") from e
         raise
     return n
 

@@ -5,9 +5,13 @@ Binary records are little-endian and fixed-size: a file's length tells how many 
 and a crash mid-write leaves at most one partial record at the end, which readers drop.
 """
 
+import os
 import struct
+from pathlib import Path
 
 import numpy as np
+
+from ..errors import UsageError
 
 FORMAT = 1
 META, EPOCHS, STEPS, GC_EVENTS = "meta.json", "epochs.jsonl", "steps.bin", "gc_events.bin"
@@ -37,3 +41,14 @@ LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "
 GC_EVENT = struct.Struct("<dfBI")
 GC_EVENT_FIELDS = (("start_s", "<f8"), ("duration_s", "<f4"), ("generation", "u1"), ("collected", "<u4"))
 GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
+
+
+def run_path(value, what):
+    """`value` as the Path of a run directory; UsageError unless it is a non-empty str or
+    os.PathLike (`what` names the argument in the message: "Session run_dir", "analyze()")."""
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"{what} {value!r}: expected a path (str or os.PathLike), got {type(value).__name__}")
+    path = os.fspath(value)
+    if not isinstance(path, str) or not path.strip():
+        raise UsageError(f"{what} {value!r}: expected a non-empty path")
+    return Path(path)

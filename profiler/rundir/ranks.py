@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunDirError
-from .format import META, RANK_PREFIX
+from .format import META, RANK_PREFIX, run_path
 
 _NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
 MAX_UNIX = 1e11   # clock_origin_unix above this (the year 5138) is not a time.time() reading
@@ -40,7 +40,7 @@ def _candidates(path):
 
 def is_multi_rank(path):
     """True when `path` is a directory of rank-N run directories rather than one run directory."""
-    path = Path(path)
+    path = run_path(path, "run directory")
     return path.is_dir() and not (path / META).exists() and bool(_candidates(path))
 
 

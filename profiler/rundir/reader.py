@@ -14,8 +14,9 @@ import numpy as np
 
 from ..errors import RunDirError
 from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, STATUSES,
-                     STEP_DTYPE, STEP_RECORD, STEPS)
+                     STEP_DTYPE, STEP_RECORD, STEPS, run_path)
 
+CHUNK = 1 << 18              # records checked at a time
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
 MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
 PAUSE_SLACK = (0.01, 1e-3)   # an epoch's GC pauses may exceed its wall time by 1% + 1 ms (clock reads)
@@ -101,7 +102,7 @@ def step_count(path):
     return len(_records(Path(path) / STEPS, _step_layout(meta)))
 
 
-def check_times(block, fields, source, offset):
+def _check_times(block, fields, source, offset):
     """RunDirError naming the first record of `block` (a structured array read from `source`, its
     first record at index `offset`) whose `fields` hold a time that is not in 0..MAX_SECONDS."""
     for name in fields:
@@ -114,17 +115,25 @@ def check_times(block, fields, source, offset):
 
 
 def _records(file, dtype):
-    if not file.exists():
-        return np.zeros(0, dtype)
-    count = file.stat().st_size // dtype.itemsize   # a torn last record is dropped
-    if count == 0:
-        return np.zeros(0, dtype)
-    return np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+    try:
+        if not file.exists():
+            return np.zeros(0, dtype)
+        count = file.stat().st_size // dtype.itemsize   # a torn last record is dropped
+        if count == 0 and file.is_file():
+            return np.zeros(0, dtype)
+        return np.memmap(file, dtype=dtype, mode="r", shape=(count,))
+    except OSError as e:
+        raise RunDirError(_unreadable(file, e)) from None
+
+
+def _unreadable(file, error):
+    return f"cannot read {file}: {error.strerror or error}" + (
+        " (a directory where the profiler writes a file)" if file.is_dir() else "")
 
 
 def read_run(path):
     """Read a run directory; RunDirError when it is not one or is damaged beyond a torn last line."""
-    path = Path(path)
+    path = run_path(path, "run directory")
     if not path.exists():
         raise RunDirError(f"{path} does not exist")
     if not path.is_dir():
@@ -136,8 +145,10 @@ def read_run(path):
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RunDirError(f"{meta_file} is not valid JSON ({e})") from e
+    except OSError as e:
+        raise RunDirError(_unreadable(meta_file, e)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise RunDirError(f"{meta_file} is not valid JSON ({_why(e)})") from None
     if not isinstance(meta, dict) or "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
@@ -160,11 +171,49 @@ def read_run(path):
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
     run = Run(path, meta, epochs, problems)
+    _check_records(run)
     counted, held = sum(r.get("steps") or 0 for r in epochs), len(run.steps())
     if counted > held:   # more steps are written than counted (the unfinished epoch's), never fewer
         problems.append(f"{STEPS} holds {held} steps but {EPOCHS} counts {counted}: steps were lost "
                         f"(was {STEPS} deleted or cut during the run?)")
     return run
+
+
+def _check_records(run):
+    """RunDirError for the first record of steps.bin or gc_events.bin this profiler cannot have
+    written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
+    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2. Read a chunk at a
+    time, so the check needs memory for one chunk only."""
+    source = run.path / GC_EVENTS
+    events = run.gc_events()
+    for a in range(0, len(events), CHUNK):
+        block = np.array(events[a:a + CHUNK])
+        _check_times(block, ("start_s", "duration_s"), source, a)
+        if (block["generation"] > 2).any():
+            i = int(np.argmax(block["generation"] > 2))
+            raise RunDirError(f"{source} record {a + i} has generation {int(block['generation'][i])}, not 0, 1 or 2: "
+                              f"not written by this profiler")
+    source, steps, last = run.path / STEPS, run.steps(), 0
+    for a in range(0, len(steps), CHUNK):
+        block = steps[a:a + CHUNK]
+        _check_times(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), source, a)
+        epochs = np.asarray(block["epoch"])
+        back = np.diff(epochs, prepend=last) < 0
+        if back.any():
+            i = int(np.argmax(back))
+            before = int(epochs[i - 1]) if i else last
+            what = f"after epoch {before}" if a + i else "not a non-negative integer"
+            raise RunDirError(f"{source} record {a + i} has epoch {int(epochs[i])}, {what}: not written by this "
+                              f"profiler (steps are written epoch by epoch)")
+        last = int(epochs[-1])
+
+
+def _why(error):
+    if isinstance(error, json.JSONDecodeError):
+        return error.msg
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8: {error.reason}"
+    return "nested too deeply"
 
 
 def _number(value, nonneg=True, limit=math.inf):
@@ -255,7 +304,10 @@ def _read_epochs(file, problems):
     if not file.exists():
         problems.append(f"{EPOCHS} is missing")
         return []
-    lines = file.read_bytes().split(b"\n")
+    try:
+        lines = file.read_bytes().split(b"\n")
+    except OSError as e:
+        raise RunDirError(_unreadable(file, e)) from None
     torn = lines[-1] != b""   # a complete file ends with a newline
     lines = lines if torn else lines[:-1]
     epochs = []
@@ -264,12 +316,11 @@ def _read_epochs(file, problems):
             continue
         try:
             record = json.loads(line.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
             if number == len(lines) and torn:
                 problems.append(f"{EPOCHS} line {number} is truncated (a crash mid-write); it was skipped")
                 break
-            reason = e.msg if isinstance(e, json.JSONDecodeError) else f"not UTF-8: {e.reason}"
-            raise RunDirError(f"{file} line {number} is not valid JSON ({reason})") from None
+            raise RunDirError(f"{file} line {number} is not valid JSON ({_why(e)})") from None
         why = _check_epoch(record)
         if why:
             raise RunDirError(f"{file} line {number} {why}: not an epoch record written by this profiler")

@@ -7,7 +7,6 @@ rank takes its shard of every global batch and the ranks average their gradients
 import sys
 
 import kernels
-import psutil
 from tqdm import tqdm
 
 from ..capture import Session
@@ -15,22 +14,9 @@ from ..errors import UsageError
 from ..integrations.gc_policy import GcPolicy
 from ..integrations.launch import rank_env
 from . import scenarios
+from .history import check_history_fits
 from .engine import Events, Loop
 from .straggler import GcStraggler
-
-
-SLOT_BYTES = 450   # one preallocated history entry (engine/loop.py's HistorySlot: the slot, its dict and two one-item lists)
-
-
-def _check_history_fits(history, epochs):
-    """A preallocated history holds one tracked record per planned epoch: refuse one that cannot fit
-    in memory before building anything, rather than fail with a bare MemoryError."""
-    if history != "preallocated":
-        return
-    need, available = epochs * SLOT_BYTES, psutil.virtual_memory().available
-    if need > 0.8 * available:
-        raise UsageError(f"--history preallocated with --epochs {epochs:,} needs ~{need / 1e9:.1f} GB for the history, "
-                         f"more than this machine has free ({available / 1e9:.1f} GB): use fewer --epochs")
 
 
 class _LoopMarks:
@@ -65,7 +51,7 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
     """Train scenario `name` for `epochs` (max_epochs), halting after `halt_after` epochs if given.
     Writes the run directory `out` and returns the loop's final State. gc_policy: as --gc-policy;
     straggler_rank: under torchrun, the rank that plants GC stalls (workloads/straggler.py)."""
-    _check_history_fits(history, epochs)
+    check_history_fits(history, epochs)
     policy = GcPolicy.parse(gc_policy)
     ranks = rank_env()
     world = ranks["world_size"] if ranks else 1
