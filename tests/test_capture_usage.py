@@ -244,3 +244,14 @@ def test_op_identity_is_structured(tmp_path):
     assert identities == [("conv", [("layout", "fast")], 2), ("conv", [("mode", "fast")], 1),
                           ("conv[fast]", [], 1), ("mm", [("a", 1), ("b", 2)], 2)]
     assert len(ops) == 4 and ops["conv[fast]"]["name"] == "conv"   # the first one keeps the plain label
+
+
+def test_a_directory_that_holds_a_run_already_is_a_usage_error_and_stays(tmp_path):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    with pytest.raises(UsageError, match="already holds a run .*choose a new directory"):
+        with Session(tmp_path / "run"):
+            pass
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before

@@ -115,6 +115,9 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["flamegraph", "--diff", "a.folded", "b.folded"], ["a.folded", "does not exist"]),
     (["report", "x", "--", "ls"], ["`profiler report` takes no -- COMMAND"]),
     (["scaling", "mlp", "--max-epochs", "10,20", "--out", __file__], ["--out", "is a file, not a directory"]),
+    (["report", "x", "--html", ""], ["--html ''", "give a file name, e.g. --html report.html"]),
+    (["timeline", "x", "--out", ""], ["--out ''", "give a file name, e.g. --out trace.json"]),
+    (["run", "--", "python", "train.py"], ["'python' is neither", "profiler run train.py"]),
     (["demo", "--quick", "--out", __file__ + "/demo"], ["--out", "is a file, not a directory"]),
     (["scaling", "mlp", "--history", "preallocated", "--max-epochs", "10,99999999999999"],
      ["--history preallocated", "GB", "fewer --epochs"]),
@@ -126,6 +129,16 @@ def test_usage_errors_exit_2_with_one_line(args, words):
     assert len(lines) == 1 and lines[0].startswith("profiler: error:"), proc.stderr
     for word in words:
         assert word in lines[0]
+
+
+def test_a_diff_of_files_that_hold_no_stacks_is_a_usage_error(tmp_path):
+    (tmp_path / "empty.folded").write_text("")
+    (tmp_path / "bad.folded").write_text("main;work lots\n")
+    proc = profiler("flamegraph", "--diff", tmp_path / "empty.folded", tmp_path / "bad.folded", "--out",
+                    tmp_path / "d.svg", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"profiler: error: {tmp_path / 'empty.folded'} holds no samples (did the command run long enough to be "
+        f"sampled?)"], proc.stderr
 
 
 def test_help_has_examples():

@@ -19,7 +19,7 @@ class CompareCommand:
         from ..analysis import compare
         from ..analysis.ranks import RankComparison
         from ..report import json_out, rank_text, text
-        html_path = output_file(args.html, "--html", "compare.html") if args.html else None
+        html_path = output_file(args.html, "--html", "compare.html") if args.html is not None else None
         comparison = compare(args.run_a, args.run_b)
         jobs = isinstance(comparison, RankComparison)   # two multi-rank runs
         print(json_out.render(comparison) if args.json else

@@ -5,7 +5,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import UsageError, WorkloadError
+from ..errors import FlamegraphError, UsageError, WorkloadError
 from ..workloads.names import SCENARIO_NAMES
 from .options import add_scenario_options, positive, scenario_argv
 from .output import output_file
@@ -74,7 +74,10 @@ class FlamegraphCommand:
         if args.diff:
             if command or args.scenario:
                 raise UsageError("--diff takes two recordings; give no scenario or command with it")
-            flamegraph.diff(_folded_for(args.diff[0]), _folded_for(args.diff[1]), out)
+            try:
+                flamegraph.diff(_folded_for(args.diff[0]), _folded_for(args.diff[1]), out)
+            except FlamegraphError as e:   # the two files are the user's input
+                raise UsageError(str(e)) from None
             print(f"wrote {out}")
             return
         if bool(command) == bool(args.scenario):

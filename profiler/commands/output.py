@@ -11,6 +11,8 @@ def output_file(path, flag, example):
     """`path` (given with `flag`, e.g. "--html") as a file to write, its parent directories created;
     UsageError when it is a directory (`example`: a file name to suggest in it) or a file stands
     where a parent directory belongs."""
+    if not str(path).strip():
+        raise UsageError(f"{flag} {str(path)!r}: give a file name, e.g. {flag} {example}")
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory: give a file name, e.g. {flag} {path / example}")

@@ -19,7 +19,7 @@ class ReportCommand:
     def run(args):
         from ..analysis import analyze, series, step_series
         from ..report import json_out, text
-        html_path = output_file(args.html, "--html", "report.html") if args.html else None
+        html_path = output_file(args.html, "--html", "report.html") if args.html is not None else None
         diagnosis = analyze(args.run_dir)
         print(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
         if html_path:

@@ -145,8 +145,10 @@ def _run_script(args, target, rest):
     from ..integrations.script import run_script
     from ..integrations.windows import check_seconds
     if not args.as_module and not os.path.isfile(target):
+        python = Path(target).name.startswith("python") and rest
         raise UsageError(f"{target!r} is neither a script file nor a scenario (invalid choice: give SCRIPT.py, "
-                         f"-m MODULE or one of {', '.join(SCENARIO_NAMES)})")
+                         f"-m MODULE or one of {', '.join(SCENARIO_NAMES)})"
+                         + (f"; profiler runs the script itself: profiler run {' '.join(rest)}" if python else ""))
     stem = target.rsplit(".", 1)[-1] if args.as_module else Path(target).stem
     if args.window is not None:
         check_seconds(args.window)   # before the ranks start

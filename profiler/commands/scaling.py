@@ -31,7 +31,7 @@ class ScalingCommand:
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
         check_history_fits(args.history, max(args.max_epochs))   # before the first run, not after it
-        html_path = output_file(args.html, "--html", "scaling.html") if args.html else None
+        html_path = output_file(args.html, "--html", "scaling.html") if args.html is not None else None
         runs = {n: out / f"max-{n}" for n in args.max_epochs}
         run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")
         result = scaling(runs)

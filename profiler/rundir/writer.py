@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import RunWriteError
+from ..errors import RunWriteError, UsageError
 from .format import EPOCHS, GC_EVENTS, META, STEPS
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -29,9 +29,9 @@ class RunWriter:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             if (self.path / EPOCHS).exists():
-                raise RunWriteError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory")
+                raise UsageError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory")
             self._files = {EPOCHS: open(self.path / EPOCHS, "ab", buffering=0)}
-        except RunWriteError:
+        except UsageError:
             raise
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
