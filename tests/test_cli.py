@@ -118,6 +118,7 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["report", "x", "--html", ""], ["--html ''", "give a file name, e.g. --html report.html"]),
     (["timeline", "x", "--out", ""], ["--out ''", "give a file name, e.g. --out trace.json"]),
     (["run", "--", "python", "train.py"], ["'python' is neither", "profiler run train.py"]),
+    (["flamegraph", "--from-first-epoch", "--", "python", "nosuch.py"], ["'nosuch.py' is not a script file"]),
     (["demo", "--quick", "--out", __file__ + "/demo"], ["--out", "is a file, not a directory"]),
     (["scaling", "mlp", "--history", "preallocated", "--max-epochs", "10,99999999999999"],
      ["--history preallocated", "GB", "fewer --epochs"]),

@@ -27,6 +27,8 @@ def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
             command[1] != "-m":
         raise UsageError("--from-first-epoch records a Python script: -- python train.py [args] "
                          "(or -- python -m MODULE [args])")
+    if command[1] != "-m" and not os.path.isfile(command[1]):
+        raise UsageError(f"{command[1]!r} is not a script file: --from-first-epoch records -- python SCRIPT.py [args]")
     command = [command[0], "-m", "profiler", "run", "--quiet", "--out", run_dir, *command[1:]]
     read_end, write_end = os.pipe()
     open_fds = {read_end, write_end}
