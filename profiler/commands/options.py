@@ -28,7 +28,7 @@ def int_list(text):
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 100,1000,10000, got {text!r}") from None
     if len(values) < 2 or values[0] < 1:
-        raise argparse.ArgumentTypeError(f"expected at least two positive integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected at least two different positive integers, got {text!r}")
     return values
 
 

@@ -122,7 +122,7 @@ def write(path, streams):
     except BaseException as e:
         if target != path:
             target.unlink(missing_ok=True)
-        if isinstance(e, OSError):
+        if isinstance(e, OSError) and not isinstance(e, BrokenPipeError):   # a reader gone is the CLI's 141
             raise RunWriteError(f"cannot write the trace to {path}: {e.strerror or e}") from e
         raise
     return n
