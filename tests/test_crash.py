@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 
-from profiler import Session
+from profiler import Session, UsageError
 from profiler.analysis import analyze
 from profiler.rundir import RunWriteError, read_run
 from profiler.capture.steps import CAPACITY as STEP_CAPACITY
@@ -182,6 +182,30 @@ def test_a_loop_that_catches_its_epochs_error_goes_on_after_a_cut_that_failed(tm
         with session.epoch(0):   # the failed epoch's index is free again, and no epoch is left open
             pass
     assert [r["epoch"] for r in read_run(tmp_path / "run").epochs] == [0]
+
+
+def test_after_a_failed_cut_the_next_epoch_keeps_steps_bin_in_epoch_order(tmp_path, monkeypatch):
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+        real = session._writer.drop_binary
+        monkeypatch.setattr(session._writer, "drop_binary", lambda name, size: (_ for _ in ()).throw(
+            RunWriteError("cannot remove an abandoned epoch's records: disk gone")))
+        with pytest.raises(ZeroDivisionError):
+            with session.epoch(5):
+                for _ in range(STEP_CAPACITY + 1):   # the buffer filled: steps of epoch 5 on disk
+                    with session.step():
+                        pass
+                1 / 0
+        monkeypatch.setattr(session._writer, "drop_binary", real)
+        with pytest.raises(UsageError, match="epoch index 3 after epoch 4"):
+            session.begin_epoch(3)
+        with session.epoch() as e:
+            assert e.index == 5
+            with session.step():
+                pass
+    run = read_run(tmp_path / "run")   # steps of 5 left on disk, then the new epoch 5's: in order
+    assert [r["epoch"] for r in run.epochs] == [0, 5] and set(run.steps()["epoch"]) == {5}
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RunWriteError])

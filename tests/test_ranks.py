@@ -2,6 +2,7 @@
 jobs with known answers (written by the tests: no training, no subprocess)."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -64,6 +65,18 @@ def test_clock_origin_that_is_no_unix_time_is_an_error(tmp_path):
     meta = tmp_path / "rank-0" / "meta.json"
     meta.write_text(meta.read_text().replace('"clock_origin_unix": 1800000000.0', '"clock_origin_unix": 1e308'))
     with pytest.raises(RunDirError, match=r"clock_origin_unix 1e\+308, not a Unix time"):
+        rank_dirs(tmp_path)
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda meta: (meta.unlink(), meta.mkdir()), "it is a directory, where the profiler writes a file"),
+    (lambda meta: meta.write_text("[" * 100_000), "is not valid JSON (nested too deeply)"),
+], ids=["directory", "nested"])
+def test_a_ranks_meta_that_cannot_be_read_is_one_clear_error(tmp_path, damage, words):
+    for rank in range(2):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(10, 0.01))
+    damage(tmp_path / "rank-1" / "meta.json")
+    with pytest.raises(RunDirError, match=re.escape(words)):
         rank_dirs(tmp_path)
 
 

@@ -259,8 +259,7 @@ def test_a_directory_where_a_file_belongs_is_one_clear_error(tmp_path, name):
     if path.exists():
         path.unlink()
     path.mkdir()
-    with pytest.raises(RunDirError, match=f"cannot read {path}: Is a directory \\(a directory where the profiler "
-                                          f"writes a file\\)"):
+    with pytest.raises(RunDirError, match=f"cannot read {path}: it is a directory, where the profiler writes a file"):
         read_run(run)
 
 
@@ -269,4 +268,33 @@ def test_a_line_nested_too_deeply_is_not_valid_json(tmp_path):
     first, _, last = lines(run)
     rewrite(run, [first, b"[" * 100_000, last])
     with pytest.raises(RunDirError, match="line 2 is not valid JSON \\(nested too deeply\\)"):
+        read_run(run)
+
+
+def test_records_are_checked_across_chunk_boundaries(tmp_path, monkeypatch):
+    from profiler.rundir import reader
+    monkeypatch.setattr(reader, "CHUNK", 2)
+    steps = [(e, 0.1 * i, 0.1, 0.0, 0.0, 0.0) for i, e in enumerate([0, 0, 1, 1, 1, 2])]
+    run = write_run(tmp_path / "run", [epoch(e, 0.3, steps=n) for e, n in ((0, 2), (1, 3), (2, 1))], steps=steps,
+                    gc_events=[(0.05, 0.01, 2, 3)] * 4 + [(0.05, float("nan"), 2, 3)])
+    with pytest.raises(RunDirError, match="gc_events.bin record 4 has duration_s nan"):
+        read_run(run)
+    (run / "gc_events.bin").unlink()
+    assert len(read_run(run).steps()) == 6   # the epoch carried from one chunk to the next is no step back
+    records = np.fromfile(run / "steps.bin", STEP_RECORD)
+    records["epoch"][4] = 0   # the first record of the third chunk goes back
+    records.tofile(run / "steps.bin")
+    with pytest.raises(RunDirError, match="steps.bin record 4 has epoch 0, after epoch 1"):
+        read_run(run)
+    records["epoch"][4], records["epoch"][5] = 1, -2 ** 63 + 1   # no overflow hides a negative index
+    records.tofile(run / "steps.bin")
+    with pytest.raises(RunDirError, match="steps.bin record 5 has epoch -9223372036854775807, after epoch 1"):
+        read_run(run)
+
+
+def test_a_pipe_where_steps_bin_belongs_is_one_clear_error_not_a_hang(tmp_path):
+    import os
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)])
+    os.mkfifo(run / "steps.bin")
+    with pytest.raises(RunDirError, match="steps.bin: it is a special file, where the profiler writes a file"):
         read_run(run)

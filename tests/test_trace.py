@@ -107,3 +107,11 @@ def test_a_trace_that_cannot_be_finished_leaves_an_earlier_one_as_it_was(tmp_pat
     with pytest.raises(RunDirError):
         trace.write(out, [damaged_rank()])
     assert out.read_text() == good and sorted(p.name for p in tmp_path.iterdir()) == ["run", "t.json"]
+
+
+def test_a_symlinked_trace_path_is_written_through_the_link(tmp_path):
+    out, link = tmp_path / "real.json", tmp_path / "link.json"
+    out.write_text("old")
+    link.symlink_to(out)
+    trace.write_run(write_run(tmp_path / "run", [epoch(0, 0.01)]), link)
+    assert link.is_symlink() and load(out)["traceEvents"] and not list(tmp_path.glob("*.part"))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import FlamegraphError, RunWriteError, UsageError
+from ..replaced import replaced
 
 
 def py_spy():
@@ -39,25 +40,19 @@ def record(command, folded_path, *, rate=100, env=None, pass_fds=(), wait=None):
 
     The command is started here and py-spy attaches to its pid, so its exit code is known (py-spy
     run as a launcher exits 0 whatever the command did) and a command that ends before py-spy
-    could look at it is reported as that, not as py-spy's own error. py-spy writes next to
-    folded_path (.part), which replaces it only once the recording holds samples: a failed
-    recording leaves an earlier one as it was."""
+    could look at it is reported as that, not as py-spy's own error. The recording replaces
+    folded_path only once it holds samples (replaced.py): a failed one leaves an earlier one."""
     program = shutil.which(command[0])
     if program is None:
         raise UsageError(f"cannot run {command[0]!r}: no such program (give a path or a program on PATH)")
     folded_path = Path(folded_path)
-    part = folded_path.with_name(folded_path.name + ".part")
-    try:
-        folded_path.parent.mkdir(parents=True, exist_ok=True)
-        part.write_bytes(b"")   # a path that cannot be written is said now, before the command runs
-    except OSError as e:
-        raise RunWriteError(f"cannot write the recording to {folded_path}: {e.strerror or e}") from e
-    try:
-        code = _record(program, command, part, rate, env, pass_fds, wait)
-        os.replace(part, folded_path)
-    finally:
-        part.unlink(missing_ok=True)
-    return code
+    with replaced(folded_path) as target:
+        try:
+            folded_path.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(b"")   # a path that cannot be written is said now, before the command runs
+        except OSError as e:
+            raise RunWriteError(f"cannot write the recording to {folded_path}: {e.strerror or e}") from e
+        return _record(program, command, target, rate, env, pass_fds, wait)
 
 
 def _record(program, command, folded_path, rate, env, pass_fds, wait):

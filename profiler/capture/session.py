@@ -350,7 +350,7 @@ class Session:
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
         steps go with it and its index is free for the next epoch. GC events are kept. Called
         while the loop's own exception propagates, so a failure to cut the steps is one line on
-        stderr, not an exception in its place (the reader then reports the steps astray)."""
+        stderr, not an exception in its place (see _cut_unwritten for the steps left on disk)."""
         if self._state != "open" or self._epoch is None:
             return
         self._cut_unwritten()
@@ -362,9 +362,12 @@ class Session:
         applies at any point of end_epoch: _unlined is set before the epoch closes. A line that
         landed whole before the interrupt keeps its steps and counts as written: the Session's
         SIGTERM handler runs wherever the main thread checks for signals, also after the line's
-        write and before the writer or end_epoch could note it."""
+        write and before the writer or end_epoch could note it. Steps that cannot be cut stay
+        under their epoch's index, and the next epoch takes that index or a later one, so
+        steps.bin stays in epoch order (the reader refuses one that goes back)."""
+        open_epoch = self._epoch
         try:
-            if self._epoch is not None:
+            if open_epoch is not None:
                 self._steps.abandon()
                 self._steps.discard()
             elif self._unlined is not None:
@@ -375,6 +378,8 @@ class Session:
                     self._drop_steps(n)
         except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
+            if open_epoch:
+                self._last = max(open_epoch - 1, self._last or 0)
         finally:   # both markers cleared, so nothing is cut twice
             self._epoch = self._steps.epoch = None
             self._unlined = None

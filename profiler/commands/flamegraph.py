@@ -88,6 +88,9 @@ class FlamegraphCommand:
             raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
                              "flamegraph is its training already)")
         folded = out.with_suffix(".folded")
+        if folded.is_dir():
+            raise UsageError(f"{folded} (the raw stacks, written beside --out {out}) is a directory: remove it or "
+                             f"choose another --out")
         with tempfile.TemporaryDirectory(prefix="profiler-flame-") as run_dir:   # the recorded run's own records
             if not command:
                 command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, run_dir, args.epochs)]

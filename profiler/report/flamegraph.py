@@ -11,6 +11,7 @@ import zlib
 from pathlib import Path
 
 from ..errors import FlamegraphError
+from ..replaced import replaced
 
 
 def read_folded(path):
@@ -108,7 +109,9 @@ def render_svg(stacks, *, title, baseline=None, width=1200, row=17):
 def write_svg(stacks, svg_path, **kwargs):
     svg_path = Path(svg_path)
     svg_path.parent.mkdir(parents=True, exist_ok=True)
-    svg_path.write_text(render_svg(stacks, **kwargs), encoding="utf-8")
+    page = render_svg(stacks, **kwargs)
+    with replaced(svg_path) as target:   # an earlier graph stays until this one is written whole
+        target.write_text(page, encoding="utf-8")
     return svg_path
 
 

@@ -18,13 +18,13 @@ them as one file, streaming, so a million steps never sit in memory as Python ob
 """
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from .. import rundir
 from ..errors import RunWriteError
+from ..replaced import replaced
 from ..rundir import ranks
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
@@ -102,14 +102,12 @@ def events(run, pid=0, offset_s=0.0, name=None):
 
 def write(path, streams):
     """Write the events of every stream in `streams` to `path` as one trace; returns the event count.
-    The trace is written next to `path` and replaces it when finished: one that cannot be finished
-    (damaged input, a full disk) leaves no half-written file and an earlier trace as it was. A
-    path that is no regular file (/dev/stdout, a pipe) is written in place."""
+    The trace replaces `path` only when finished (replaced.py): one that cannot be finished
+    (damaged input, a full disk) leaves an earlier trace as it was."""
     path = Path(path)
-    target = path.with_name(path.name + ".part") if path.is_file() or not path.exists() else path
     n = 0
     try:
-        with open(target, "w", encoding="utf-8") as out:
+        with replaced(path) as target, open(target, "w", encoding="utf-8") as out:
             out.write('{"displayTimeUnit": "ms", "otherData": {"time_axis": "microseconds since the clock origin"},\n'
                       ' "traceEvents": [\n')
             for stream in streams:
@@ -117,14 +115,10 @@ def write(path, streams):
                     out.write((",\n" if n else "") + json.dumps(event, allow_nan=False, separators=(",", ":")))
                     n += 1
             out.write("\n]}\n")
-        if target != path:
-            os.replace(target, path)
-    except BaseException as e:
-        if target != path:
-            target.unlink(missing_ok=True)
-        if isinstance(e, OSError) and not isinstance(e, BrokenPipeError):   # a reader gone is the CLI's 141
-            raise RunWriteError(f"cannot write the trace to {path}: {e.strerror or e}") from e
-        raise
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):   # the reader went away: the CLI's quiet 141
+            raise
+        raise RunWriteError(f"cannot write the trace to {path}: {e.strerror or e}") from e
     return n
 
 

@@ -118,17 +118,22 @@ def _records(file, dtype):
     try:
         if not file.exists():
             return np.zeros(0, dtype)
+        if not file.is_file():   # a directory, or a pipe (which would block)
+            raise RunDirError(unreadable(file))
         count = file.stat().st_size // dtype.itemsize   # a torn last record is dropped
-        if count == 0 and file.is_file():
+        if count == 0:
             return np.zeros(0, dtype)
         return np.memmap(file, dtype=dtype, mode="r", shape=(count,))
     except OSError as e:
-        raise RunDirError(_unreadable(file, e)) from None
+        raise RunDirError(unreadable(file, e)) from None
 
 
-def _unreadable(file, error):
-    return f"cannot read {file}: {error.strerror or error}" + (
-        " (a directory where the profiler writes a file)" if file.is_dir() else "")
+def unreadable(file, error=None):
+    """Why `file` of a run directory cannot be read, for a RunDirError."""
+    if file.exists() and not file.is_file():
+        return f"cannot read {file}: it is a {'directory' if file.is_dir() else 'special file'}, where the profiler " \
+               f"writes a file"
+    return f"cannot read {file}: {error.strerror or error}"
 
 
 def read_run(path):
@@ -146,9 +151,9 @@ def read_run(path):
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
     except OSError as e:
-        raise RunDirError(_unreadable(meta_file, e)) from None
+        raise RunDirError(unreadable(meta_file, e)) from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise RunDirError(f"{meta_file} is not valid JSON ({_why(e)})") from None
+        raise RunDirError(f"{meta_file} is not valid JSON ({why_not_json(e)})") from None
     if not isinstance(meta, dict) or "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
@@ -197,8 +202,8 @@ def _check_records(run):
     for a in range(0, len(steps), CHUNK):
         block = steps[a:a + CHUNK]
         _check_times(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), source, a)
-        epochs = np.asarray(block["epoch"])
-        back = np.diff(epochs, prepend=last) < 0
+        epochs = np.asarray(block["epoch"], np.int64)
+        back = epochs < np.concatenate(([last], epochs[:-1]))   # compared, not subtracted: no overflow
         if back.any():
             i = int(np.argmax(back))
             before = int(epochs[i - 1]) if i else last
@@ -208,7 +213,7 @@ def _check_records(run):
         last = int(epochs[-1])
 
 
-def _why(error):
+def why_not_json(error):
     if isinstance(error, json.JSONDecodeError):
         return error.msg
     if isinstance(error, UnicodeDecodeError):
@@ -307,7 +312,7 @@ def _read_epochs(file, problems):
     try:
         lines = file.read_bytes().split(b"\n")
     except OSError as e:
-        raise RunDirError(_unreadable(file, e)) from None
+        raise RunDirError(unreadable(file, e)) from None
     torn = lines[-1] != b""   # a complete file ends with a newline
     lines = lines if torn else lines[:-1]
     epochs = []
@@ -320,7 +325,7 @@ def _read_epochs(file, problems):
             if number == len(lines) and torn:
                 problems.append(f"{EPOCHS} line {number} is truncated (a crash mid-write); it was skipped")
                 break
-            raise RunDirError(f"{file} line {number} is not valid JSON ({_why(e)})") from None
+            raise RunDirError(f"{file} line {number} is not valid JSON ({why_not_json(e)})") from None
         why = _check_epoch(record)
         if why:
             raise RunDirError(f"{file} line {number} {why}: not an epoch record written by this profiler")
