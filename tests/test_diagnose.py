@@ -91,6 +91,32 @@ def test_pauses_that_grow_with_uptime_are_projected(tmp_path):
     assert "1 s after 82.6 min of uptime" in text.evidence(growth)
 
 
+def test_full_collections_of_the_set_up_before_the_epochs_are_no_growing_pauses(tmp_path):
+    # building a big structure before training: full collections ramp 10 -> 200 ms in the set-up,
+    # then stay flat at 200 ms in every epoch (the gc_heavy script of a user probe)
+    events = [(0.1 * i, 0.010 + 0.02 * i, 2, 0) for i in range(10)]
+    records = []
+    for i in range(20):
+        events.append((5.0 + 1.0 * i + 0.5, 0.200, 2, 0))
+        records.append(epoch(i, 1.0, pause=(0.0, 0.0, 0.200), collections=(0, 0, 1), start_s=5.0 + 1.0 * i))
+    d = analyze(write_run(tmp_path / "run", records, gc_events=events))
+    assert "gc-growing-pauses" not in [f.pattern for f in d.findings]
+
+
+def test_epochs_that_auto_capture_traced_are_left_out_of_the_epoch_time_trend(tmp_path):
+    heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
+    records = [epoch(i, 0.030 + 0.0003 * (i % 3) if i < 9 else 0.150, heap=heap if i >= 9 else None)
+               for i in range(13)]   # the first is the warm-up, left out; 4 traced at the end
+    d = analyze(write_run(tmp_path / "run", records))
+    assert d.epoch_time.ratio == pytest.approx(1.0) and d.primary_cause == "none", text.verdict(d)
+
+
+def test_a_lopsided_interval_is_shown_as_its_range_not_a_plus_minus():
+    from types import SimpleNamespace
+    assert text.change(SimpleNamespace(relative=0.14, relative_low=0.11, relative_high=0.17)) == "+14% ± 3%"
+    assert text.change(SimpleNamespace(relative=0.60, relative_low=0.09, relative_high=8.38)) == "+60% (+9% to +838%)"
+
+
 def test_leak_that_levels_off(tmp_path):
     rss = [200 * MIB + min(i, 20) * 8 * MIB for i in range(45)]
     d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=r) for i, r in enumerate(rss)]))

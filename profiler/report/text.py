@@ -53,9 +53,12 @@ def duration(seconds):
 
 
 def change(c):
-    """A fitted relative change with its uncertainty: "+14% ± 3%"."""
-    half = max(c.relative - c.relative_low, c.relative_high - c.relative, 0.0)
-    return f"{100 * c.relative:+.0f}% ± {100 * half:.0f}%"
+    """A fitted relative change with its 95% interval: "+14% ± 3%", or "+60% (+9% to +838%)" when
+    the interval is lopsided (a ± of its wider side would misstate the other)."""
+    below, above = max(c.relative - c.relative_low, 0.0), max(c.relative_high - c.relative, 0.0)
+    if max(below, above) <= 2 * min(below, above) or max(below, above) < 0.01:
+        return f"{100 * c.relative:+.0f}% ± {100 * max(below, above):.0f}%"
+    return f"{100 * c.relative:+.0f}% ({100 * c.relative_low:+.0f}% to {100 * c.relative_high:+.0f}%)"
 
 
 # -- findings ------------------------------------------------------------------------------------
