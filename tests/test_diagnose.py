@@ -111,6 +111,21 @@ def test_epochs_that_auto_capture_traced_are_left_out_of_the_epoch_time_trend(tm
     assert d.epoch_time.ratio == pytest.approx(1.0) and d.primary_cause == "none", text.verdict(d)
 
 
+def test_windows_before_the_first_step_are_set_up_not_training(tmp_path):
+    # three time windows of a script's set-up (a big full collection, RSS climbing), then training
+    records = [epoch(i, 0.2, pause=(0.0, 0.0, 0.14 if i == 2 else 0.0), collections=(0, 0, int(i == 2)),
+                     rss=(200 + 150 * i) * MIB, steps=0) for i in range(3)]
+    records += [epoch(i, 0.2, rss=650 * MIB, steps=100) for i in range(3, 15)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert d.primary_cause == "none" and not d.findings, text.verdict(d)
+    assert loaded_skipped(tmp_path / "run") == 3 + 1   # the set-up, then the warm-up of the 12 left
+
+
+def loaded_skipped(run):
+    from profiler.analysis.load import load
+    return load(run).skipped
+
+
 def test_a_lopsided_interval_is_shown_as_its_range_not_a_plus_minus():
     from types import SimpleNamespace
     assert text.change(SimpleNamespace(relative=0.14, relative_low=0.11, relative_high=0.17)) == "+14% ± 3%"

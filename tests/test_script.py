@@ -131,6 +131,27 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
         "--step-fn epochs: not a function (type int); nothing was marked by it"]
 
 
+@pytest.mark.parametrize("source", ["epoch-fn", "windows"])
+def test_an_epochs_first_optimizer_step_ends_its_first_step(tmp_path, source):
+    # a function's epoch or a window opens no step: the first optimizer step ends one begun with the epoch
+    from profiler import Session
+    from profiler.rundir import read_run
+    with Session(tmp_path / "run") as session:
+        marks = Marks(session)
+        for _ in range(3):
+            assert marks.begin_epoch(source)
+            for _ in range(4):
+                time.sleep(0.002)
+                marks.step_boundary("torch")
+            assert marks.end_epoch(source)
+    run = read_run(tmp_path / "run")
+    steps = run.steps()
+    assert [r["steps"] for r in run.epochs] == [4, 4, 4] and len(steps) == 12
+    firsts = steps[::4]
+    assert all(0 <= first["start_s"] - r["start_s"] < 0.001 for first, r in zip(firsts, run.epochs))
+    assert all(first["wall_s"] >= 0.002 for first in firsts)
+
+
 def test_marks_drop_a_torch_pass_without_steps_and_yield_to_a_framework():
     session = FakeSession()
     marks = Marks(session)

@@ -389,8 +389,13 @@ class Session:
         """Context manager for one training step (inside an epoch): wall time and GC pauses."""
         return self._steps
 
-    def begin_step(self):
-        self._steps.begin()
+    def begin_step(self, start_ns=None):
+        """Begin a step now, or at `start_ns` (a time.perf_counter_ns() reading inside the open
+        epoch, for a step whose start is known only when it ends: integrations/marks.py)."""
+        if start_ns is None:
+            self._steps.begin()
+        else:
+            self._steps.begin_at(max(start_ns, self._start_ns))
 
     def end_step(self):
         self._steps.end()

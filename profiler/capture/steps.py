@@ -63,6 +63,11 @@ class StepRecorder:
 
     begin = __enter__
 
+    def begin_at(self, start_ns):
+        """Begin the step at `start_ns`, an earlier perf_counter_ns() reading."""
+        self.__enter__()
+        self.open_ns = min(start_ns, self.open_ns)
+
     def end(self):
         self.__exit__(None, None, None)
 

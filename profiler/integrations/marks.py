@@ -19,6 +19,7 @@ begins (after set-up: where a GC policy freezes, and where a flamegraph starts r
 """
 
 import threading
+import time
 
 STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
 STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
@@ -38,6 +39,7 @@ class Marks:
         self.training_started = False
         self.begun = None          # the source of the last epoch begun (finished or not)
         self.busy = False          # inside begin_step/end_step (a window's timer waits for the end)
+        self._epoch_began_ns = 0   # perf_counter_ns() when the open epoch began
         self.on_training_start = []
         self.on_step_end = []
         self.on_epoch_written = []
@@ -66,6 +68,7 @@ class Marks:
             self._start_training()
         self.session.begin_epoch()
         self.open, self.steps_in_epoch, self.begun = source, 0, source
+        self._epoch_began_ns = time.perf_counter_ns()
         return True
 
     def end_epoch(self, source):
@@ -104,13 +107,13 @@ class Marks:
     def _steps_from(self, source):
         return self.open is not None and source in STEP_SOURCES[self.open] and self.in_thread()
 
-    def begin_step(self, source):
+    def begin_step(self, source, start_ns=None):
         if self.step_open or not self._steps_from(source):
             return False
         self.busy = True
         try:
             self._start_training()
-            self.session.begin_step()
+            self.session.begin_step(start_ns)
             self.step_open = True
         finally:
             self.busy = False
@@ -139,7 +142,11 @@ class Marks:
 
     def step_boundary(self, source):
         """End the open step (if any) and begin the next: steps that follow each other without a
-        gap, as between two optimizer steps."""
+        gap, as between two optimizer steps. The first boundary of an epoch that opened no step
+        (a function's epoch, a window) ends the step that began with the epoch: its first
+        optimizer step is its first step's end."""
+        if not self.step_open and self.steps_in_epoch == 0:
+            self.begin_step(source, self._epoch_began_ns)
         self.end_step(source)
         return self.begin_step(source)
 

@@ -122,7 +122,9 @@ class TorchHooks:
         if not self.marks.in_thread():
             return
         if self.marks.open is None and self.on_orphan_step is not None:
-            self.on_orphan_step()
+            self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here
+            self.marks.begin_step("torch")
+            return
         self.marks.step_boundary("torch")
 
 
