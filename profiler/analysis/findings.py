@@ -30,6 +30,7 @@ RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
 MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory growing
 TRACED_LEAK_BYTES = 4 << 20
+SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
 GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
@@ -101,6 +102,7 @@ class MemoryGrowth:
     malloc_growth_bytes_per_epoch: float | None
     traced_growth_bytes_per_epoch: float | None
     top_sites: list = field(default_factory=list)
+    sites_share: float | None = None   # of the growth per epoch, the share the sites' growth per traced epoch is
 
 
 @dataclass
@@ -304,12 +306,15 @@ def memory_growth(records, sites):
         points = [(x, y) for x, y in zip(idx, series[measure]) if y is not None]
         third = points[-max(3, len(points) // 3):]
         late_rate = growth_rate(*zip(*third)) if len(third) >= 2 else rate
+        traced = sum(1 for r in records if (r.get("heap") or {}).get("top_growth"))
+        share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
             measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,
             start_bytes=float(points[0][1]), end_bytes=float(points[-1][1]),
             levels_off=bool(late_rate is not None and late_rate < LEVELS_OFF * rate),
             rss_growth_bytes_per_epoch=rates["rss"], malloc_growth_bytes_per_epoch=rates["malloc"],
-            traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites))
+            traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites,
+            sites_share=None if share is None else float(share)))
     return None
 
 
