@@ -118,12 +118,16 @@ def test_windows_before_the_first_step_are_set_up_not_training(tmp_path):
     records += [epoch(i, 0.2, rss=650 * MIB, steps=100) for i in range(3, 15)]
     d = analyze(write_run(tmp_path / "run", records))
     assert d.primary_cause == "none" and not d.findings, text.verdict(d)
-    assert loaded_skipped(tmp_path / "run") == 3 + 1   # the set-up, then the warm-up of the 12 left
-
-
-def loaded_skipped(run):
     from profiler.analysis.load import load
-    return load(run).skipped
+    loaded = load(tmp_path / "run")
+    assert (loaded.skipped, loaded.warmup) == (3 + 1, 1)   # the set-up, then the warm-up of the 12 left
+    assert d.epoch_time.warmup_epochs_skipped == 4
+
+
+def test_a_run_whose_epochs_are_all_traced_keeps_them_in_the_epoch_time(tmp_path):
+    heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
+    d = analyze(write_run(tmp_path / "run", [epoch(0, 0.03, heap=heap)]))
+    assert d.epoch_time.early_median_s == pytest.approx(0.03)
 
 
 def test_a_lopsided_interval_is_shown_as_its_range_not_a_plus_minus():

@@ -152,6 +152,24 @@ def test_an_epochs_first_optimizer_step_ends_its_first_step(tmp_path, source):
     assert all(first["wall_s"] >= 0.002 for first in firsts)
 
 
+def test_a_collection_before_an_epochs_first_optimizer_step_is_in_its_first_step(tmp_path):
+    import gc as gc_module
+
+    from profiler import Session
+    from profiler.rundir import read_run
+    with Session(tmp_path / "run") as session:
+        marks = Marks(session)
+        assert marks.begin_epoch("epoch-fn")
+        gc_module.collect()   # inside the first step's time, before its end is known
+        marks.step_boundary("torch")
+        with pytest.raises(UsageError, match="only the epoch's first step"):
+            session.begin_step(from_epoch_start=True)
+        assert marks.end_epoch("epoch-fn")
+    run = read_run(tmp_path / "run")
+    first, event = run.steps()[0], run.gc_events()[-1]
+    assert first["gc2_s"] == pytest.approx(float(event["duration_s"]), rel=1e-3) and first["gc2_s"] > 0
+
+
 def test_marks_drop_a_torch_pass_without_steps_and_yield_to_a_framework():
     session = FakeSession()
     marks = Marks(session)

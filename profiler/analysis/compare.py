@@ -128,7 +128,7 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     return Comparison(
         a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
-                  len(la.records), la.skipped == 0, _gc_side(la)),
+                  len(la.records), la.warmup == 0, _gc_side(la)),
         b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
-                  len(lb.records), lb.skipped == 0, _gc_side(lb)),
+                  len(lb.records), lb.warmup == 0, _gc_side(lb)),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)

@@ -306,7 +306,7 @@ def memory_growth(records, sites):
         points = [(x, y) for x, y in zip(idx, series[measure]) if y is not None]
         third = points[-max(3, len(points) // 3):]
         late_rate = growth_rate(*zip(*third)) if len(third) >= 2 else rate
-        traced = sum(1 for r in records if (r.get("heap") or {}).get("top_growth"))
+        traced = sum(1 for r in records if r.get("heap") is not None)   # every traced epoch: snapshots cover them all
         share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
             measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,

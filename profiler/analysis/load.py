@@ -13,7 +13,8 @@ from . import stats
 class Loaded:
     run: rundir.Run
     records: list          # the epoch records after the warm-up
-    skipped: int           # warm-up epochs left out
+    skipped: int           # epochs left out at the start: the set-up's, then the warm-up
+    warmup: int = 0        # of those, the warm-up
 
 
 def load(run_dir, purpose="analyze"):
@@ -22,8 +23,13 @@ def load(run_dir, purpose="analyze"):
     if not run.epochs:
         raise RunDirError(f"{run.path} has no finished epochs to {purpose}"
                           + (f" ({'; '.join(run.problems)})" if run.problems else ""))
-    # time windows that ran before the first step (a script's set-up: imports, data, the model)
-    # are no training: left out with the warm-up
-    first_stepped = next((i for i, r in enumerate(run.epochs) if r.get("steps")), 0)
-    skipped = first_stepped + stats.warmup(len(run.epochs) - first_stepped)
-    return Loaded(run, run.epochs[skipped:], skipped)
+    setup, warmup = left_out(run.epochs)
+    return Loaded(run, run.epochs[setup + warmup:], setup + warmup, warmup)
+
+
+def left_out(epochs):
+    """(set-up, warm-up): the epochs to leave out at the start of a run's `epochs`. In a run with
+    steps, the epochs before its first step are its set-up (time windows through imports, data,
+    the model), no training; then the warm-up (stats.warmup) of the rest."""
+    setup = next((i for i, r in enumerate(epochs) if r.get("steps")), 0)
+    return setup, stats.warmup(len(epochs) - setup)

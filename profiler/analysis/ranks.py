@@ -38,6 +38,7 @@ from .. import rundir
 from ..rundir.reader import step_count
 from ..rundir.ranks import rank_dirs
 from . import diagnose, findings, stats
+from .load import left_out
 
 BLOCK_VALUES = 1 << 18   # ranks x steps per block
 STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job's median step
@@ -188,7 +189,7 @@ def _rank(rank_dir, unit):
     run = rundir.read_run(rank_dir.path)
     steps = run.steps()
     epochs = run.epochs
-    warm_epochs = stats.warmup(len(epochs))
+    warm_epochs = sum(left_out(epochs))   # the set-up's epochs and the warm-up, as load() leaves them out
     if unit == "step":
         wall = np.asarray(steps["wall_s"], float)
         pause = [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)]

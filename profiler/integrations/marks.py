@@ -19,7 +19,6 @@ begins (after set-up: where a GC policy freezes, and where a flamegraph starts r
 """
 
 import threading
-import time
 
 STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
 STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
@@ -39,7 +38,6 @@ class Marks:
         self.training_started = False
         self.begun = None          # the source of the last epoch begun (finished or not)
         self.busy = False          # inside begin_step/end_step (a window's timer waits for the end)
-        self._epoch_began_ns = 0   # perf_counter_ns() when the open epoch began
         self.on_training_start = []
         self.on_step_end = []
         self.on_epoch_written = []
@@ -68,7 +66,6 @@ class Marks:
             self._start_training()
         self.session.begin_epoch()
         self.open, self.steps_in_epoch, self.begun = source, 0, source
-        self._epoch_began_ns = time.perf_counter_ns()
         return True
 
     def end_epoch(self, source):
@@ -107,13 +104,13 @@ class Marks:
     def _steps_from(self, source):
         return self.open is not None and source in STEP_SOURCES[self.open] and self.in_thread()
 
-    def begin_step(self, source, start_ns=None):
+    def begin_step(self, source, from_epoch_start=False):
         if self.step_open or not self._steps_from(source):
             return False
         self.busy = True
         try:
             self._start_training()
-            self.session.begin_step(start_ns)
+            self.session.begin_step(from_epoch_start)
             self.step_open = True
         finally:
             self.busy = False
@@ -146,7 +143,7 @@ class Marks:
         (a function's epoch, a window) ends the step that began with the epoch: its first
         optimizer step is its first step's end."""
         if not self.step_open and self.steps_in_epoch == 0:
-            self.begin_step(source, self._epoch_began_ns)
+            self.begin_step(source, from_epoch_start=True)
         self.end_step(source)
         return self.begin_step(source)
 

@@ -185,13 +185,13 @@ def remedy(f):
                 "of every collection.")
     if f.pattern == "allocation-growth":
         site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
-        if site and e.measure != "traced" and e.sites_share is not None and e.sites_share < fnd.SITES_EXPLAIN:
-            return (f"tracemalloc saw {e.sites_share:.1%} of it grow ({site} at most): the rest is memory it does "
-                    f"not trace, tensor storage, numpy or native buffers. Look for tensors or arrays kept from step "
-                    f"to step (a loss kept with its graph: keep loss.item()).")
         if e.levels_off:
             return ("It levelled off: a cache or pool filled up. Bound it if that size is more than you expect"
                     + (f" ({site})." if site else "."))
+        if site and e.measure != "traced" and e.sites_share is not None and e.sites_share < fnd.SITES_EXPLAIN:
+            return (f"tracemalloc saw {e.sites_share:.1%} of it grow ({site} at most): the rest is memory it does "
+                    f"not trace, tensor storage or native buffers. Look for tensors kept from step to step (a loss "
+                    f"kept with its graph: keep loss.item()).")
         if site:
             return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
         return "Run with --tracemalloc auto (or on) to name the lines that allocate it."
