@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.detection import stationary
-from profiler.analysis import analyze
+from profiler.analysis import analyze, findings
 from profiler.report import text
 
 from .fixtures import MIB, epoch, from_walls, stepped_run, write_run
@@ -179,6 +179,17 @@ def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see
     assert f.pattern == "allocation-growth" and f.evidence.measure == "malloc"
     assert f.evidence.sites_share == pytest.approx(40 / (21 * 1024), rel=0.01)
     assert text.remedy(f).startswith("tracemalloc saw 0.2% of it grow") and "tensor storage" in text.remedy(f)
+
+
+def test_traced_memory_grows_within_each_auto_capture_window_not_across_them(tmp_path):
+    # tracemalloc starts afresh in each 4-epoch window: 1.65, 2.44, 3.24, 4.03 MB, then again
+    records = []
+    for i in range(40):
+        window = i // 10 in (1, 3) and i % 10 < 4
+        heap = {"traced_bytes": int((1.65 + 0.79 * (i % 10)) * MIB), "peak_bytes": 0, "top_growth": []}
+        records.append(epoch(i, 0.01, malloc=100 * MIB + i * MIB, heap=heap if window else None))
+    rates = findings.memory_rates(records)
+    assert rates["traced"] == pytest.approx(0.79 * MIB, rel=0.01)
 
 
 def test_compute_growth_names_the_op(tmp_path):

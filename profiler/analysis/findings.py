@@ -283,7 +283,23 @@ def memory_series(records):
 def memory_rates(records):
     """Growth in bytes per epoch of each memory series (None when it was not recorded)."""
     idx = [r["epoch"] for r in records]
-    return {k: growth_rate(idx, v) for k, v in memory_series(records).items()}
+    return {k: (window_growth_rate if k == "traced" else growth_rate)(idx, v)
+            for k, v in memory_series(records).items()}
+
+
+def window_growth_rate(x, y):
+    """growth_rate of traced memory, within the runs of consecutive traced epochs: auto capture
+    starts tracemalloc afresh for each window, so traced bytes fall back between windows. Each
+    window's points are moved to start at (0, 0) and all are fitted together."""
+    shifted, first, last = [], None, None
+    for a, b in zip(x, y):
+        if b is None:
+            continue
+        if last is None or a != last + 1:   # a new window
+            first = (a, b)
+        shifted.append((a - first[0], b - first[1]))
+        last = a
+    return growth_rate(*zip(*sorted(shifted))) if shifted else None   # in x order, as the fit bins them
 
 
 def rss_limit(records):
@@ -305,7 +321,8 @@ def memory_growth(records, sites):
             continue
         points = [(x, y) for x, y in zip(idx, series[measure]) if y is not None]
         third = points[-max(3, len(points) // 3):]
-        late_rate = growth_rate(*zip(*third)) if len(third) >= 2 else rate
+        fit = window_growth_rate if measure == "traced" else growth_rate
+        late_rate = fit(*zip(*third)) if len(third) >= 2 else rate
         traced = sum(1 for r in records if r.get("heap") is not None)   # every traced epoch: snapshots cover them all
         share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
