@@ -286,9 +286,9 @@ def test_records_are_checked_across_chunk_boundaries(tmp_path, monkeypatch):
     records.tofile(run / "steps.bin")
     with pytest.raises(RunDirError, match="steps.bin record 4 has epoch 0, after epoch 1"):
         read_run(run)
-    records["epoch"][4], records["epoch"][5] = 1, -2 ** 63 + 1   # no overflow hides a negative index
+    records["epoch"][4], records["epoch"][5] = 2, -2 ** 63 + 1   # 2 - that overflows int64: compared, not subtracted
     records.tofile(run / "steps.bin")
-    with pytest.raises(RunDirError, match="steps.bin record 5 has epoch -9223372036854775807, after epoch 1"):
+    with pytest.raises(RunDirError, match="steps.bin record 5 has epoch -9223372036854775807, after epoch 2"):
         read_run(run)
 
 
