@@ -91,6 +91,13 @@ class Diagnosis:
     meta: dict = field(default_factory=dict)
 
 
+def _training_events(run):
+    """The run's GC events from its first epoch on: the set-up's collections before it (a script
+    building its data) are no uptime trend of the training."""
+    events, first = run.gc_events(), run.epochs[0].get("start_s")
+    return events[events["start_s"] >= first] if first is not None and len(events) else events
+
+
 def analyze(run_dir):
     """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs).
     A directory of rank-N/ run directories is diagnosed as one job (analysis/ranks.py)."""
@@ -126,7 +133,7 @@ def analyze(run_dir):
     ops = fnd.op_growth(records, op_series(records))
 
     found = [fnd.gc_spikes(spikes, objs, site),
-             growth := fnd.pause_growth(run.gc_events(), records, spikes, objs, site),
+             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
              fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site))

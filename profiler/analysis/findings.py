@@ -222,9 +222,6 @@ def pause_growth(events, records, spikes, objs, site):
     them, else from each epoch's mean generation-2 pause. The growth that falls inside spikes is
     the spikes' time already; time_fraction is the rest."""
     full = events[events["generation"] == 2] if len(events) else events
-    first = records[0].get("start_s")
-    if first is not None and len(full):   # the collections of the epochs analysed, not of the set-up before them
-        full = full[full["start_s"] >= first]
     if len(full) >= MIN_EVENTS:
         source = "gc_events"
         x, y = np.asarray(full["start_s"], float), np.asarray(full["duration_s"], float)
