@@ -163,7 +163,7 @@ def test_a_collection_before_an_epochs_first_optimizer_step_is_in_its_first_step
         gc_module.collect()   # inside the first step's time, before its end is known
         marks.step_boundary("torch")
         with pytest.raises(UsageError, match="only the epoch's first step"):
-            session.begin_step(from_epoch_start=True)
+            session.begin_first_step()
         assert marks.end_epoch("epoch-fn")
     run = read_run(tmp_path / "run")
     first, event = run.steps()[0], run.gc_events()[-1]

@@ -389,16 +389,16 @@ class Session:
         """Context manager for one training step (inside an epoch): wall time and GC pauses."""
         return self._steps
 
-    def begin_step(self, from_epoch_start=False):
-        """Begin a step now, or (from_epoch_start) at the open epoch's start with the GC pauses
-        since: the epoch's first step, when its start is known only as it ends (an epoch that
-        opened no step, ended by its first optimizer step: integrations/marks.py)."""
-        if not from_epoch_start:
-            self._steps.begin()
-            return
+    def begin_step(self):
+        self._steps.begin()
+
+    def begin_first_step(self):
+        """Begin the open epoch's first step at the epoch's start, with the GC pauses since: a step
+        whose start is known only as it ends (an epoch that opened no step, ended by its first
+        optimizer step: integrations/marks.py)."""
         if self._steps.recorded:
-            raise UsageError("begin_step(from_epoch_start=True) after a step of this epoch: only the epoch's "
-                             "first step can begin at its start")
+            raise UsageError("begin_first_step() after a step of this epoch: only the epoch's first step can "
+                             "begin at its start")
         self._steps.begin_at(self._start_ns)
         for generation, pause_ns in enumerate(self.gc_timer.pause_ns):   # reset when the epoch began
             if pause_ns:

@@ -16,11 +16,7 @@ def output_file(path, flag, example):
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory: give a file name, e.g. {flag} {path / example}")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"{flag} {path}: {parent} is a file, not a directory; choose another path")
-            break
+    _no_file_in_the_way(path, path.parents, flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -32,12 +28,17 @@ def output_dir(path, flag):
     """`path` (given with `flag`) as a directory for runs; UsageError when a file stands there or
     where one of its parent directories belongs."""
     path = Path(path)
-    for candidate in (path, *path.parents):
+    _no_file_in_the_way(path, (path, *path.parents), flag)
+    return path
+
+
+def _no_file_in_the_way(path, directories, flag):
+    """UsageError when the first of `directories` (innermost first) that exists is not one."""
+    for candidate in directories:
         if candidate.exists():
             if not candidate.is_dir():
                 raise UsageError(f"{flag} {path}: {candidate} is a file, not a directory; choose another path")
-            break
-    return path
+            return
 
 
 def write_html(path, **sections):

@@ -110,7 +110,7 @@ class Marks:
         self.busy = True
         try:
             self._start_training()
-            self.session.begin_step(from_epoch_start)
+            (self.session.begin_first_step if from_epoch_start else self.session.begin_step)()
             self.step_open = True
         finally:
             self.busy = False
