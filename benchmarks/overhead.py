@@ -277,11 +277,23 @@ def _gc_event_cost(rounds, n=5000):
 def mlp_ab(epochs=400):
     """mlp epochs (36 steps, 252 ops), alternating epoch by epoch between no session and light
     capture in one training run (the machine's slow phases last seconds: they hit both alike);
-    and session.end_epoch() timed where it runs, between two epochs of training (caches cold)."""
+    and session.end_epoch() timed where it runs, between two epochs of training (caches cold). At the
+    same point of the epochs without a session, the floor of any bookkeeping there: a call of an
+    empty function, and one os.write of a 200-byte line (the epoch line's own write), in turn."""
     sc = scenarios.build("mlp")
     tmp = _scratch()
     stamps, ends = [], []
+    floors = {"call": [], "write": []}
     try:
+        line_file = os.open(f"{tmp}/line", os.O_WRONLY | os.O_CREAT)
+        floor_calls = {"call": _nothing, "write": lambda: os.write(line_file, b"x" * 199 + b"\n")}
+
+        def timed_floor(state):
+            if state.epoch % 2:
+                name = "call" if state.epoch % 4 == 1 else "write"
+                start = _now()
+                floor_calls[name]()
+                floors[name].append(_now() - start)
         with Session(f"{tmp}/run") as session:
             end_epoch = session.end_epoch
 
@@ -300,13 +312,20 @@ def mlp_ab(epochs=400):
                 else:
                     loop.model.instrument()
             loop.on(Events.EPOCH_STARTED, switch)
+            loop.on(Events.EPOCH_COMPLETED, timed_floor)
             loop.on(Events.COMPLETED, lambda state: stamps.append(_now()))
             loop.run()
+        os.close(line_file)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     intervals = np.diff(stamps)[4:]   # each from one epoch's start to the next: bookkeeping included
     light, none = intervals[0::2], intervals[1::2]
-    return {"none": float(np.median(none)), "light": float(np.median(light)), "end_epoch_s": float(np.median(ends[2:]))}
+    return {"none": float(np.median(none)), "light": float(np.median(light)), "end_epoch_s": float(np.median(ends[2:])),
+            "floor_call_s": float(np.median(floors["call"][1:])), "floor_write_s": float(np.median(floors["write"][1:]))}
+
+
+def _nothing():
+    pass
 
 
 def _torch_models():
@@ -523,6 +542,10 @@ def markdown(result):
             f"written, the JSON line and its flush (an empty epoch, called back to back) | {i['epoch_us']:.1f} us |",
             f"| the same at the end of an mlp epoch (median; 36 steps and 7 ops in the record, caches cold after "
             f"training) | {mlp['end_epoch_s'] * 1e6:.1f} us |",
+            f"| floor at the same point (epochs without a session): a call of an empty Python function | "
+            f"{mlp['floor_call_s'] * 1e6:.1f} us |",
+            f"| floor at the same point: one `os.write` of a 200-byte line to a file | "
+            f"{mlp['floor_write_s'] * 1e6:.1f} us |",
             f"| our gc callback on one collection, no event recorded (the collection alone: "
             f"{i['gc0_collect_ns']:.0f} ns) | {i['gc_callback_ns']:.0f} ns |",
             f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]),
@@ -567,7 +590,8 @@ def markdown(result):
             f"{100 * (ops['session.op()'] / ops['none'] - 1):+.1f}% A/B (the bare `with` floor: "
             f"{100 * floor / (ops['none'] * 1e6):.1f}%) |",
             f"| per-epoch bookkeeping <= 20 us | {i['epoch_us']:.1f} us (an empty epoch, called back to back); "
-            f"{mlp['end_epoch_s'] * 1e6:.0f} us at the end of an mlp epoch |",
+            f"{mlp['end_epoch_s'] * 1e6:.0f} us at the end of an mlp epoch, where an empty call takes "
+            f"{mlp['floor_call_s'] * 1e6:.0f} us and one line's os.write {mlp['floor_write_s'] * 1e6:.0f} us |",
             f"| step capture <= 0.5 us | {i['step_ns'] / 1e3:.2f} us |",
             f"| GC event capture <= 2 us per collection (the whole callback) | {i['gc_event_ns'] / 1e3:.2f} us |",
             f"| auto deep capture <= 10% over 1,000 leaking mlp epochs, naming the line in its first window | "

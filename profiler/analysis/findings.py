@@ -24,7 +24,9 @@ from . import stats
 MEANINGFUL = 0.05            # share of the run's time that makes a cost a finding (and leads the ranking)
 SPIKE_FRACTION = 0.02        # share of the run's time in spike excess that is worth a finding...
 SPIKE_GC_EXPLAINS = 0.5      # ...when GC pauses explain at least this share of it
-PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a finding
+PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a finding...
+PAUSE_GROWTH_S = 1e-3        # ...when it grows by at least this, or costs MEANINGFUL: a collection of a small
+                             # heap (2.9 ms) took 2.3-4.0 ms (5th-95th percentile) back to back on the project's VM
 MIN_EVENTS = 8               # full collections needed to fit their trend
 RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
@@ -243,12 +245,14 @@ def pause_growth(events, records, spikes, objs, site):
     else:
         counts = np.array([r["gc"]["collections"][2] for r in records if r["gc"]["collections"][2]], float)
         excess = float((np.clip(y - trend.start, 0, None) * counts).sum())
+    wall_s = spikes.wall_s
+    if trend.end - trend.start < PAUSE_GROWTH_S and excess < MEANINGFUL * wall_s:
+        return None
     hours = None
     if trend.slope > 0:
         hours = max(float(x[-1]), float(x[0]) + (1.0 - trend.start) / trend.slope) / 3600
     full_s = spikes.gc_by_generation_s[2]
     in_spikes = spikes.spike_gc_by_generation_s[2] / full_s if full_s > 0 and spike_counted(spikes) else 0.0
-    wall_s = spikes.wall_s
     return Finding("gc", "gc-growing-pauses", excess * max(1 - in_spikes, 0.0) / wall_s if wall_s > 0 else 0.0,
                    PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
                                growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
