@@ -411,6 +411,25 @@ def test_notes_say_why_no_epoch_was_written(tmp_path, args, note):
         " (an epoch cut short is not written)" if "cut" not in note and args != ["none"] else "")]
 
 
+def test_a_run_that_wrote_no_epoch_does_not_point_at_report(tmp_path):
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--out", tmp_path / "run", script("epoch_stops.py"), "none")
+    assert proc.stderr.splitlines() == [
+        "profiler: --epoch-fn train_epoch: the function was never called, so no epoch was marked",
+        f"profiler: wrote {tmp_path / 'run'}: 0 epochs, 0 steps"]
+
+
+def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_path, monkeypatch):
+    from profiler.commands import options
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(options.time, "strftime", lambda fmt: "20261202-015216")
+    first = options.default_dir("train")
+    assert first == "runs/train-20261202-015216"
+    os.makedirs(first)
+    assert options.default_dir("train") == first + "-2"
+    os.makedirs(first + "-2")
+    assert options.default_dir("train") == first + "-3"
+
+
 def test_manual_gc_without_steps_collects_after_each_epoch(tmp_path, capsys):
     was_enabled = gc.isenabled()
     result = run_script(script("epoch_stops.py"), [], out=tmp_path / "run", epoch_fn="train_epoch",

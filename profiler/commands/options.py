@@ -1,6 +1,7 @@
 """Argument types and the scenario run options shared by run, scaling and flamegraph."""
 
 import argparse
+import os
 import time
 
 
@@ -62,5 +63,11 @@ def scenario_argv(args, scenario, out, epochs):
     return argv
 
 
-def timestamp():
-    return time.strftime("%Y%m%d-%H%M%S")
+def default_dir(stem):
+    """runs/STEM-TIMESTAMP, or with -2, -3, ... when that exists (two runs started in one second)."""
+    base = f"runs/{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while os.path.lexists(path):
+        n += 1
+        path = f"{base}-{n}"
+    return path

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .options import TRACEMALLOC, add_scenario_options, non_negative, positive, scenario_argv, timestamp
+from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
 
 
 class _ScenarioParser(argparse.ArgumentParser):
@@ -76,7 +76,7 @@ def _default_out(stem):
     if rank_env() is not None:
         raise UsageError("under torchrun, give --out DIR: every rank writes DIR/rank-<RANK>/ (a default name "
                          "holds the time, which differs between ranks)")
-    return f"runs/{stem}-{timestamp()}"
+    return default_dir(stem)
 
 
 def _launch(args, argv, stem):
@@ -177,7 +177,7 @@ def _run_script(args, target, rest):
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {result.epochs} epochs{source}, {result.steps} steps"
-              f"\nnext: profiler report {out}", file=sys.stderr)
+              + (f"\nnext: profiler report {out}" if result.epochs else ""), file=sys.stderr)
     if isinstance(raised, SystemExit):
         raise raised
     if raised is not None:

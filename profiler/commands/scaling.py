@@ -3,7 +3,7 @@
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
 from .output import output_dir, output_file, write_html
-from .options import add_scenario_options, int_list, scenario_argv, timestamp
+from .options import add_scenario_options, default_dir, int_list, scenario_argv
 
 
 class ScalingCommand:
@@ -27,7 +27,7 @@ class ScalingCommand:
         from ..report import figures, json_out, text
         from ..workloads.processes import run_many
         from ..workloads.history import check_history_fits
-        out = output_dir(args.out or f"runs/scaling-{args.scenario}-{timestamp()}", "--out")
+        out = output_dir(args.out or default_dir(f"scaling-{args.scenario}"), "--out")
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
         check_history_fits(args.history, max(args.max_epochs))   # before the first run, not after it
