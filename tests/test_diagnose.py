@@ -329,19 +329,24 @@ def test_numpy_stays_quiet_on_zero_and_tiny_runs(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("history,cause", [("preallocated", "gc"), ("append", "none")])
-def test_the_axon_demo_runs_keep_their_diagnosis(tmp_path, history, cause):
+@pytest.mark.parametrize("history", ["preallocated", "append"])
+def test_the_axon_demo_runs_keep_their_diagnosis(tmp_path, history):
     # the demo's seed-1 runs, smaller: a preallocated history walked by a full collection every
-    # epoch is gc (steady share); the append history is clean
+    # epoch is gc (steady share); the append history has no GC or memory finding. Its 12 epochs
+    # last ~60 ms, less than the machine's slow phases (seconds): one that begins inside the run
+    # is a sustained slowdown of its epochs, found as compute-growth (1 CI-sized run in 30)
     out = tmp_path / history
     proc = subprocess.run([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "50000", "--halt-after", "12",
                            "--history", history, "--gc-collect", "epoch", "--out", str(out), "--quiet"],
                           timeout=300, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     d = analyze(out)
-    assert d.primary_cause == cause, text.verdict(d)
-    if cause == "gc":
+    if history == "preallocated":
+        assert d.primary_cause == "gc", text.verdict(d)
         assert d.findings[0].pattern == "gc-steady" and d.gc.share_total > 0.3
+    else:
+        assert d.primary_cause in ("none", "compute") and not [f for f in d.findings if f.cause != "compute"], \
+            text.verdict(d)
 
 
 def test_type_growth_per_epoch_divides_by_the_epochs_each_count_covers():
