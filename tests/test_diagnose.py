@@ -263,6 +263,19 @@ def test_workers_reforked_every_epoch_that_grow_within_it(tmp_path):
     assert "grew up to 50.0 MiB within one epoch" in text.evidence(f)
 
 
+@pytest.mark.parametrize("new, found", [(2, False), (0, True)])
+def test_workers_forked_anew_every_epoch_have_no_trend_across_epochs(tmp_path, new, found):
+    # the same USS rising 4 MiB an epoch: re-forked workers sampled later in each epoch (new: 2 of 2
+    # first seen in the epoch) are no growth; the same two workers carried over are (epoch 0's are new)
+    records = [epoch(i, 0.01, rss=400 * MIB, workers={"count": 2, "uss_bytes": (40 + 4 * i) * MIB,
+                                                        "pss_bytes": (50 + 4 * i) * MIB, "uss_growth_bytes": 1 * MIB,
+                                                        "new": 2 if i == 0 else new}) for i in range(10)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert patterns(d) == (["worker-copy-on-read"] if found else []), text.verdict(d)
+    if found:
+        assert d.findings[0].evidence.uss_growth_bytes_per_epoch == pytest.approx(4 * MIB)
+
+
 def test_small_flat_workers_are_no_finding(tmp_path):
     records = [epoch(i, 0.01, rss=400 * MIB, workers={"count": 4, "uss_bytes": 40 * MIB, "pss_bytes": 60 * MIB,
                                                         "uss_growth_bytes": 1 * MIB}) for i in range(10)]

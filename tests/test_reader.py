@@ -42,6 +42,7 @@ def record(**changes):
     (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
     (record(workers={"count": 2}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
+    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": -1}), ["line 2", "workers", "'new'"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
     (record(heap={"traced_bytes": 1, "top_types": [{"count": 1, "count_diff": 1}]}), ["line 2", "heap.top_types"]),
     (record(wall_s=1e308), ["line 2", "wall_s 1e+308, not a number of seconds between 0 and 1e+07"]),
@@ -50,7 +51,7 @@ def record(**changes):
     (record(rss_bytes=2 ** 63 - 1), ["line 2", "rss_bytes 9223372036854775807, not a number of bytes"]),
     (record(ops={"f": {"calls": 1, "total_s": 1e300}}), ["line 2", "ops['f']"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "start-negative",
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "workers-new", "start-negative",
         "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])

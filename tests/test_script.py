@@ -287,7 +287,7 @@ def test_worker_probe_sums_children_and_their_growth():
     from profiler.capture.workers import WorkerProbe
 
     probe = WorkerProbe(interval=0.05, budget=1.0)   # each sample waits only its own cost
-    assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0}
+    assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0, "new": 0}
     grow = "import sys, time\ntime.sleep(0.5)\nkept = bytearray(40_000_000)\nkept[::4096] = b'x' * len(kept[::4096])\n" \
            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n"
     children = [subprocess.Popen([sys.executable, "-c", grow], stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -304,6 +304,7 @@ def test_worker_probe_sums_children_and_their_growth():
             child.wait()
     assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
     assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
+    assert reading["new"] == 2
     time.sleep(0.1)   # past the last sample's wait (its cost: a few ms)
     assert probe.take()["count"] == 0
 

@@ -133,7 +133,7 @@ class WorkerMemory:
     uss_bytes: int
     pss_bytes: int
     parent_rss_bytes: int
-    uss_growth_bytes_per_epoch: float   # trend of the workers' USS across epochs
+    uss_growth_bytes_per_epoch: float   # trend of the workers' USS across the epochs whose workers all carried over
     uss_growth_in_epoch_bytes: int      # most the workers' USS grew within one epoch since each started
     growing: bool
     near_parent: bool
@@ -369,10 +369,11 @@ def worker_memory(records):
     if not rows or not rows[-1][1]["count"]:
         return None
     epoch, last, parent = rows[-1]
-    rate = growth_rate([e for e, _, _ in rows], [w["uss_bytes"] for _, w, _ in rows]) or 0.0
-    span = rows[-1][0] - rows[0][0]
+    carried = [(e, w) for e, w, _ in rows if not w.get("new")]   # the trend: the same workers, epoch after epoch
+    rate = growth_rate([e for e, _ in carried], [w["uss_bytes"] for _, w in carried]) or 0.0
+    span = carried[-1][0] - carried[0][0] if carried else 0
     in_epoch = int(max(w.get("uss_growth_bytes") or 0 for _, w, _ in rows))   # workers re-forked every epoch
-    growing = ((len(rows) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * rows[0][1]["uss_bytes"]))
+    growing = ((len(carried) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * carried[0][1]["uss_bytes"]))
                or in_epoch >= RSS_LEAK_BYTES)
     near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),

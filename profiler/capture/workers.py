@@ -83,14 +83,17 @@ def read(process):
 class WorkerProbe:
     """Samples the children in a thread; take() gives the epoch's record:
     {"count", "uss_bytes", "pss_bytes"} summed over the children at the sample with the most
-    private memory, and "uss_growth_bytes": how much their private memory grew since each was
-    first seen (a forked worker starts small; one that copies what it reads grows)."""
+    private memory, "uss_growth_bytes": how much their private memory grew since each was
+    first seen (a forked worker starts small; one that copies what it reads grows), and "new":
+    how many of them were first seen in this epoch (a non-persistent DataLoader's
+    workers are new every epoch: their USS across epochs is no one process's growth)."""
 
     def __init__(self, interval=0.2, budget=BUDGET):
         self.interval = interval
         self._budget = Budget(budget)
         self._process = psutil.Process()
         self._first = {}             # pid -> USS when first seen
+        self._carried = set()        # pids seen before this epoch (and not seen to exit)
         self._peak = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -129,7 +132,8 @@ class WorkerProbe:
                 self._first.setdefault(pid, uss)
             reading = {"count": len(children), "uss_bytes": sum(u for u, _ in children.values()),
                        "pss_bytes": sum(p for _, p in children.values()),
-                       "uss_growth_bytes": sum(max(u - self._first[pid], 0) for pid, (u, _) in children.items())}
+                       "uss_growth_bytes": sum(max(u - self._first[pid], 0) for pid, (u, _) in children.items()),
+                       "new": sum(pid not in self._carried for pid in children)}
             key = (reading["uss_bytes"], reading["count"])
             if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
                 self._peak = reading
@@ -144,4 +148,5 @@ class WorkerProbe:
             reading, self._peak = self._peak, None
             if alive is not None:
                 self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
+            self._carried = set(self._first)
         return reading

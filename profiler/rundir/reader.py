@@ -273,8 +273,9 @@ def _check_optional(record):
     if workers is not None and not (isinstance(workers, dict)
                                     and _number(workers.get("count"))
                                     and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
-                                    and _bytes(workers.get("uss_growth_bytes", 0))):
-        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes']}} "
+                                    and _bytes(workers.get("uss_growth_bytes", 0))
+                                    and _number(workers.get("new", 0))):
+        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes', 'new']}} "
                 f"(sizes {BYTES})")
     return None
 
