@@ -373,8 +373,12 @@ def worker_memory(records):
     rate = growth_rate([e for e, _ in carried], [w["uss_bytes"] for _, w in carried]) or 0.0
     span = carried[-1][0] - carried[0][0] if carried else 0
     in_epoch = int(max(w.get("uss_growth_bytes") or 0 for _, w, _ in rows))   # workers re-forked every epoch
+    # ...judged per worker: a clean one's USS grows too, 1-3 MB or 7-10 MB in a pass (torch workers of
+    # a TensorDataset on the project's VM, with no full collection in them), and summed over 2 workers
+    # that crossed RSS_LEAK_BYTES
+    per_worker = max((w.get("uss_growth_bytes") or 0) / max(w["count"], 1) for _, w, _ in rows)
     growing = ((len(carried) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * carried[0][1]["uss_bytes"]))
-               or in_epoch >= RSS_LEAK_BYTES)
+               or per_worker >= RSS_LEAK_BYTES)
     near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
                             float(rate), in_epoch, bool(growing), bool(near))
