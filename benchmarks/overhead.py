@@ -277,23 +277,14 @@ def _gc_event_cost(rounds, n=5000):
 def mlp_ab(epochs=400):
     """mlp epochs (36 steps, 252 ops), alternating epoch by epoch between no session and light
     capture in one training run (the machine's slow phases last seconds: they hit both alike);
-    and session.end_epoch() timed where it runs, between two epochs of training (caches cold). At the
-    same point of the epochs without a session, the floor of any bookkeeping there: a call of an
-    empty function, and one os.write of a 200-byte line (the epoch line's own write), in turn."""
+    and session.end_epoch() timed where it runs, between two epochs of training (caches cold).
+    Then, in epochs of the same training without a session, the floor of any bookkeeping there:
+    a call of an empty function, and one appending os.write of a 200-byte line (what the epoch
+    line's write is), in turn."""
     sc = scenarios.build("mlp")
     tmp = _scratch()
     stamps, ends = [], []
-    floors = {"call": [], "write": []}
     try:
-        line_file = os.open(f"{tmp}/line", os.O_WRONLY | os.O_CREAT)
-        floor_calls = {"call": _nothing, "write": lambda: os.write(line_file, b"x" * 199 + b"\n")}
-
-        def timed_floor(state):
-            if state.epoch % 2:
-                name = "call" if state.epoch % 4 == 1 else "write"
-                start = _now()
-                floor_calls[name]()
-                floors[name].append(_now() - start)
         with Session(f"{tmp}/run") as session:
             end_epoch = session.end_epoch
 
@@ -312,16 +303,36 @@ def mlp_ab(epochs=400):
                 else:
                     loop.model.instrument()
             loop.on(Events.EPOCH_STARTED, switch)
-            loop.on(Events.EPOCH_COMPLETED, timed_floor)
             loop.on(Events.COMPLETED, lambda state: stamps.append(_now()))
             loop.run()
-        os.close(line_file)
+        floors = _epoch_end_floors(sc, f"{tmp}/line", epochs // 4)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     intervals = np.diff(stamps)[4:]   # each from one epoch's start to the next: bookkeeping included
     light, none = intervals[0::2], intervals[1::2]
     return {"none": float(np.median(none)), "light": float(np.median(light)), "end_epoch_s": float(np.median(ends[2:])),
-            "floor_call_s": float(np.median(floors["call"][1:])), "floor_write_s": float(np.median(floors["write"][1:]))}
+            **{f"floor_{name}_s": float(np.median(t[1:])) for name, t in floors.items()}}
+
+
+def _epoch_end_floors(sc, path, epochs):
+    """{"call": [s, ...], "write": [...]}: each timed once at the end of every other mlp epoch."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    line = b"x" * 199 + b"\n"
+    calls = {"call": _nothing, "write": lambda: os.write(fd, line)}
+    floors = {name: [] for name in calls}
+
+    def timed(state):
+        name = "call" if state.epoch % 2 else "write"
+        start = _now()
+        calls[name]()
+        floors[name].append(_now() - start)
+    try:
+        loop = Loop(sc.model, sc.optimizer, sc.data, max_epochs=epochs)
+        loop.on(Events.EPOCH_COMPLETED, timed)
+        loop.run()
+    finally:
+        os.close(fd)
+    return floors
 
 
 def _nothing():

@@ -11,6 +11,7 @@ import os
 import sys
 
 from .errors import ProfilerError, UsageError
+from .commands.options import remove_unused
 
 EXAMPLES = """examples:
   profiler run mlp --epochs 1000 --halt-after 100 --history preallocated --gc-collect epoch
@@ -106,5 +107,6 @@ def main(argv=None):
         print(f"profiler: {_message(e)} (PROFILER_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
     finally:   # every exit code here is meant, also after a Ctrl-C that a recorded script caught
+        remove_unused()
         _forget_unhandled_interrupt()
     return 0

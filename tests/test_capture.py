@@ -405,8 +405,9 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
         epochs.append(probe.take())
     sampled = [i for i, r in enumerate(epochs) if r is not None]
     assert sampled == list(range(0, 40, 6))   # 6.06 s between samples: every sixth epoch
-    assert epochs[0] == {"count": 2, "uss_bytes": 12 << 20, "pss_bytes": 14 << 20, "uss_growth_bytes": 0, "new": 2}
-    assert epochs[6]["new"] == 0   # the same two children: carried over
+    assert epochs[0] == {"count": 2, "uss_bytes": 12 << 20, "pss_bytes": 14 << 20, "uss_growth_bytes": 0,
+                         "uss_growth_max_bytes": 0, "new": 2, "carried_uss_bytes": 0}
+    assert epochs[6]["new"] == 0 and epochs[6]["carried_uss_bytes"] == 12 << 20   # the same two children
     clock["ns"] += 200_000_000
     assert probe.sample() is None and probe.sample_now() is not None   # a DataLoader's start or stop
     assert probe.take()["count"] == 2

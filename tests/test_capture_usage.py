@@ -255,3 +255,15 @@ def test_a_directory_that_holds_a_run_already_is_a_usage_error_and_stays(tmp_pat
         with Session(tmp_path / "run"):
             pass
     assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+
+
+def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_path):
+    # two runs started together on one directory (a sweep given the same --out): the first one's
+    # epochs.jsonl is created exclusively, so the second cannot append to it
+    from profiler.rundir.writer import RunWriter
+    first = RunWriter(tmp_path / "run")
+    try:
+        with pytest.raises(UsageError, match="already holds a run"):
+            RunWriter(tmp_path / "run")
+    finally:
+        first.close()

@@ -42,7 +42,7 @@ def record(**changes):
     (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
     (record(workers={"count": 2}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": -1}), ["line 2", "workers", "'new'"]),
+    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": 3}), ["line 2", "workers.new 3", "at most workers.count 2"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
     (record(heap={"traced_bytes": 1, "top_types": [{"count": 1, "count_diff": 1}]}), ["line 2", "heap.top_types"]),
     (record(wall_s=1e308), ["line 2", "wall_s 1e+308, not a number of seconds between 0 and 1e+07"]),

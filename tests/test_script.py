@@ -287,7 +287,8 @@ def test_worker_probe_sums_children_and_their_growth():
     from profiler.capture.workers import WorkerProbe
 
     probe = WorkerProbe(interval=0.05, budget=1.0)   # each sample waits only its own cost
-    assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0, "new": 0}
+    assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0,
+                            "uss_growth_max_bytes": 0, "new": 0, "carried_uss_bytes": 0}
     grow = "import sys, time\ntime.sleep(0.5)\nkept = bytearray(40_000_000)\nkept[::4096] = b'x' * len(kept[::4096])\n" \
            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n"
     children = [subprocess.Popen([sys.executable, "-c", grow], stdout=subprocess.PIPE, text=True) for _ in range(2)]
@@ -304,7 +305,7 @@ def test_worker_probe_sums_children_and_their_growth():
             child.wait()
     assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
     assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
-    assert reading["new"] == 2
+    assert reading["new"] == 2 and reading["carried_uss_bytes"] == 0 and reading["uss_growth_max_bytes"] > 35e6
     time.sleep(0.1)   # past the last sample's wait (its cost: a few ms)
     assert probe.take()["count"] == 0
 
@@ -423,12 +424,18 @@ def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_pat
     from profiler.commands import options
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(options.time, "strftime", lambda fmt: "20261202-015216")
-    first = options.default_dir("train")
-    assert first == "runs/train-20261202-015216"
-    os.makedirs(first)
-    assert options.default_dir("train") == first + "-2"
-    os.makedirs(first + "-2")
-    assert options.default_dir("train") == first + "-3"
+    first = options.default_dir("train")   # each is created when it is chosen: runs started together
+    assert first == "runs/train-20261202-015216" and os.path.isdir(first)
+    assert options.default_dir("train") == first + "-2" and options.default_dir("train") == first + "-3"
+    (tmp_path / first / "epochs.jsonl").write_text("")
+    options.remove_unused()   # the command's end: the empty ones go, the run stays
+    assert sorted(os.listdir("runs")) == ["train-20261202-015216"]
+    os.remove(first + "/epochs.jsonl")
+    os.rmdir(first)
+    os.rmdir("runs")
+    options.default_dir("train")
+    options.remove_unused()   # runs/ too, when the call created it
+    assert not os.path.exists("runs")
 
 
 def test_manual_gc_without_steps_collects_after_each_epoch(tmp_path, capsys):
@@ -447,6 +454,7 @@ def test_windows_only_run_notes_agree_with_what_was_written(tmp_path):
                     script("chdir_work.py"), tmp_path, timeout=120)
     assert "profiler: --gc-policy freeze: only time windows were found, so it was never applied" in proc.stderr
     assert "no epoch was found" not in proc.stderr and "epochs from windows" in proc.stderr
+    assert f"next: profiler report {tmp_path / 'run'}" in proc.stderr
 
 
 @pytest.mark.slow

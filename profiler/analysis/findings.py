@@ -25,8 +25,9 @@ MEANINGFUL = 0.05            # share of the run's time that makes a cost a findi
 SPIKE_FRACTION = 0.02        # share of the run's time in spike excess that is worth a finding...
 SPIKE_GC_EXPLAINS = 0.5      # ...when GC pauses explain at least this share of it
 PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a finding...
-PAUSE_GROWTH_S = 1e-3        # ...when it grows by at least this, or costs MEANINGFUL: a collection of a small
-                             # heap (2.9 ms) took 2.3-4.0 ms (5th-95th percentile) back to back on the project's VM
+PAUSE_GROWTH_S = 0.5e-3      # ...when it grows by at least this, or costs MEANINGFUL: a short clean run's 0.08-ms
+                             # collections drifted to 0.10 ms (+25%); a small heap's (2.9 ms) took 2.3-4.0 ms
+                             # (5th-95th percentile) back to back on the project's VM
 MIN_EVENTS = 8               # full collections needed to fit their trend
 RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
@@ -35,6 +36,7 @@ TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
+WORKER_GROWTH_BYTES = 16 << 20   # one worker's USS growth since it started that does
 GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
 
 
@@ -133,9 +135,10 @@ class WorkerMemory:
     uss_bytes: int
     pss_bytes: int
     parent_rss_bytes: int
-    uss_growth_bytes_per_epoch: float   # trend of the workers' USS across the epochs whose workers all carried over
-    uss_growth_in_epoch_bytes: int      # most the workers' USS grew within one epoch since each started
-    growing: bool
+    uss_growth_bytes_per_epoch: float   # trend of the USS of the workers that carried over from epoch to epoch
+    worker_growth_bytes: int            # most one worker's USS grew since it was first seen
+    trend: bool                         # the carried-over workers' USS grows over the run
+    grew: bool                          # a worker's USS grew by WORKER_GROWTH_BYTES since it was first seen
     near_parent: bool
 
 
@@ -369,19 +372,21 @@ def worker_memory(records):
     if not rows or not rows[-1][1]["count"]:
         return None
     epoch, last, parent = rows[-1]
-    carried = [(e, w) for e, w, _ in rows if not w.get("new")]   # the trend: the same workers, epoch after epoch
-    rate = growth_rate([e for e, _ in carried], [w["uss_bytes"] for _, w in carried]) or 0.0
+    # the trend: the workers that carried over from the epoch before (runs recorded before "new" and
+    # "carried_uss_bytes": every worker, as then)
+    carried = [(e, w.get("carried_uss_bytes", w["uss_bytes"])) for e, w, _ in rows
+               if w["count"] > w.get("new", 0)]
+    rate = growth_rate([e for e, _ in carried], [u for _, u in carried]) or 0.0
     span = carried[-1][0] - carried[0][0] if carried else 0
-    in_epoch = int(max(w.get("uss_growth_bytes") or 0 for _, w, _ in rows))   # workers re-forked every epoch
-    # ...judged per worker: a clean one's USS grows too, 1-3 MB or 7-10 MB in a pass (torch workers of
-    # a TensorDataset on the project's VM, with no full collection in them), and summed over 2 workers
-    # that crossed RSS_LEAK_BYTES
-    per_worker = max((w.get("uss_growth_bytes") or 0) / max(w["count"], 1) for _, w, _ in rows)
-    growing = ((len(carried) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * carried[0][1]["uss_bytes"]))
-               or per_worker >= RSS_LEAK_BYTES)
+    trend = len(carried) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * carried[0][1])
+    # one worker's growth since it started (forked anew every epoch, or persistent): a clean torch
+    # worker of a TensorDataset grew 1-3 or 7-10 MB in a pass here, with no full collection in it
+    worker = int(max(w.get("uss_growth_max_bytes", (w.get("uss_growth_bytes") or 0) // max(w["count"], 1))
+                     for _, w, _ in rows))
+    grew = worker >= WORKER_GROWTH_BYTES
     near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
-                            float(rate), in_epoch, bool(growing), bool(near))
-    if not (growing or near):
+                            float(rate), worker, bool(trend), bool(grew), bool(near))
+    if not (trend or grew or near):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

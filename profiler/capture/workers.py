@@ -81,12 +81,13 @@ def read(process):
 
 
 class WorkerProbe:
-    """Samples the children in a thread; take() gives the epoch's record:
-    {"count", "uss_bytes", "pss_bytes"} summed over the children at the sample with the most
-    private memory, "uss_growth_bytes": how much their private memory grew since each was
-    first seen (a forked worker starts small; one that copies what it reads grows), and "new":
-    how many of them were first seen in this epoch (a non-persistent DataLoader's
-    workers are new every epoch: their USS across epochs is no one process's growth)."""
+    """Samples the children in a thread; take() gives the epoch's record, from its sample with the
+    most private memory: {"count", "uss_bytes", "pss_bytes"} summed over the children;
+    "uss_growth_bytes": how much their private memory grew since each was first seen (a forked
+    worker starts small; one that copies what it reads grows), "uss_growth_max_bytes": the most
+    one of them grew; "new": how many were first seen in this epoch, and "carried_uss_bytes":
+    the USS of the others (a non-persistent DataLoader's workers are new every epoch, so their
+    USS from epoch to epoch is no one process's growth; persistent ones carry over)."""
 
     def __init__(self, interval=0.2, budget=BUDGET):
         self.interval = interval
@@ -130,10 +131,12 @@ class WorkerProbe:
         with self._lock:
             for pid, (uss, _) in children.items():
                 self._first.setdefault(pid, uss)
+            growth = [max(u - self._first[pid], 0) for pid, (u, _) in children.items()]
             reading = {"count": len(children), "uss_bytes": sum(u for u, _ in children.values()),
                        "pss_bytes": sum(p for _, p in children.values()),
-                       "uss_growth_bytes": sum(max(u - self._first[pid], 0) for pid, (u, _) in children.items()),
-                       "new": sum(pid not in self._carried for pid in children)}
+                       "uss_growth_bytes": sum(growth), "uss_growth_max_bytes": max(growth, default=0),
+                       "new": sum(pid not in self._carried for pid in children),
+                       "carried_uss_bytes": sum(u for pid, (u, _) in children.items() if pid in self._carried)}
             key = (reading["uss_bytes"], reading["count"])
             if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
                 self._peak = reading

@@ -1,8 +1,12 @@
 """Argument types and the scenario run options shared by run, scaling and flamegraph."""
 
 import argparse
+import contextlib
+import itertools
 import os
 import time
+
+from ..errors import UsageError
 
 
 
@@ -63,11 +67,32 @@ def scenario_argv(args, scenario, out, epochs):
     return argv
 
 
+_RESERVED = []   # default run directories this command created
+
+
 def default_dir(stem):
-    """runs/STEM-TIMESTAMP, or with -2, -3, ... when that exists (two runs started in one second)."""
+    """runs/STEM-TIMESTAMP, or with -2, -3, ... when that exists (runs started in one second, as a
+    sweep started with `&` does), created here so that no other run takes it (remove_unused)."""
     base = f"runs/{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while os.path.lexists(path):
-        n += 1
-        path = f"{base}-{n}"
-    return path
+    try:
+        if not os.path.isdir("runs"):
+            os.makedirs("runs")
+            _RESERVED.append("runs")   # removed after the run's directory when both stay empty
+        for n in itertools.count(1):
+            path = base if n == 1 else f"{base}-{n}"
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                continue
+            _RESERVED.append(path)
+            return path
+    except OSError as e:
+        raise UsageError(f"cannot create a run directory under runs/ ({e}); give --out DIR") from None
+
+
+def remove_unused():
+    """Remove the default run directories that stayed empty (the command failed before its run
+    wrote anything), as a run given --out leaves none."""
+    while _RESERVED:
+        with contextlib.suppress(OSError):   # not empty: the run's
+            os.rmdir(_RESERVED.pop())

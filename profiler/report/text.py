@@ -147,10 +147,10 @@ def evidence(f):
     if f.pattern == "worker-copy-on-read":
         text = (f"{e.count} worker processes hold {size(e.uss_bytes)} of private memory (USS; PSS {size(e.pss_bytes)}), "
                 f"{size(e.uss_bytes / e.count)} each against the parent's {size(e.parent_rss_bytes)} RSS")
-        if e.growing and e.uss_growth_bytes_per_epoch * 4 >= e.uss_growth_in_epoch_bytes:
+        if e.trend:
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
-        elif e.growing:
-            text += f"; their private memory grew up to {size(e.uss_growth_in_epoch_bytes)} within one epoch as they read"
+        if e.grew:
+            text += f"; one worker's private memory grew {size(e.worker_growth_bytes)} after it started, as it read"
         return text
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 

@@ -270,13 +270,17 @@ def _check_optional(record):
                     and all(_number(i.get(f), nonneg=False) for f in fields) for i in items):
                 return f"has heap.{key} that is not a list of objects with {name}, {', '.join(fields)}"
     workers = record.get("workers")
-    if workers is not None and not (isinstance(workers, dict)
-                                    and _number(workers.get("count"))
-                                    and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
-                                    and _bytes(workers.get("uss_growth_bytes", 0))
-                                    and _number(workers.get("new", 0))):
-        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, 'uss_growth_bytes', 'new']}} "
-                f"(sizes {BYTES})")
+    if workers is None:
+        return None
+    optional = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes")
+    if not (isinstance(workers, dict) and _number(workers.get("count"))
+            and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
+            and all(_bytes(workers.get(k, 0)) for k in optional)):
+        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, {', '.join(map(repr, optional))}, "
+                f"'new']}} (sizes {BYTES})")
+    new = workers.get("new", 0)
+    if type(new) is not int or not 0 <= new <= workers["count"]:
+        return f"has workers.new {new!r}, not a count of at most workers.count {workers['count']!r}"
     return None
 
 

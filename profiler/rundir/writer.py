@@ -28,11 +28,10 @@ class RunWriter:
         self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            if (self.path / EPOCHS).exists():
-                raise UsageError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory")
-            self._files = {EPOCHS: open(self.path / EPOCHS, "ab", buffering=0)}
-        except UsageError:
-            raise
+            # created exclusively: of two runs started on one directory, the second stops here
+            self._files = {EPOCHS: open(self.path / EPOCHS, "xb", buffering=0)}
+        except FileExistsError:
+            raise UsageError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory") from None
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
         self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file; a file whose failed write
