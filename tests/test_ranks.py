@@ -1,6 +1,7 @@
 """Multi-rank directories: finding and checking rank-N/ run directories, and the merged analysis on
 jobs with known answers (written by the tests: no training, no subprocess)."""
 
+import dataclasses
 import json
 import re
 import shutil
@@ -11,7 +12,7 @@ import pytest
 from profiler.analysis import analyze
 from profiler.analysis import ranks as rank_analysis
 from profiler.analysis.ranks import analyze_ranks, rank_heatmap
-from profiler.report import text
+from profiler.report import rank_text, text
 from profiler.rundir import RunDirError
 from profiler.rundir.ranks import is_multi_rank, rank_dirs
 
@@ -161,6 +162,34 @@ def test_job_without_a_straggler_has_none(tmp_path):
     assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
+def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggler(tmp_path):
+    # no collective (a script that never calls init_process_group): rank 1 is 5% slower and pauses
+    # 8 ms in a full collection every 10 steps, but nobody waits for it; it also runs on longer
+    rng = np.random.default_rng(0)
+    wall0 = 0.010 + 0.0003 * rng.random(300)
+    wall1 = 0.0105 + 0.0003 * rng.random(400)
+    gc1 = np.zeros((3, 400))
+    gc1[2, 9::10] = 0.008
+    wall1 += gc1[2]
+    write_rank(tmp_path / "rank-0", 0, 2, wall0)
+    write_rank(tmp_path / "rank-1", 1, 2, wall1, gc1)
+    a = analyze_ranks(tmp_path)
+    assert a.collective == "none" and a.drift_steps > 10
+    assert a.stragglers is None and a.lost_s == 0.0 and a.straggled_steps == 0
+    d = analyze(tmp_path)
+    assert "rank-straggler" not in [f.pattern for f in d.findings]
+    summary = "\n".join(rank_text.summary(a))
+    assert "steps drift apart" in summary and "none holds the others back" in summary
+    assert "the ranks that finished recorded 300 to 400 steps (rank 1: 400); only the first 300 are compared" in summary
+
+
+@pytest.mark.parametrize("collective", ["in-step", "between-steps"])
+def test_ranks_that_meet_every_step_stay_within_a_step(tmp_path, collective):
+    a = analyze_ranks(synthetic_job(tmp_path, 4, 400, straggler=2, collective=collective))
+    assert a.collective == collective and a.drift_steps < rank_analysis.SYNC_STEPS
+    assert a.stragglers is not None and a.stragglers.rank == 2
+
+
 def test_stalls_spread_over_every_rank_name_no_straggler(tmp_path):
     a = analyze_ranks(synthetic_job(tmp_path, 4, 400, spread=0.05, pause_s=0.004, where="loader"))
     assert a.straggled_steps > 40 and a.lost_fraction > 0.02
@@ -198,7 +227,9 @@ def test_blocks_give_the_same_answer_as_one_block(tmp_path, monkeypatch):
                         lambda self, a, b: reads.append(b - a) or original(self, a, b))
     blocked = analyze_ranks(tmp_path)
     assert max(reads) == 64 and len(reads) == 5 * (1 + 10)    # the probe block, then 630 steps in 10
-    assert blocked == whole
+    # the drift is the probe's (its median step: of the probe block's steps)
+    assert blocked.drift_steps == pytest.approx(whole.drift_steps, rel=0.01)
+    assert dataclasses.replace(blocked, drift_steps=whole.drift_steps) == whole
 
 
 def test_heatmap_marks_the_stragglers_bins_and_its_gc(tmp_path):

@@ -12,6 +12,9 @@ collective lies, which the clocks show (meta.json's clock_origin_unix aligns ran
                     or paused in its own GC inside it. Taken unless the steps clearly begin together.
     between-steps   steps BEGIN together (the step ends before the collective). The straggler's
                     own step is longer; the others wait between steps.
+    none            neither: the ranks' steps drift apart by more than SYNC_STEPS steps (a per-step
+                    collective keeps them within one), so no rank waits for another and none
+                    holds the others back (ranks that never call a collective).
 
 Per aligned step and rank, the rank's stall is its own time above the median rank's:
 
@@ -46,6 +49,10 @@ STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost ti
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time
 FINISHED = ("completed", "halted")
 PROBE_STEPS = 2000       # steps read to find where the collective lies
+# how far apart, in median steps, the ranks' step beginnings and ends may drift (the 95th percentile
+# of each rank's offset from rank 0 about its median) and still be waiting for each other: jobs with
+# a collective every step measured 0.44-0.81 here, ranks that never called one 2.3-16
+SYNC_STEPS = 1.5
 
 
 @dataclass
@@ -102,7 +109,9 @@ class RankAnalysis:
     run_dir: str
     ranks: int
     unit: str                    # "step" or "epoch": what was aligned across ranks
-    collective: str              # "in-step", "between-steps", "one-rank", or "unknown" (epochs, or no clocks)
+    collective: str              # "in-step", "between-steps", "none" (the ranks drift apart), "one-rank", or
+                                 # "unknown" (epochs, or no clocks)
+    drift_steps: float | None    # how far the ranks' steps drift apart, in median steps (None: not measured)
     aligned: int                 # indices every rank finished
     warmup: int                  # of those, left out at the start
     job_time_s: float            # the aligned steps' time: per step the longest, with the time before it
@@ -231,21 +240,28 @@ def _blocks(sources, first, stop_at):
 
 
 def _collective(sources, first, stop_at):
-    """Where the collective lies, from the first steps: do the ranks' steps end or begin together?
-    Measured as how much each rank's step ends (or beginnings) move against rank 0's, so a constant
-    clock offset between ranks or hosts does not count. Inside the step unless the beginnings are
-    clearly steadier (the ends of a step are not exact on a loaded machine)."""
+    """(where the collective lies, drift_steps), from the first steps: do the ranks' steps end or
+    begin together, or drift apart? Measured as how much each rank's step ends (or beginnings)
+    move against rank 0's, so a constant clock offset between ranks or hosts does not count.
+    Inside the step unless the beginnings are clearly steadier (the ends of a step are not exact
+    on a loaded machine); none when both drift more than SYNC_STEPS median steps."""
     if len(sources) < 2:
-        return "one-rank"
+        return "one-rank", None
     if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources):
-        return "unknown"
+        return "unknown", None
     stop = min(stop_at, first + min(PROBE_STEPS, max(1, BLOCK_VALUES // len(sources))))
     block = next(_blocks(sources, first, stop))
+    ends, step = block.begin_s + block.wall_s, float(np.median(block.gap_s + block.wall_s))
 
-    def wander(times):   # median over ranks of the median absolute deviation of (rank - rank 0)
+    def offsets(times):   # each rank's offset from rank 0 about its median, per step
         d = times[1:] - times[0]
-        return float(np.median(np.abs(d - np.median(d, axis=1, keepdims=True))))
-    return "between-steps" if wander(block.begin_s) < 0.5 * wander(block.begin_s + block.wall_s) else "in-step"
+        return np.abs(d - np.median(d, axis=1, keepdims=True))
+    drift = min(float(np.percentile(offsets(t), 95, axis=1).max()) for t in (block.begin_s, ends)) / max(step, 1e-12)
+    if drift > SYNC_STEPS:
+        return "none", drift
+    # median over ranks of the median absolute deviation of (rank - rank 0)
+    steadier = float(np.median(offsets(block.begin_s))) < 0.5 * float(np.median(offsets(ends)))
+    return "between-steps" if steadier else "in-step", drift
 
 
 def _median_rank(values, axis):
@@ -262,11 +278,13 @@ def _own(block, collective):
 
 
 def _stalls(block, collective):
-    """Per aligned index: the rank with the largest stall, the stall, and its GC above the median rank's."""
+    """Per aligned index: the rank with the largest stall, the stall, and its GC above the median rank's
+    (none when the ranks do not wait for each other)."""
     stall, gc_x = _own(block, collective)
     cols = np.arange(stall.shape[1])
     top = stall.argmax(axis=0)
-    return top, np.maximum(stall[top, cols], 0.0), gc_x[:, top, cols]
+    waited = collective != "none"
+    return top, np.maximum(stall[top, cols], 0.0) * waited, gc_x[:, top, cols] * waited
 
 
 def _count(rank_dir, unit):
@@ -296,7 +314,7 @@ def analyze_ranks(run_dir):
     sources = [source for source, taking_part in zip(sources, live) if taking_part]
     ranks_of = np.array([d.rank for d, taking_part in zip(dirs, live) if taking_part])
     first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
-    collective = _collective(sources, first, aligned)
+    collective, drift = _collective(sources, first, aligned)
     n_used = aligned - first
     job = np.empty(n_used)           # the job's time per index: the longest step, with the time before it
     top = np.empty(n_used, int)      # the rank with the largest stall per index
@@ -346,7 +364,7 @@ def analyze_ranks(run_dir):
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs} for s in per_rank if s.status not in FINISHED]
     return RankAnalysis(
-        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, aligned=aligned, warmup=first,
+        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=drift, aligned=aligned, warmup=first,
         job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
@@ -361,12 +379,12 @@ def rank_heatmap(run_dir, bins=400):
     dirs = [d for d, taking_part in zip(dirs, live) if taking_part]
     _, sources, warm = zip(*(_rank(d, unit) for d in dirs))
     first = min(max(warm), aligned - 1)
-    collective = _collective(sources, first, aligned)
+    collective, _ = _collective(sources, first, aligned)
     edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)
     for block in _blocks(sources, first, aligned):
-        stall = np.clip(_own(block, collective)[0], 0.0, None)
+        stall = np.clip(_own(block, collective)[0], 0.0, None) * (collective != "none")
         which = np.searchsorted(edges, np.arange(block.start, block.stop), side="right") - 1
         for b in np.unique(which):
             cols = which == b

@@ -9,6 +9,9 @@ COLLECTIVE = {"in-step": "steps end together: the collective is inside the step"
 
 
 def _collective(ra):
+    if ra.collective == "none":
+        return (f"steps drift apart (up to {ra.drift_steps:.1f} steps between ranks): the ranks do not wait for "
+                f"each other at a collective, so none holds the others back")
     if ra.collective != "unknown":
         return COLLECTIVE[ra.collective]
     if ra.unit == "epoch":
@@ -94,6 +97,18 @@ def unfinished(ra):
     return lines
 
 
+def uneven(ra):
+    """A line when ranks that finished recorded different numbers of steps (epochs): only the first
+    `aligned` are compared."""
+    counts = {r.rank: r.steps if ra.unit == "step" else r.epochs for r in ra.per_rank
+              if r.status not in STOPPED}
+    if len(set(counts.values())) < 2:
+        return []
+    most = max(counts, key=counts.get)
+    return [f"the ranks that finished recorded {min(counts.values()):,} to {max(counts.values()):,} {ra.unit}s "
+            f"(rank {most}: {counts[most]:,}); only the first {ra.aligned:,} are compared"]
+
+
 def summary(ra):
     """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
     lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
@@ -101,7 +116,7 @@ def summary(ra):
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
              f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s "
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
-    lines += [f"!            {line}" for line in unfinished(ra)]
+    lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
                   f"{'stalled':>8s} {'cost':>10s}"]
     for r in ra.per_rank[:64]:
