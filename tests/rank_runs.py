@@ -12,7 +12,7 @@ ORIGIN_UNIX = 1.8e9
 
 
 def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_gc2_s=None, status="completed",
-               steps_per_epoch=None, host="node-0", local_rank=None, rss_growth=0):
+               steps_per_epoch=None, host="node-0", local_rank=None, rss_growth=0, job=None, origin_unix=ORIGIN_UNIX):
     """A rank's run directory: steps.bin from wall_s (n,), gc_s (3, n) pauses by generation inside
     the steps and start_s (n,) (back to back by default); gap_gc2_s (n,) a generation-2 collection
     just before each step (gc_events.bin); one epochs.jsonl record per `steps_per_epoch` steps (the
@@ -26,8 +26,8 @@ def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_g
     writer = RunWriter(path)
     writer.write_meta({"format": FORMAT, "status": status, "error": None, "meta": {"label": f"rank {rank}"},
                        "host": host, "rank": rank, "world_size": world_size,
-                       "local_rank": rank if local_rank is None else local_rank, "clock_origin_unix": ORIGIN_UNIX,
-                       "clock_origin_ns": 0})
+                       "local_rank": rank if local_rank is None else local_rank, "clock_origin_unix": origin_unix,
+                       "clock_origin_ns": 0, "job": job})
     writer.append_binary(STEPS, steps.tobytes())
     if gap_gc2_s is not None:
         at = np.flatnonzero(gap_gc2_s)

@@ -26,7 +26,10 @@ def test_rank_out_dir_follows_torchrun_env():
     assert rank_out_dir("out", {}) == Path("out")
     assert rank_out_dir("out", {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}) == Path("out/rank-3")
     assert rank_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}) == {"rank": 3, "local_rank": 1,
-                                                                             "world_size": 4}
+                                                                             "world_size": 4, "job": None}
+    torchrun = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41000",
+                "TORCHELASTIC_RUN_ID": "none"}
+    assert rank_env(torchrun)["job"] == "none@127.0.0.1:41000"
     with pytest.raises(UsageError, match="RANK='x', not an integer"):
         rank_env({"RANK": "x", "WORLD_SIZE": "2"})
     with pytest.raises(UsageError, match="RANK=2 outside WORLD_SIZE=2"):
@@ -144,6 +147,9 @@ def test_two_rank_job_names_the_gc_straggler_and_compare_shows_what_a_gc_policy_
     frozen = _job(tmp_path / "freeze", "--straggler-rank", 1, "--gc-policy", "freeze")
     d = _report(capsys, plain)
     assert d["ranks"] == 2 and d["stragglers"]["rank"] == 1
+    jobs = {run: {json.loads((run / f"rank-{r}" / "meta.json").read_text())["job"] for r in (0, 1)}
+            for run in (plain, frozen)}
+    assert all(len(j) == 1 and None not in j for j in jobs.values()) and jobs[plain] != jobs[frozen]
     # the planted loader also builds 1,000 records per step on that rank, its own time: its GC
     # explained 0.58-0.63 of its stalls on a quiet machine, 0.39 in one loaded CI run; the
     # collections that explain them are full ones

@@ -16,7 +16,7 @@ from profiler.report import rank_text, text
 from profiler.rundir import RunDirError
 from profiler.rundir.ranks import is_multi_rank, rank_dirs
 
-from .rank_runs import synthetic_job, write_rank
+from .rank_runs import ORIGIN_UNIX, synthetic_job, write_rank
 
 
 def test_rank_dirs_sorted_with_host_and_local_rank(tmp_path):
@@ -43,6 +43,22 @@ def test_mismatched_world_sizes_are_one_clear_error(tmp_path):
     write_rank(tmp_path / "rank-1", 1, 4, np.full(10, 0.01))
     with pytest.raises(RunDirError, match=r"mixes runs of different jobs \(world size 2 in .*rank-0; world size 4"):
         rank_dirs(tmp_path)
+
+
+def test_ranks_of_two_jobs_are_one_clear_error(tmp_path):
+    # rank-0 of one `profiler run --nproc-per-node 2` job beside rank-1 of another (a new user's copy)
+    write_rank(tmp_path / "a" / "rank-0", 0, 2, np.full(10, 0.01), job="none@127.0.0.1:41000")
+    write_rank(tmp_path / "a" / "rank-1", 1, 2, np.full(10, 0.01), job="none@127.0.0.1:42000")
+    with pytest.raises(RunDirError, match=r"mixes runs of different jobs \(job none@127.0.0.1:41000 in .*rank-0; job "):
+        rank_dirs(tmp_path / "a")
+    # without job ids (or torchrun's default port for both): the starts, 35 s apart here, 10 minutes there
+    write_rank(tmp_path / "b" / "rank-0", 0, 2, np.full(10, 0.01))
+    write_rank(tmp_path / "b" / "rank-1", 1, 2, np.full(10, 0.01), origin_unix=ORIGIN_UNIX + 600)
+    with pytest.raises(RunDirError, match=r"mixes runs of different jobs: .*rank-1 started 600 s after .*rank-0"):
+        rank_dirs(tmp_path / "b")
+    write_rank(tmp_path / "c" / "rank-0", 0, 2, np.full(10, 0.01), job="none@127.0.0.1:41000")
+    write_rank(tmp_path / "c" / "rank-1", 1, 2, np.full(10, 0.01), origin_unix=ORIGIN_UNIX + 2)
+    assert [r.rank for r in rank_dirs(tmp_path / "c")] == [0, 1]   # one rank without an id: no conflict
 
 
 def test_duplicate_rank_names_both_directories(tmp_path):
@@ -258,6 +274,9 @@ def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_pa
     assert "Rank 1 no longer straggles" in json.loads(capsys.readouterr().out)["verdict"]
     assert main(["compare", str(a), str(a / "rank-0")]) == 2
     assert "is a multi-rank run and" in capsys.readouterr().err
+    from profiler import compare   # the Python API's renderers take the RankComparison too
+    assert "Rank 1 no longer straggles" in text.comparison_verdict(compare(a, b))
+    assert text.comparison(compare(a, b)).startswith(text.comparison_verdict(compare(a, b))[:40])
     assert main(["timeline", str(a), "--out", str(tmp_path / "t.json")]) == 0
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}

@@ -4,13 +4,16 @@ import os
 
 from ..errors import UsageError
 
-FIELDS = ("rank", "local_rank", "world_size")
+FIELDS = ("rank", "local_rank", "world_size", "job")
 
 
 def rank_env(environ=None):
-    """{"rank", "local_rank", "world_size"} from torchrun's environment, or None outside torchrun
-    (RANK or WORLD_SIZE unset). A value that is not an integer, or a rank outside the world size,
-    is a UsageError: the job's directories would not line up."""
+    """{"rank", "local_rank", "world_size", "job"} from torchrun's environment, or None outside
+    torchrun (RANK or WORLD_SIZE unset). "job" is what every rank of one job shares:
+    "RUN_ID@MASTER_ADDR:MASTER_PORT" (None without a master address), so a directory that mixes
+    two jobs' ranks is told apart (`profiler run --nproc-per-node` takes a free port per job). A
+    value that is not an integer, or a rank outside the world size, is a UsageError: the job's
+    directories would not line up."""
     environ = os.environ if environ is None else environ
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
@@ -23,4 +26,6 @@ def rank_env(environ=None):
             raise UsageError(f"the environment has {key}={text!r}, not an integer (set by torchrun)") from None
     if not 0 <= values["rank"] < values["world_size"]:
         raise UsageError(f"the environment has RANK={values['rank']} outside WORLD_SIZE={values['world_size']}")
+    master = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    values["job"] = f"{environ.get('TORCHELASTIC_RUN_ID', '')}@{master[0]}:{master[1]}" if all(master) else None
     return values

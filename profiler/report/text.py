@@ -5,6 +5,7 @@ import textwrap
 
 from ..analysis import findings as fnd
 from ..analysis import stats
+from ..analysis.ranks import RankComparison
 from ..analysis.scaling import DEPENDS
 from . import rank_text
 
@@ -351,6 +352,9 @@ def _gc_comparison(a, b):
 
 
 def comparison_verdict(c):
+    """The verdict of a Comparison, or of a RankComparison (two multi-rank runs: rank_text's)."""
+    if isinstance(c, RankComparison):
+        return rank_text.comparison_verdict(c)
     a, b = c.a, c.b
     slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
     slow_is_a = slow is a
@@ -387,6 +391,8 @@ def comparison_verdict(c):
 
 
 def comparison(c):
+    if isinstance(c, RankComparison):
+        return rank_text.comparison(c)
     a, b = c.a.label, c.b.label
     width = max(len(a), len(b), 10)
     lines = [_wrap(comparison_verdict(c)), "",

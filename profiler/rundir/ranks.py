@@ -3,9 +3,11 @@
     OUT/rank-0/  OUT/rank-1/ ...                 what `torchrun ... -m profiler run --out OUT` writes
     OUT/node-a/rank-0/  OUT/node-b/rank-1/ ...   directories copied from several hosts, one level down
 
-rank_dirs(path) finds them and checks that they form one job: each rank once, every rank of the
-world size present, one world size, and each directory's name agreeing with the rank its
-meta.json records. Anything else is a RunDirError that says which directories disagree.
+rank_dirs(path) finds them and checks that they form one job: one job id where the ranks record
+one (torchrun's run id and master address), starts within MAX_START_SPREAD_S of each other, each
+rank once, every rank of the world size present, one world size, and each directory's name
+agreeing with the rank its meta.json records. Anything else is a RunDirError that says which
+directories disagree.
 """
 
 import json
@@ -19,6 +21,9 @@ from .reader import unreadable, why_not_json
 
 _NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
 MAX_UNIX = 1e11   # clock_origin_unix above this (the year 5138) is not a time.time() reading
+# ranks of one job start their sessions together (torchrun starts them at once, after the rendezvous):
+# within 0.03 s here; two jobs started by hand one after the other, 35 s apart
+MAX_START_SPREAD_S = 300
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class RankDir:
     host: str | None
     clock_origin_unix: float | None   # time.time() at the rank's clock origin: aligns ranks and hosts
     path: Path
+    job: str | None = None            # what the job's ranks share ("RUN_ID@MASTER_ADDR:MASTER_PORT")
 
 
 def _candidates(path):
@@ -69,8 +75,22 @@ def _read_rank(path):
     local, origin = meta.get("local_rank"), meta.get("clock_origin_unix")
     if origin is not None and not (type(origin) in (int, float) and 0 <= origin <= MAX_UNIX):
         raise RunDirError(f"{file} has clock_origin_unix {origin!r}, not a Unix time: not written by this profiler")
+    job = meta.get("job")
     return RankDir(rank, local if isinstance(local, int) else None, world, meta.get("host"),
-                   None if origin is None else float(origin), path)
+                   None if origin is None else float(origin), path, job if isinstance(job, str) else None)
+
+
+def _mixed(path, ranks, what, key):
+    """RunDirError when the ranks' `key` values (None: not recorded) are not one."""
+    groups = {}
+    for r in ranks:
+        if key(r) is not None:
+            groups.setdefault(key(r), []).append(r)
+    if len(groups) > 1:
+        parts = "; ".join(f"{what} {k} in {', '.join(str(r.path) for r in rs[:3])}"
+                          + (f" and {len(rs) - 3} more" if len(rs) > 3 else "") for k, rs in sorted(groups.items()))
+        raise RunDirError(f"{path} mixes runs of different jobs ({parts}); keep one job's {RANK_PREFIX}* "
+                          f"directories per directory")
 
 
 def rank_dirs(path):
@@ -82,14 +102,17 @@ def rank_dirs(path):
     if not candidates:
         raise RunDirError(f"{path} holds no {RANK_PREFIX}<RANK> directories: not a multi-rank run")
     ranks = sorted((_read_rank(p) for p in candidates), key=lambda r: (r.rank, str(r.path)))
-    worlds = {}
-    for r in ranks:
-        worlds.setdefault(r.world_size, []).append(r)
-    if len(worlds) > 1:
-        parts = "; ".join(f"world size {w} in {', '.join(str(r.path) for r in rs[:3])}"
-                          + (f" and {len(rs) - 3} more" if len(rs) > 3 else "") for w, rs in sorted(worlds.items()))
-        raise RunDirError(f"{path} mixes runs of different jobs ({parts}); keep one job's {RANK_PREFIX}* "
-                          f"directories per directory")
+    _mixed(path, ranks, "world size", lambda r: r.world_size)
+    _mixed(path, ranks, "job", lambda r: r.job)
+    origins = [r for r in ranks if r.clock_origin_unix is not None]
+    if origins:
+        first = min(origins, key=lambda r: r.clock_origin_unix)
+        last = max(origins, key=lambda r: r.clock_origin_unix)
+        if last.clock_origin_unix - first.clock_origin_unix > MAX_START_SPREAD_S:
+            raise RunDirError(f"{path} mixes runs of different jobs: {last.path} started "
+                              f"{last.clock_origin_unix - first.clock_origin_unix:,.0f} s after {first.path} (the "
+                              f"ranks of one job start together); keep one job's {RANK_PREFIX}* directories per "
+                              f"directory")
     for a, b in zip(ranks, ranks[1:]):
         if a.rank == b.rank:
             raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path} (both {META} files record "
