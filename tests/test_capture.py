@@ -4,6 +4,7 @@ path, profiling does not change results, and deep/auto capture names the growing
 import gc
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -242,7 +243,9 @@ def test_auto_capture_switches_on_when_rss_grows_and_off_after_the_window(tmp_pa
     heaps = [r["heap"] for r in records(tmp_path / "run")]
     traced = [i for i, h in enumerate(heaps) if h is not None]
     assert len(traced) == 3 and traced == list(range(traced[0], traced[0] + 3))
-    assert "memory in use grows" in heaps[traced[0]]["trigger"]
+    # malloc's bytes in use, or RSS when a read of them cost over 20 us (in place, after an epoch:
+    # 1 run in 8 here) and the budget put off the next ones
+    assert re.match(r"(memory in use|RSS) grows \d+ KiB/epoch", heaps[traced[0]]["trigger"])
     assert any(s["site"].endswith(f"test_capture.py:{leak_loop.__code__.co_firstlineno + 4}")
                for s in heaps[traced[-1]]["top_growth"])
 
@@ -384,6 +387,37 @@ def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_cost
     got = reads(60, 100_000_000)
     assert got[:20] == [None] * 20 and got[20:] == [1024] * 40   # epochs 380-399 wait for epoch 400
     assert reads(50, 10_000) == [1024] * 50
+
+
+def test_deep_capture_snapshots_stay_within_the_budget_as_they_grow_costly(clock, monkeypatch):
+    """A snapshot walks every traced block: a new user's loop that kept what it traced took 0.45 s
+    at first and 3.2 s after 30 epochs of 0.2 s. After one that took over 50 ms, the next waits
+    until the run covers its cost at 10%; while cheaper, one every `every` epochs."""
+    from profiler.capture import heap
+    cost = {"ns": 40_000_000}
+
+    def site_totals():
+        clock["ns"] += cost["ns"]
+        return {}
+    monkeypatch.setattr(heap, "site_totals", site_totals)
+    tracker = heap.HeapTracker(True, every=2, budget=0.1)
+    tracker.start()
+    try:
+        epoch_index = iter(range(10_000))
+
+        def snapshots(epochs):
+            taken = []
+            for _ in range(epochs):
+                clock["ns"] += 200_000_000   # an epoch of 0.2 s
+                taken.append(tracker.epoch_end(next(epoch_index), 0.2, 0.0, 0, None)["snapshot"])
+            return taken
+        assert snapshots(10) == [False, True] * 5   # 40 ms each: every second epoch, as `every` says
+        cost["ns"] = 3_000_000_000                  # 3 s each: the next one 30 s on
+        taken = snapshots(400)
+        at = [i for i, t in enumerate(taken) if t]
+        assert at[0] == 1 and set(np.diff(at)) == {150}   # its own 3 s, then 30 s: 150 epochs of 0.2 s
+    finally:
+        tracker.stop()
 
 
 def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_always_taken(clock, monkeypatch):

@@ -35,6 +35,7 @@ import tracemalloc
 
 import numpy as np
 
+from .budget import Budget
 from .objects import TypeGrowth
 
 NUMPY_DOMAIN = np.lib.tracemalloc_domain
@@ -42,12 +43,8 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the profiler's own code: everything in the package but profiler/workloads, the code being profiled
 # (one pattern, so each snapshot pays for one filter; fnmatch's * crosses directories)
 _OWN = os.path.join(_PACKAGE, "[!w]*")
-_EXCLUDE = [
-    tracemalloc.Filter(False, _OWN),
-    tracemalloc.Filter(False, tracemalloc.__file__),
-    tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
-    tracemalloc.Filter(False, "<unknown>"),
-]
+# traces whose most recent frame is in one of these are not the program's
+_EXCLUDE = (_OWN, tracemalloc.__file__, "<frozen importlib._bootstrap*>", "<unknown>")
 TOP = 10
 _LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
 
@@ -66,19 +63,34 @@ def user_frame(traceback):
     return traceback[-1]
 
 
+def _site(frames):
+    """"file.py:LINE" of the user frame among raw (filename, lineno) frames, most recent first, or
+    None when the most recent is excluded (tracemalloc's, ...) or the user frame is the profiler's
+    own (its records, encoded by the standard library: writer.py, objects.py)."""
+    if any(fnmatch.fnmatch(frames[0][0], pattern) for pattern in _EXCLUDE):
+        return None
+    filename, lineno = next((f for f in frames if not _is_library(f[0])), frames[0])
+    return None if fnmatch.fnmatch(filename, _OWN) else f"{filename}:{lineno}"
+
+
 def site_totals():
     """{(site, kind): [bytes, blocks]} of every traced block, by the user line that allocated it.
     Only these totals are kept between snapshots, not the snapshot itself: a snapshot holds a few
-    GC-tracked tuples per traced block (and ~185 MiB with torch imported)."""
-    snapshot = tracemalloc.take_snapshot().filter_traces(_EXCLUDE)
+    GC-tracked tuples per traced block (and ~185 MiB with torch imported). One pass over the raw
+    traces, each distinct traceback placed once: tracemalloc's own filters and statistics, a
+    pass per filter in Python, took 3.2 s a snapshot of a new user's loop whose traced heap grew."""
+    by_traceback = {}
+    for domain, size, frames, _ in tracemalloc.take_snapshot().traces._traces:
+        total = by_traceback.setdefault((frames, domain == NUMPY_DOMAIN), [0, 0])
+        total[0] += size
+        total[1] += 1
     totals = {}
-    for kind, keep in (("numpy", True), ("python", False)):
-        domain = tracemalloc.DomainFilter(keep, NUMPY_DOMAIN)
-        for stat in snapshot.filter_traces([domain]).statistics("traceback"):
-            frame = user_frame(stat.traceback)
-            total = totals.setdefault((f"{frame.filename}:{frame.lineno}", kind), [0, 0])
-            total[0] += stat.size
-            total[1] += stat.count
+    for (frames, numpy_block), (size, count) in by_traceback.items():
+        site = _site(frames) if frames else None
+        if site is not None:
+            total = totals.setdefault((site, "numpy" if numpy_block else "python"), [0, 0])
+            total[0] += size
+            total[1] += count
     return totals
 
 
@@ -165,6 +177,9 @@ class GrowthDetector:
         return None
 
 
+SNAPSHOT_FREE_NS = 500_000_000
+
+
 class HeapTracker:
     """The 'heap' field of each epoch record. Options are checked by the Session (options.py)."""
 
@@ -181,6 +196,10 @@ class HeapTracker:
         self.trigger = None       # why auto capture last switched on
         self.types = TypeGrowth(allocation_site)
         self._types_epochs = 0    # epochs since the last count by type (what top_types' diffs cover)
+        # deep capture's snapshots walk every traced block and its types count every tracked
+        # object, so after one that took over SNAPSHOT_FREE_NS the next waits until the run's time
+        # covers its cost within budget
+        self._snapshots = Budget(budget, free_ns=SNAPSHOT_FREE_NS)
 
     @property
     def tracing(self):
@@ -228,20 +247,22 @@ class HeapTracker:
         tracemalloc.reset_peak()
         record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
         self._types_epochs += 1
-        if self.mode == "auto":
-            snapshot = self._window_left in (self.window, 1)   # a window's first and last epochs
-        else:
-            snapshot = (epoch + 1) % self.every == 0
-        if snapshot:
-            now = site_totals()
-            record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
-            self._previous = now
-            if self.mode is True or self._window_left == 1:   # auto: the types once, at the window's end
-                record["top_types"], record["types_epochs"] = self.types.sample(), self._types_epochs
-                self._types_epochs = 0
+        if self.mode == "auto":   # a window's first and last epochs (its rest keeps the budget)
+            if self._window_left in (self.window, 1):
+                self._snapshot(record)
+        elif (epoch + 1) % self.every == 0:
+            self._snapshots.call(lambda: self._snapshot(record))
         if self.trigger:
             record["trigger"] = self.trigger
         return record
+
+    def _snapshot(self, record):
+        now = site_totals()
+        record["top_growth"], record["snapshot"] = top_growth(now, self._previous), True
+        self._previous = now
+        if self.mode is True or self._window_left == 1:   # auto: the types once, at the window's end
+            record["top_types"], record["types_epochs"] = self.types.sample(), self._types_epochs
+            self._types_epochs = 0
 
     def _auto(self, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
         if self._window_left > 0:
