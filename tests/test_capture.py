@@ -4,6 +4,7 @@ path, profiling does not change results, and deep/auto capture names the growing
 import gc
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -221,6 +222,8 @@ def test_deep_capture_names_the_growing_line(tmp_path):
     heap = records(tmp_path / "run")[-1]["heap"]
     top = heap["top_growth"][0]
     assert top["site"].endswith("test_capture.py:" + str(leak_loop.__code__.co_firstlineno + 4))
+    own = os.path.join(ROOT, "profiler", "")   # its records, its type counts: not the program's lines
+    assert not [g["site"] for r in records(tmp_path / "run") for g in r["heap"]["top_growth"] if g["site"].startswith(own)]
     assert top["kind"] == "numpy" and top["size_diff"] >= 20 * 50_000 * 4
     assert heap["traced_bytes"] >= 3 * 4_000_000
 
