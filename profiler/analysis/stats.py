@@ -147,23 +147,29 @@ HIST_EDGES = np.geomspace(1e-7, 1e7, 5462)   # 0.6% wide bins from 0.1 us to 1e7
 
 class Quantiles:
     """Approximate quantiles of a stream of durations (seconds) in constant memory: counts in
-    log-spaced bins 0.6% wide, fed chunk by chunk."""
+    log-spaced bins 0.6% wide, fed chunk by chunk; an estimate never leaves the values' range (a
+    bin's middle could: a p99 of 181.60 ms over a slowest step of 181.10)."""
 
     def __init__(self):
         self.counts = np.zeros(len(HIST_EDGES) + 1, np.int64)
         self.n = 0
+        self.low, self.high = np.inf, -np.inf
 
     def add(self, values):
         values = np.asarray(values, float)
         self.counts += np.bincount(np.searchsorted(HIST_EDGES, values), minlength=len(self.counts))
         self.n += len(values)
+        if len(values):
+            self.low, self.high = min(self.low, float(values.min())), max(self.high, float(values.max()))
 
     def quantile(self, q):
         if self.n == 0:
             return 0.0
         index = int(np.searchsorted(np.cumsum(self.counts), q * self.n, side="left"))
         if index == 0:
-            return float(HIST_EDGES[0])
-        if index >= len(HIST_EDGES):
-            return float(HIST_EDGES[-1])
-        return float(np.sqrt(HIST_EDGES[index - 1] * HIST_EDGES[index]))
+            estimate = float(HIST_EDGES[0])
+        elif index >= len(HIST_EDGES):
+            estimate = float(HIST_EDGES[-1])
+        else:
+            estimate = float(np.sqrt(HIST_EDGES[index - 1] * HIST_EDGES[index]))
+        return min(max(estimate, self.low), self.high)
