@@ -257,6 +257,14 @@ def test_a_directory_that_holds_a_run_already_is_a_usage_error_and_stays(tmp_pat
     assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
 
 
+def test_a_file_where_the_run_directory_belongs_says_so(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(UsageError, match="afile is a file, not a directory; choose a new run directory"):
+        with Session(tmp_path / "afile"):
+            pass
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_path):
     # two runs started together on one directory (a sweep given the same --out): the first one's
     # epochs.jsonl is created exclusively, so the second cannot append to it

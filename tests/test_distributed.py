@@ -57,6 +57,10 @@ def test_launch_refuses_to_nest_or_to_mix_jobs(tmp_path, monkeypatch):
         launch(2, ["run", "mlp"], tmp_path / "new")
     with pytest.raises(UsageError, match="belongs to `profiler run`"):
         rank_argv(["report", "x"], "job")
+    monkeypatch.delenv("RANK")
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(UsageError, match="cannot create --out .*file/job"):   # before torchrun starts
+        launch(2, ["run", "mlp"], tmp_path / "file" / "job")
 
 
 def test_straggler_rank_outside_the_job_is_a_usage_error(tmp_path, capsys, monkeypatch):

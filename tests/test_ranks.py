@@ -61,9 +61,17 @@ def test_ranks_of_two_jobs_are_one_clear_error(tmp_path):
     assert [r.rank for r in rank_dirs(tmp_path / "c")] == [0, 1]   # one rank without an id: no conflict
 
 
+def test_a_directory_of_jobs_names_them(tmp_path):
+    for job in ("job-b", "job-a"):
+        for r in (0, 1):
+            write_rank(tmp_path / "runs" / job / f"rank-{r}", r, 2, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"runs is not a multi-rank run but holds several \(job-a, job-b\): give one"):
+        rank_dirs(tmp_path / "runs")
+
+
 def test_duplicate_rank_names_both_directories(tmp_path):
-    for host in ("a", "b"):
-        write_rank(tmp_path / host / "rank-0", 0, 1, np.full(10, 0.01))
+    for host in ("a", "b"):   # neither a job of its own (world size 2): a copy made twice
+        write_rank(tmp_path / host / "rank-0", 0, 2, np.full(10, 0.01))
     with pytest.raises(RunDirError, match=r"rank 0 appears twice, in .*a/rank-0 and in .*b/rank-0"):
         rank_dirs(tmp_path)
 

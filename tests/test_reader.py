@@ -299,3 +299,10 @@ def test_a_pipe_where_steps_bin_belongs_is_one_clear_error_not_a_hang(tmp_path):
     os.mkfifo(run / "steps.bin")
     with pytest.raises(RunDirError, match="steps.bin: it is a special file, where the profiler writes a file"):
         read_run(run)
+
+
+def test_a_directory_of_runs_names_them(tmp_path):
+    for name in ("b", "a"):
+        from_walls(tmp_path / "runs" / name, [0.01, 0.01])
+    with pytest.raises(RunDirError, match=r"runs is not a run directory but holds 2 \(a, b\): give one of them"):
+        read_run(tmp_path / "runs")

@@ -84,7 +84,7 @@ def _launch(args, argv, stem):
     out = args.out or _default_out(stem)
     launch(args.nproc_per_node, argv, out)
     if not args.quiet:
-        print(f"wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}")
+        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}", file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):

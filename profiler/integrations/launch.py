@@ -8,6 +8,7 @@ OUT/rank-<RANK>/, and the directory OUT is one multi-rank run (profiler.rundir.r
 127.0.0.1 and the same `profiler run` arguments. Nothing here imports torch.
 """
 
+import os
 import socket
 import subprocess
 import sys
@@ -61,6 +62,12 @@ def launch(nproc, argv, out):
         raise UsageError(f"{LAUNCH_OPTION} starts torchrun itself; under torchrun, leave it out")
     if Path(out).exists() and any(Path(out).iterdir()):
         raise UsageError(f"{out} is not empty; choose a new --out directory for the job's ranks")
+    try:   # before any rank starts: a place no rank could write fails here, once
+        Path(out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create --out {out}: {e.strerror or e}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write in --out {out}: permission denied")
     command = launcher_command(nproc, rank_argv(argv, out), free_port())
     code = subprocess.run(command).returncode
     if code != 0:

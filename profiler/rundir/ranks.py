@@ -93,6 +93,15 @@ def _mixed(path, ranks, what, key):
                           f"directories per directory")
 
 
+def _complete(path):
+    """Whether `path` holds rank-0 and every other rank of rank-0's world size: a job of its own."""
+    try:
+        world = _read_rank(path / f"{RANK_PREFIX}0").world_size
+    except RunDirError:
+        return False
+    return all((path / f"{RANK_PREFIX}{r}" / META).exists() for r in range(world))
+
+
 def rank_dirs(path):
     """The rank directories of a multi-rank run, sorted by rank; RunDirError when they do not form one job."""
     path = Path(path)
@@ -114,6 +123,10 @@ def rank_dirs(path):
                               f"ranks of one job start together); keep one job's {RANK_PREFIX}* directories per "
                               f"directory")
     for a, b in zip(ranks, ranks[1:]):
+        if a.rank == b.rank and a.path.parent != b.path.parent and _complete(a.path.parent) and _complete(b.path.parent):
+            jobs = sorted({r.path.parent.name for r in ranks})
+            shown = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+            raise RunDirError(f"{path} is not a multi-rank run but holds several ({shown}): give one of them")
         if a.rank == b.rank:
             raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path} (both {META} files record "
                               f"rank {a.rank}): these come from different jobs (or one was copied twice); keep one "

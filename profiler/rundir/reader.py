@@ -147,6 +147,10 @@ def read_run(path):
     if not meta_file.exists():
         if any(path.glob(RANK_PREFIX + "*/" + META)):
             raise RunDirError(f"{path} is a multi-rank run ({RANK_PREFIX}N/ directories): read one of its ranks")
+        runs = sorted(p.parent.name for p in path.glob("*/" + META))
+        if runs:
+            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+            raise RunDirError(f"{path} is not a run directory but holds {len(runs)} ({shown}): give one of them")
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))

@@ -28,7 +28,11 @@ class RunWriter:
         self._created = not self.path.exists()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            # created exclusively: of two runs started on one directory, the second stops here
+        except FileExistsError:
+            raise UsageError(f"{self.path} is a file, not a directory; choose a new run directory") from None
+        except OSError as e:
+            raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
+        try:   # created exclusively: of two runs started on one directory, the second stops here
             self._files = {EPOCHS: open(self.path / EPOCHS, "xb", buffering=0)}
         except FileExistsError:
             raise UsageError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory") from None
