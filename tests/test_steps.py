@@ -294,9 +294,23 @@ def test_add_epoch_field(tmp_path):
             session.add_epoch_field(5, dict)
         with pytest.raises(UsageError, match="read must be a function"):
             session.add_epoch_field("loss", 0.5)
+        with pytest.raises(UsageError, match="a field 'workers' was added already"):
+            session.add_epoch_field("workers", dict)
         with session.epoch(0):
             pass
     assert read_run(tmp_path / "run").epochs[0]["workers"] == {"count": 0, "uss_bytes": 0, "pss_bytes": 0}
+    for late in (lambda: session.add_epoch_field("loss", dict), session.mark_halted):
+        with pytest.raises(UsageError, match="after its with-block ended"):
+            late()
+
+
+def test_an_epoch_begun_and_never_ended_is_said_at_the_end(tmp_path, capsys):
+    with Session(tmp_path / "run") as session:
+        session.begin_epoch()
+    assert "profiler: epoch 0 began but did not end (begin_epoch() without end_epoch()): it is not written" \
+        in capsys.readouterr().err
+    run = read_run(tmp_path / "run")
+    assert run.epochs == [] and run.status == "completed"
 
 
 @pytest.mark.slow

@@ -188,6 +188,9 @@ class Session:
             return False
         if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             status, error = ("halted" if self._halted else "completed"), None
+            if self._epoch is not None:
+                print(f"profiler: epoch {self._epoch} began but did not end (begin_epoch() without end_epoch()): "
+                      f"it is not written", file=sys.stderr)
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
         elif issubclass(exc_type, SystemExit):
@@ -266,6 +269,7 @@ class Session:
 
     def mark_halted(self):
         """Record that the loop stopped early on purpose (a handler halted it)."""
+        self._check_usable("mark_halted()")
         self._halted = True
 
     def add_epoch_field(self, name, read):
@@ -277,6 +281,9 @@ class Session:
                              f"epoch's end, e.g. lambda: loss")
         if name in ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops"):
             raise UsageError(f"add_epoch_field({name!r}): {name!r} is a field the Session writes itself")
+        if name in self._fields:
+            raise UsageError(f"add_epoch_field({name!r}): a field {name!r} was added already; give each its own name")
+        self._check_usable("add_epoch_field()")
         self._fields[name] = read
 
     # -- epochs --------------------------------------------------------------------------------
