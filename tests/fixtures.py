@@ -20,7 +20,7 @@ def epoch(index, wall_s, *, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0), rss=20
                      "max_pause_s": max(pause), "tracked": tracked},
               "rss_bytes": int(rss), "malloc_bytes": malloc, "heap": heap, "ops": {}}
     for (name, tags), seconds in (ops or {}).items():
-        label = f"{name}[{','.join(v for _, v in tags)}]" if tags else name
+        label = f"{name}[{','.join(str(v) for _, v in tags)}]" if tags else name
         key = next(k for k in (label, *(f"{label}#{n}" for n in range(2, 99))) if k not in record["ops"])
         record["ops"][key] = {"name": name, "tags": dict(tags), "calls": 10, "total_s": seconds}
     if start_s is not None:

@@ -54,6 +54,18 @@ def test_op_identity_stays_structured(tmp_path):
     assert rows[("conv", (("layout", "fast"),))].a_s == pytest.approx(0.002)
 
 
+def test_tag_values_keep_their_types(tmp_path):
+    # session.op("forward", layer=1) records the int 1; analysis and JSON give it back as 1, not "1",
+    # and ops whose values differ in type still sort into one table
+    ops = {("forward", (("layer", 1),)): 0.002, ("forward", (("layer", "x"),)): 0.001, ("step", (("fused", True),)): 0.001}
+    a = run_with_ops(tmp_path / "a", ops, 0.005)
+    b = run_with_ops(tmp_path / "b", ops, 0.005)
+    c = compare(a, b)
+    assert {(r.op, tuple(r.tags.items())) for r in c.rows} == {("forward", (("layer", 1),)), ("forward", (("layer", "x"),)),
+                                                                ("step", (("fused", True),))}
+    assert {"layer": 1} in [r["tags"] for r in json.loads(json_out.render(c))["rows"]]
+
+
 def test_old_keys_without_identity_are_parsed(tmp_path):
     def old(path, layout, seconds):
         records = [epoch(i, 0.01) for i in range(6)]

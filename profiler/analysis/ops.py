@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class OpId:
     name: str
-    tags: tuple = ()      # ((key, value), ...) sorted by key; values as strings
+    tags: tuple = ()      # ((key, value), ...) sorted by key; values as recorded (str, int, float, bool, None)
 
     def tag_dict(self):
         return dict(self.tags)
@@ -22,11 +22,16 @@ class OpId:
     def without(self, keys):
         return OpId(self.name, tuple((k, v) for k, v in self.tags if k not in keys))
 
+    def __lt__(self, other):   # an order for tables: values of different types are not comparable
+        def key(op):
+            return op.name, tuple((k, type(v).__name__, str(v)) for k, v in op.tags)
+        return key(self) < key(other)
+
 
 def op_id(key, value):
     """The identity of one op entry of an epoch record."""
     if isinstance(value, dict) and "name" in value:
-        return OpId(value["name"], tuple(sorted((str(k), str(v)) for k, v in (value.get("tags") or {}).items())))
+        return OpId(value["name"], tuple(sorted((str(k), v) for k, v in (value.get("tags") or {}).items())))
     name, bracket, rest = key.partition("[")
     if not bracket or not rest.endswith("]"):
         return OpId(key)
