@@ -54,6 +54,13 @@ def test_op_identity_stays_structured(tmp_path):
     assert rows[("conv", (("layout", "fast"),))].a_s == pytest.approx(0.002)
 
 
+def test_a_what_if_that_saves_nothing_visible_is_not_said(tmp_path):
+    # conv 0.1% faster in B: "113.37 ms instead of 113.37 ms (-0.0%)" said nothing
+    a = run_with_ops(tmp_path / "a", {("conv", ()): 0.050, ("pool", ()): 0.010}, 0.11337)
+    b = run_with_ops(tmp_path / "b", {("conv", ()): 0.04995, ("pool", ()): 0.010}, 0.11332)
+    assert "If conv" not in text.comparison_verdict(compare(a, b))
+
+
 def test_tag_values_keep_their_types(tmp_path):
     # session.op("forward", layer=1) records the int 1; analysis and JSON give it back as 1, not "1",
     # and ops whose values differ in type still sort into one table

@@ -177,9 +177,9 @@ def test_terminated_run_is_read_and_rendered_everywhere(tmp_path):
     meta = json.loads((run / "meta.json").read_text())
     (run / "meta.json").write_text(json.dumps(dict(meta, status="terminated", error="SIGTERM")))
     d = analyze(run)
-    assert d.status == "terminated" and not d.complete and d.problems == ["the run terminated: SIGTERM"]
-    assert "(6 epochs, terminated, INCOMPLETE)" in text.diagnosis(d)
-    assert "the run is incomplete (the run terminated: SIGTERM)" in json.loads(json_out.render(d))["verdict"]
+    assert d.status == "terminated" and not d.complete and d.problems == ["the run was terminated: SIGTERM"]
+    assert "(6 epochs, terminated; the run is incomplete)" in text.diagnosis(d)
+    assert "the run is incomplete (the run was terminated: SIGTERM)" in json.loads(json_out.render(d))["verdict"]
     assert "status terminated (incomplete)" in html.render(title="t", diagnoses=[(d, series(run), None)])
     assert trace.write_run(run, tmp_path / "t.json") > 30
     assert compare(run, run).ratio == 1.0
@@ -190,3 +190,11 @@ def test_terminated_run_is_read_and_rendered_everywhere(tmp_path):
 
 def test_sizes_up_to_the_readers_bound_read_in_their_unit():
     assert text.size(1 << 50) == "1.0 PiB" and text.size(3 << 40) == "3.0 TiB" and text.size(-(5 << 30)) == "-5.0 GiB"
+
+
+def test_wording_of_small_numbers():
+    assert text.counted(1, "step") == "1 step" and text.counted(1234, "step") == "1,234 steps"
+    assert text._per_epoch(0.4, "full collection") == "0.4 full collections per epoch"
+    assert text._per_epoch(1, "full collection") == "1 full collection per epoch"
+    assert text._per_epoch(3, "full collection") == "3 full collections per epoch"
+    assert text.below(0.0198, 0.02) == "1.98%" and text.below(0.011, 0.02) == "1.1%"

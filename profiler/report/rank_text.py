@@ -32,7 +32,7 @@ def _generations(by_gen):
 
 def straggler_evidence(s):
     often = f"nearly every {s.unit}" if s.mean_interval < 1.5 else f"about one in {s.mean_interval:.0f}"
-    text_ = (f"Rank {s.rank} holds the other ranks back: in {s.steps:,} {s.unit}s ({text.pct(s.step_fraction)}, "
+    text_ = (f"Rank {s.rank} holds the other ranks back: in {text.counted(s.steps, s.unit)} ({text.pct(s.step_fraction)}, "
              f"{often}) it was {text.ms(s.stall_s / s.steps)} behind the median rank on average "
              f"(median {text.ms(s.median_stall_s)}), and every other rank waited for it: {text.ms(s.stall_s)}, "
              f"{text.pct(s.time_fraction)} of the job's time. Its own GC pauses explain "
@@ -70,7 +70,7 @@ def stalls_evidence(e):
     """No rank stands out, but the ranks held each other back in turn (e: analysis.ranks.RankStalls)."""
     by_gen = e.gc_explained_by_generation
     return (f"No rank stands out, but {e.ranks_stalling} of the {e.ranks} ranks held the others back in turn: in "
-            f"{e.steps:,} {e.unit}s one of them was behind the median rank by over 10% of a {e.unit}, and the job "
+            f"{text.counted(e.steps, e.unit)} one of them was behind the median rank by over 10% of a {e.unit}, and the job "
             f"waited {text.ms(e.lost_s)}, {text.pct(e.lost_fraction)} of its time. The stalling ranks' own GC pauses "
             f"explain {text.pct(sum(by_gen))} of it{_generations(by_gen)}")
 
@@ -114,7 +114,7 @@ def summary(ra):
     lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
              f"{_collective(ra)}",
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
-             f"{text.ms(ra.job_time_s)}, in {ra.straggled_steps:,} {ra.unit}s "
+             f"{text.ms(ra.job_time_s)}, in {text.counted(ra.straggled_steps, ra.unit)} "
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
     lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "

@@ -115,8 +115,7 @@ def evidence(f):
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
         return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
                 f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
-                f"({e.collections_per_epoch[2]:.0f} full collection{'' if e.collections_per_epoch[2] == 1 else 's'} "
-                f"per epoch)" + _objects(e.objects, e.site))
+                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + _objects(e.objects, e.site))
     if f.pattern == "gc-spikes":
         s = e.spikes
         return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) are spikes, "
@@ -209,6 +208,7 @@ def remedy(f):
 
 
 CAUSES = {"gc": "Garbage collection", "allocation": "Memory", "compute": "Compute"}
+WHAT_IF_MIN = 0.995   # a what-if is worth a sentence when it saves at least 0.5% of the slower epoch
 
 
 # -- diagnosis -----------------------------------------------------------------------------------
@@ -218,7 +218,8 @@ def _headline(d):
     times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
     analysed = d.epochs - et.warmup_epochs_skipped
     if analysed < stats.MIN_POINTS:
-        return (f"{analysed} epoch{'' if analysed == 1 else 's'} after the warm-up: too few to tell whether epoch "
+        after = " after the warm-up" if et.warmup_epochs_skipped else ""
+        return (f"{analysed} epoch{'' if analysed == 1 else 's'}{after}: too few to tell whether epoch "
                 f"time changes ({times}).")
     if et.slowdown and et.change.relative_low <= 0:
         return (f"Epochs may be getting slower: {times}; the trend adds {change(et.change)} over the run "
@@ -230,12 +231,29 @@ def _headline(d):
     return f"Epoch time holds steady: {times} (no sustained trend; fitted change {change(et.change)})."
 
 
+def _per_epoch(n, what):
+    """'2 full collections per epoch', '1 full collection per epoch', '0.4 full collections per epoch'."""
+    shown = f"{n:.0f}" if n >= 1 or n == 0 else f"{n:.1f}"
+    return f"{shown} {what}{'' if shown == '1' else 's'} per epoch"
+
+
+def counted(n, unit):
+    """'1 step', '1,234 steps'."""
+    return f"{n:,} {unit}{'' if n == 1 else 's'}"
+
+
+def below(x, threshold):
+    """pct(x), with more digits when it would read as the threshold it is under (1.98% under 2.0%)."""
+    return pct(x) if pct(x) != pct(threshold) else f"{100 * x:.2f}%"
+
+
 def _spikes_not_found(s):
     if s.count == 0:
         return f"no {s.unit} spikes"
     text = f"{s.unit} spikes take {pct(s.time_fraction)} of the run"
     if s.time_fraction < fnd.SPIKE_FRACTION:
-        return text + f" (under the {pct(fnd.SPIKE_FRACTION)} that makes a finding)"
+        return f"{s.unit} spikes take {below(s.time_fraction, fnd.SPIKE_FRACTION)} of the run (under the " \
+               f"{pct(fnd.SPIKE_FRACTION)} that makes a finding)"
     return (text + f", but GC pauses explain only {pct(s.gc_explained_fraction)} of their time (the workload or "
             f"the machine slows them, not GC)")
 
@@ -258,7 +276,8 @@ def _no_finding(d):
     """Why nothing was reported, from the numbers the tables show."""
     gc = f"GC takes {pct(d.gc.share_total)} of the run's time"
     if d.gc.share_total < fnd.MEANINGFUL:
-        gc += f" (under the {pct(fnd.MEANINGFUL)} that makes a finding)"
+        gc = f"GC takes {below(d.gc.share_total, fnd.MEANINGFUL)} of the run's time (under the {pct(fnd.MEANINGFUL)} " \
+             f"that makes a finding)"
     few = d.epochs - d.epoch_time.warmup_epochs_skipped < stats.MIN_POINTS
     return (f"No finding: {gc}; {_spikes_not_found(d.spikes)}; {_memory_not_found(d.allocation)}. "
             + ("Run more epochs to tell more." if few else "Nothing to fix here."))
@@ -292,7 +311,7 @@ def verdict(d):
 
 def diagnosis(d):
     et, g, a = d.epoch_time, d.gc, d.allocation
-    lines = [f"run      {d.run_dir}  ({d.epochs} epochs, {d.status}{'' if d.complete else ', INCOMPLETE'})",
+    lines = [f"run      {d.run_dir}  ({d.epochs} epochs, {d.status}{'' if d.complete else '; the run is incomplete'})",
              f"cause    {d.primary_cause}", "", _wrap(verdict(d)), ""]
     if d.rank_analysis is not None:
         lines += rank_text.summary(d.rank_analysis) + [""]
@@ -362,7 +381,7 @@ def comparison_verdict(c):
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    best = [r for r in sorted(both, key=what_if) if what_if(r) < slow.epoch_s][:2]
+    best = [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
         label = op_label(r.op, r.tags)

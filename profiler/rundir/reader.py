@@ -171,7 +171,8 @@ def read_run(path):
     if status == "running":
         problems.append("the run never finished (status still 'running'): it crashed, was killed, or is live")
     elif status in ("failed", "interrupted", "terminated"):
-        problems.append(f"the run {status}" + (f": {meta['error']}" if meta.get("error") else ""))
+        how = {"failed": "failed", "interrupted": "was interrupted", "terminated": "was terminated"}[status]
+        problems.append(f"the run {how}" + (f": {meta['error']}" if meta.get("error") else ""))
     elif status not in STATUSES:
         problems.append(f"{META} has status {status!r}, not one this profiler writes ({', '.join(STATUSES)})")
     dropped = meta.get("gc_events_dropped")
