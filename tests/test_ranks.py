@@ -207,6 +207,18 @@ def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggle
     assert "the ranks that finished recorded 300 to 400 steps (rank 1: 400); only the first 300 are compared" in summary
 
 
+def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_path):
+    for r in range(3):
+        write_rank(tmp_path / f"rank-{r}", r, 3, np.full(100, 0.01), steps_per_epoch=10,
+                   rss_growth=(8 << 20) if r == 2 else 1000)
+    a = analyze_ranks(tmp_path)
+    lines = rank_text.summary(a)
+    assert [line for line in lines if "RSS grows" in line] == [
+        "!            rank 2's RSS grows 8.0 MiB per epoch against 1000 B on the median rank: `profiler report` on "
+        "its directory for the growth"]
+    assert lines[lines.index(next(line for line in lines if line.lstrip().startswith("rank host"))) + 3].endswith("8.0 MiB")
+
+
 @pytest.mark.parametrize("collective", ["in-step", "between-steps"])
 def test_ranks_that_meet_every_step_stay_within_a_step(tmp_path, collective):
     a = analyze_ranks(synthetic_job(tmp_path, 4, 400, straggler=2, collective=collective))

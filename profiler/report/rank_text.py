@@ -109,6 +109,17 @@ def uneven(ra):
             f"(rank {most}: {counts[most]:,}); only the first {ra.aligned:,} are compared"]
 
 
+def growing(ra):
+    """A line per rank whose memory grows while the others' does not (a leak on one rank shows in its
+    own report, which this one is not unless it is the diagnosed rank)."""
+    rates = [r.rss_growth_bytes_per_epoch for r in ra.per_rank]
+    typical = sorted(rates)[(len(rates) - 1) // 2]
+    return [f"rank {r.rank}'s RSS grows {text.size(r.rss_growth_bytes_per_epoch)} per epoch against "
+            f"{text.size(typical)} on the median rank: `profiler report` on its directory for the growth"
+            for r in ra.per_rank if r.rank != ra.diagnosed
+            and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
+
+
 def summary(ra):
     """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
     lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
@@ -116,13 +127,14 @@ def summary(ra):
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
              f"{text.ms(ra.job_time_s)}, in {text.counted(ra.straggled_steps, ra.unit)} "
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
-    lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra)]
+    lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra) + growing(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
-                  f"{'stalled':>8s} {'cost':>10s}"]
+                  f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s}"]
     for r in ra.per_rank[:64]:
         count = r.steps if ra.unit == "step" else r.epochs
         lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
-                     f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s}")
+                     f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
+                     f"{text.size(r.rss_growth_bytes_per_epoch):>11s}")
     if len(ra.per_rank) > 64:
         worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
         lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
