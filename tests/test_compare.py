@@ -71,6 +71,9 @@ def test_tag_values_keep_their_types(tmp_path):
     assert {(r.op, tuple(r.tags.items())) for r in c.rows} == {("forward", (("layer", 1),)), ("forward", (("layer", "x"),)),
                                                                 ("step", (("fused", True),))}
     assert {"layer": 1} in [r["tags"] for r in json.loads(json_out.render(c))["rows"]]
+    from profiler.analysis.ops import OpId
+    assert sorted([OpId("f", (("n", 10),)), OpId("f", (("n", "x"),)), OpId("f", (("n", 2),))]) == [
+        OpId("f", (("n", 2),)), OpId("f", (("n", 10),)), OpId("f", (("n", "x"),))]   # numbers by value, then text
 
 
 def test_old_keys_without_identity_are_parsed(tmp_path):

@@ -29,7 +29,7 @@ def test_rank_out_dir_follows_torchrun_env():
                                                                              "world_size": 4, "job": None}
     torchrun = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "41000",
                 "TORCHELASTIC_RUN_ID": "none"}
-    assert rank_env(torchrun)["job"] == "none@127.0.0.1:41000"
+    assert rank_env(torchrun)["job"] == "none:41000"
     with pytest.raises(UsageError, match="RANK='x', not an integer"):
         rank_env({"RANK": "x", "WORLD_SIZE": "2"})
     with pytest.raises(UsageError, match="RANK=2 outside WORLD_SIZE=2"):

@@ -40,6 +40,7 @@ def record(**changes):
     (record(epoch=0), ["line 2", "epoch 0 after epoch 0", "strictly increase"]),
     (record(epoch=5), ["line 3", "epoch 2 after epoch 5"]),
     (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
+    (record(ops={"f": {"name": "f", "tags": {"k": [1]}, "calls": 1, "total_s": 0.001}}), ["line 2", "ops['f'] tags"]),
     (record(workers={"count": 2}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": 3}), ["line 2", "workers.new 3", "at most workers.count 2"]),
@@ -51,7 +52,7 @@ def record(**changes):
     (record(rss_bytes=2 ** 63 - 1), ["line 2", "rss_bytes 9223372036854775807, not a number of bytes"]),
     (record(ops={"f": {"calls": 1, "total_s": 1e300}}), ["line 2", "ops['f']"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "workers", "workers-growth", "workers-new", "start-negative",
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "workers", "workers-growth", "workers-new", "start-negative",
         "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])

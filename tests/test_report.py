@@ -197,4 +197,6 @@ def test_wording_of_small_numbers():
     assert text._per_epoch(0.4, "full collection") == "0.4 full collections per epoch"
     assert text._per_epoch(1, "full collection") == "1 full collection per epoch"
     assert text._per_epoch(3, "full collection") == "3 full collections per epoch"
+    assert text._per_epoch(0.04, "full collection") == "0.04 full collections per epoch"
+    assert text._per_epoch(1.4, "full collection") == "1.4 full collections per epoch"
     assert text.below(0.0198, 0.02) == "1.98%" and text.below(0.011, 0.02) == "1.1%"

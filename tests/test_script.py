@@ -434,8 +434,10 @@ def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_pat
     os.rmdir(first)
     os.rmdir("runs")
     options.default_dir("train")
+    (tmp_path / "elsewhere" / "runs").mkdir(parents=True)
+    os.chdir(tmp_path / "elsewhere")   # a script that changed directory: not its runs/ that goes
     options.remove_unused()   # runs/ too, when the call created it
-    assert not os.path.exists("runs")
+    assert not (tmp_path / "runs").exists() and (tmp_path / "elsewhere" / "runs").is_dir()
 
 
 def test_manual_gc_without_steps_collects_after_each_epoch(tmp_path, capsys):

@@ -22,9 +22,9 @@ class OpId:
     def without(self, keys):
         return OpId(self.name, tuple((k, v) for k, v in self.tags if k not in keys))
 
-    def __lt__(self, other):   # an order for tables: values of different types are not comparable
+    def __lt__(self, other):   # an order for tables: numbers by value (1 == True == 1.0, as ==), then text
         def key(op):
-            return op.name, tuple((k, type(v).__name__, str(v)) for k, v in op.tags)
+            return op.name, tuple((k, 0, v, "") if isinstance(v, (int, float)) else (k, 1, 0, str(v)) for k, v in op.tags)
         return key(self) < key(other)
 
 

@@ -12,9 +12,9 @@ collective lies, which the clocks show (meta.json's clock_origin_unix aligns ran
                     or paused in its own GC inside it. Taken unless the steps clearly begin together.
     between-steps   steps BEGIN together (the step ends before the collective). The straggler's
                     own step is longer; the others wait between steps.
-    none            neither: the ranks' steps drift apart by more than SYNC_STEPS steps (a per-step
-                    collective keeps them within one), so no rank waits for another and none
-                    holds the others back (ranks that never call a collective).
+    none            neither: the ranks' steps wander apart by more than SYNC_STEPS steps (a per-step
+                    collective keeps them within a fraction of one), so no rank waits for another
+                    and none holds the others back (ranks that never call a collective).
 
 Per aligned step and rank, the rank's stall is its own time above the median rank's:
 
@@ -49,10 +49,11 @@ STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost ti
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time
 FINISHED = ("completed", "halted")
 PROBE_STEPS = 2000       # steps read to find where the collective lies
-# how far apart, in median steps, the ranks' step beginnings and ends may drift (the 95th percentile
-# of each rank's offset from rank 0 about its median) and still be waiting for each other: jobs with
-# a collective every step measured 0.44-0.81 here, ranks that never called one 2.3-16
-SYNC_STEPS = 1.5
+# how far apart, in median steps, the ranks' step beginnings and ends may wander (the median over
+# ranks of the median absolute deviation of each one's offset from rank 0: a straggler's recurring
+# stalls, on fewer than half the steps, leave it alone) and still be waiting for each other: jobs with
+# a collective every step measured 0.013-0.30 here, ranks that never called one 0.94-12.8
+SYNC_STEPS = 0.5
 
 
 @dataclass
@@ -253,15 +254,14 @@ def _collective(sources, first, stop_at):
     block = next(_blocks(sources, first, stop))
     ends, step = block.begin_s + block.wall_s, float(np.median(block.gap_s + block.wall_s))
 
-    def offsets(times):   # each rank's offset from rank 0 about its median, per step
+    def wander(times):   # median over ranks of the median absolute deviation of (rank - rank 0)
         d = times[1:] - times[0]
-        return np.abs(d - np.median(d, axis=1, keepdims=True))
-    drift = min(float(np.percentile(offsets(t), 95, axis=1).max()) for t in (block.begin_s, ends)) / max(step, 1e-12)
+        return float(np.median(np.abs(d - np.median(d, axis=1, keepdims=True))))
+    begins, ends = wander(block.begin_s), wander(ends)
+    drift = min(begins, ends) / max(step, 1e-12)
     if drift > SYNC_STEPS:
         return "none", drift
-    # median over ranks of the median absolute deviation of (rank - rank 0)
-    steadier = float(np.median(offsets(block.begin_s))) < 0.5 * float(np.median(offsets(ends)))
-    return "between-steps" if steadier else "in-step", drift
+    return "between-steps" if begins < 0.5 * ends else "in-step", drift
 
 
 def _median_rank(values, axis):

@@ -45,6 +45,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN = os.path.join(_PACKAGE, "[!w]*")
 # traces whose most recent frame is in one of these are not the program's
 _EXCLUDE = (_OWN, tracemalloc.__file__, "<frozen importlib._bootstrap*>", "<unknown>")
+_WRAPPERS = os.path.join(_PACKAGE, "integrations", "*")
 TOP = 10
 _LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
 
@@ -54,22 +55,17 @@ def _is_library(filename):
     return os.path.realpath(filename).startswith(_LIBRARIES)
 
 
-def user_frame(traceback):
-    """The innermost frame outside the standard library and installed packages: the line the user
-    wrote (np.ones's own line in numpy says nothing); the innermost frame if all are libraries."""
-    for frame in reversed(traceback):   # tracemalloc orders frames oldest first
-        if not _is_library(frame.filename):
-            return frame
-    return traceback[-1]
-
-
 def _site(frames):
-    """"file.py:LINE" of the user frame among raw (filename, lineno) frames, most recent first, or
-    None when the most recent is excluded (tracemalloc's, ...) or the user frame is the profiler's
-    own (its records, encoded by the standard library: writer.py, objects.py)."""
+    """"file.py:LINE" of the line the user wrote among (filename, lineno) frames, most recent first:
+    the innermost outside the standard library, installed packages and the profiler's wrappers of
+    them (integrations/: a patched DataLoader.__next__ allocates for the user's loop), np.ones's own
+    line in numpy saying nothing; the innermost frame if all are such. None when the most recent is
+    excluded (tracemalloc's, ...) or the line is the profiler's own (its records, encoded by the
+    standard library: writer.py, objects.py; its snapshots)."""
     if any(fnmatch.fnmatch(frames[0][0], pattern) for pattern in _EXCLUDE):
         return None
-    filename, lineno = next((f for f in frames if not _is_library(f[0])), frames[0])
+    filename, lineno = next((f for f in frames if not (_is_library(f[0]) or fnmatch.fnmatch(f[0], _WRAPPERS))),
+                            frames[0])
     return None if fnmatch.fnmatch(filename, _OWN) else f"{filename}:{lineno}"
 
 
@@ -99,10 +95,7 @@ def allocation_site(obj):
     traceback = tracemalloc.get_object_traceback(obj)
     if traceback is None or not len(traceback):
         return None
-    frame = user_frame(traceback)
-    if fnmatch.fnmatch(frame.filename, _OWN):   # the profiler's own objects (snapshots) say nothing
-        return None
-    return f"{frame.filename}:{frame.lineno}"
+    return _site([(f.filename, f.lineno) for f in reversed(traceback)])   # Traceback: oldest first
 
 
 def top_growth(now, before, n=TOP):

@@ -269,7 +269,7 @@ class Session:
 
     def mark_halted(self):
         """Record that the loop stopped early on purpose (a handler halted it)."""
-        self._check_usable("mark_halted()")
+        self._check_open("mark_halted()")
         self._halted = True
 
     def add_epoch_field(self, name, read):
@@ -281,12 +281,17 @@ class Session:
                              f"epoch's end, e.g. lambda: loss")
         if name in ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops"):
             raise UsageError(f"add_epoch_field({name!r}): {name!r} is a field the Session writes itself")
+        self._check_open("add_epoch_field()")
         if name in self._fields:
             raise UsageError(f"add_epoch_field({name!r}): a field {name!r} was added already; give each its own name")
-        self._check_usable("add_epoch_field()")
         self._fields[name] = read
 
     # -- epochs --------------------------------------------------------------------------------
+    def _check_open(self, what):
+        """Refuse a call after the with-block ended (before it, and from any thread, is fine)."""
+        if self._state == "closed":
+            raise UsageError(f"session.{what} used after its with-block ended: call it inside `with Session(...)`")
+
     def _check_usable(self, what):
         if self._state != "open":
             when = "before `with Session(...)` began" if self._state == "new" else "after its with-block ended"

@@ -9,11 +9,11 @@ FIELDS = ("rank", "local_rank", "world_size", "job")
 
 def rank_env(environ=None):
     """{"rank", "local_rank", "world_size", "job"} from torchrun's environment, or None outside
-    torchrun (RANK or WORLD_SIZE unset). "job" is what every rank of one job shares:
-    "RUN_ID@MASTER_ADDR:MASTER_PORT" (None without a master address), so a directory that mixes
-    two jobs' ranks is told apart (`profiler run --nproc-per-node` takes a free port per job). A
-    value that is not an integer, or a rank outside the world size, is a UsageError: the job's
-    directories would not line up."""
+    torchrun (RANK or WORLD_SIZE unset). "job" is what every rank of one job shares: "RUN_ID:PORT"
+    (torchrun's run id and master port; None without a port; not the master address, which hosts
+    may write as a name or an address), so a directory that mixes two jobs' ranks is told apart
+    (`profiler run --nproc-per-node` takes a free port per job). A value that is not an integer,
+    or a rank outside the world size, is a UsageError: the job's directories would not line up."""
     environ = os.environ if environ is None else environ
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
@@ -26,6 +26,6 @@ def rank_env(environ=None):
             raise UsageError(f"the environment has {key}={text!r}, not an integer (set by torchrun)") from None
     if not 0 <= values["rank"] < values["world_size"]:
         raise UsageError(f"the environment has RANK={values['rank']} outside WORLD_SIZE={values['world_size']}")
-    master = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
-    values["job"] = f"{environ.get('TORCHELASTIC_RUN_ID', '')}@{master[0]}:{master[1]}" if all(master) else None
+    port = environ.get("MASTER_PORT")
+    values["job"] = f"{environ.get('TORCHELASTIC_RUN_ID', '')}:{port}" if port else None
     return values

@@ -67,7 +67,7 @@ def scenario_argv(args, scenario, out, epochs):
     return argv
 
 
-_RESERVED = []   # default run directories this command created
+_RESERVED = []   # (pid, absolute path) of the default run directories this command created
 
 
 def default_dir(stem):
@@ -76,15 +76,16 @@ def default_dir(stem):
     base = f"runs/{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         if not os.path.isdir("runs"):
-            os.makedirs("runs")
-            _RESERVED.append("runs")   # removed after the run's directory when both stay empty
+            with contextlib.suppress(FileExistsError):   # another command may make it meanwhile
+                os.mkdir("runs")
+                _RESERVED.append((os.getpid(), os.path.abspath("runs")))   # removed after the run's, if empty
         for n in itertools.count(1):
             path = base if n == 1 else f"{base}-{n}"
             try:
                 os.mkdir(path)
             except FileExistsError:
                 continue
-            _RESERVED.append(path)
+            _RESERVED.append((os.getpid(), os.path.abspath(path)))   # the script may change directory
             return path
     except OSError as e:
         raise UsageError(f"cannot create a run directory under runs/ ({e}); give --out DIR") from None
@@ -92,7 +93,10 @@ def default_dir(stem):
 
 def remove_unused():
     """Remove the default run directories that stayed empty (the command failed before its run
-    wrote anything), as a run given --out leaves none."""
+    wrote anything), as a run given --out leaves none; in the process that made them only (not in
+    a child the script forked)."""
     while _RESERVED:
-        with contextlib.suppress(OSError):   # not empty: the run's
-            os.rmdir(_RESERVED.pop())
+        pid, path = _RESERVED.pop()
+        if pid == os.getpid():
+            with contextlib.suppress(OSError):   # not empty: the run's
+                os.rmdir(path)

@@ -232,8 +232,8 @@ def _headline(d):
 
 
 def _per_epoch(n, what):
-    """'2 full collections per epoch', '1 full collection per epoch', '0.4 full collections per epoch'."""
-    shown = f"{n:.0f}" if n >= 1 or n == 0 else f"{n:.1f}"
+    """'2 full collections per epoch', '1 full collection per epoch', '0.4 ...', '0.04 ...', '1.4 ...'."""
+    shown = f"{n:.0f}" if n == round(n) else f"{n:.2g}" if n < 1 else f"{n:.1f}"
     return f"{shown} {what}{'' if shown == '1' else 's'} per epoch"
 
 

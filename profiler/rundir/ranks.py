@@ -34,7 +34,7 @@ class RankDir:
     host: str | None
     clock_origin_unix: float | None   # time.time() at the rank's clock origin: aligns ranks and hosts
     path: Path
-    job: str | None = None            # what the job's ranks share ("RUN_ID@MASTER_ADDR:MASTER_PORT")
+    job: str | None = None            # what the job's ranks share ("RUN_ID:MASTER_PORT")
 
 
 def _candidates(path):
@@ -110,6 +110,11 @@ def rank_dirs(path):
     candidates = _candidates(path)
     if not candidates:
         raise RunDirError(f"{path} holds no {RANK_PREFIX}<RANK> directories: not a multi-rank run")
+    parents = sorted({p.parent for p in candidates})
+    whole = [p for p in parents if p != path and _complete(p)]
+    if len(whole) > 1:   # a directory of jobs (runs/job-a/rank-*, runs/job-b/rank-*), not one job's hosts
+        shown = ", ".join(p.name for p in whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
+        raise RunDirError(f"{path} is not a multi-rank run but holds several ({shown}): give one of them")
     ranks = sorted((_read_rank(p) for p in candidates), key=lambda r: (r.rank, str(r.path)))
     _mixed(path, ranks, "world size", lambda r: r.world_size)
     _mixed(path, ranks, "job", lambda r: r.job)
@@ -120,13 +125,9 @@ def rank_dirs(path):
         if last.clock_origin_unix - first.clock_origin_unix > MAX_START_SPREAD_S:
             raise RunDirError(f"{path} mixes runs of different jobs: {last.path} started "
                               f"{last.clock_origin_unix - first.clock_origin_unix:,.0f} s after {first.path} (the "
-                              f"ranks of one job start together); keep one job's {RANK_PREFIX}* directories per "
-                              f"directory")
+                              f"ranks of one job start together, to the hosts' clock sync); keep one job's "
+                              f"{RANK_PREFIX}* directories per directory")
     for a, b in zip(ranks, ranks[1:]):
-        if a.rank == b.rank and a.path.parent != b.path.parent and _complete(a.path.parent) and _complete(b.path.parent):
-            jobs = sorted({r.path.parent.name for r in ranks})
-            shown = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
-            raise RunDirError(f"{path} is not a multi-rank run but holds several ({shown}): give one of them")
         if a.rank == b.rank:
             raise RunDirError(f"rank {a.rank} appears twice, in {a.path} and in {b.path} (both {META} files record "
                               f"rank {a.rank}): these come from different jobs (or one was copied twice); keep one "

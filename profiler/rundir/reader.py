@@ -264,6 +264,8 @@ def _check_optional(record):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
         if not isinstance(op.get("name", ""), str) or not isinstance(op.get("tags", {}), dict):
             return f"has ops[{key!r}] whose name is not a string or whose tags are not an object"
+        if not all(v is None or type(v) in (str, int, float, bool) for v in op.get("tags", {}).values()):
+            return f"has ops[{key!r}] tags {op['tags']!r}: tag values are strings, numbers, booleans or null"
     heap = record.get("heap")
     if heap is not None:
         if not isinstance(heap, dict) or not _bytes(heap.get("traced_bytes")):
