@@ -12,7 +12,8 @@ ORIGIN_UNIX = 1.8e9
 
 
 def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_gc2_s=None, status="completed",
-               steps_per_epoch=None, host="node-0", local_rank=None, rss_growth=0, job=None, origin_unix=ORIGIN_UNIX):
+               steps_per_epoch=None, host="node-0", local_rank=None, rss_growth=0, job=None, origin_unix=ORIGIN_UNIX,
+               error=None, finished_unix=None):
     """A rank's run directory: steps.bin from wall_s (n,), gc_s (3, n) pauses by generation inside
     the steps and start_s (n,) (back to back by default); gap_gc2_s (n,) a generation-2 collection
     just before each step (gc_events.bin); one epochs.jsonl record per `steps_per_epoch` steps (the
@@ -24,7 +25,8 @@ def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_g
     start_s = np.cumsum(wall_s) - wall_s if start_s is None else np.asarray(start_s, float)
     steps = step_records(np.arange(n) // per_epoch, start_s, wall_s, gc_s)
     writer = RunWriter(path)
-    writer.write_meta({"format": FORMAT, "status": status, "error": None, "meta": {"label": f"rank {rank}"},
+    writer.write_meta({"format": FORMAT, "status": status, "error": error, "meta": {"label": f"rank {rank}"},
+                       "finished_unix": finished_unix,
                        "host": host, "rank": rank, "world_size": world_size,
                        "local_rank": rank if local_rank is None else local_rank, "clock_origin_unix": origin_unix,
                        "clock_origin_ns": 0, "job": job})

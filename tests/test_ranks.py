@@ -211,6 +211,26 @@ def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggle
     assert "the ranks that finished recorded 300 to 400 steps (rank 1: 400); only the first 300 are compared" in summary
 
 
+def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
+    # rank 1 raised; rank 0's next collective failed a second later; rank 2 finished
+    write_rank(tmp_path / "rank-0", 0, 3, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
+               error="RuntimeError: Connection reset by peer")
+    write_rank(tmp_path / "rank-1", 1, 3, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 4.0,
+               error="ValueError: boom")
+    write_rank(tmp_path / "rank-2", 2, 3, np.full(10, 0.01), finished_unix=ORIGIN_UNIX + 6.0)
+    a = analyze_ranks(tmp_path)
+    assert [u["rank"] for u in a.unfinished] == [1, 0]
+    lines = rank_text.unfinished(a)
+    assert lines[0].startswith("rank 1 did not finish (status failed: an error; when a rank dies, the others' next "
+                               "collective fails) (ValueError: boom)") and lines[0].endswith("it stopped first: look at "
+                                                                                                "its error first")
+    assert "first" not in lines[1] and "(RuntimeError: Connection reset by peer)" in lines[1]
+    # a rank killed (no final status) stopped when its last step ended: before the others' errors
+    write_rank(tmp_path / "k" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0)
+    write_rank(tmp_path / "k" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
+    assert [u["rank"] for u in analyze_ranks(tmp_path / "k").unfinished] == [1, 0]
+
+
 def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_path):
     for r in range(3):
         write_rank(tmp_path / f"rank-{r}", r, 3, np.full(100, 0.01), steps_per_epoch=10,
@@ -244,7 +264,7 @@ def test_killed_rank_is_named_with_its_last_step_and_the_others_are_intact(tmp_p
         write_rank(tmp_path / f"rank-{rank}", rank, 3, np.full(200, 0.01), steps_per_epoch=20)
     write_rank(tmp_path / "rank-1", 1, 3, np.full(73, 0.01), status="running", steps_per_epoch=20)
     a = analyze_ranks(tmp_path)
-    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": 72, "steps": 73, "epochs": 4}]
+    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": 72, "steps": 73, "epochs": 4, "error": None}]
     assert a.aligned == 73
     assert [r.steps for r in a.per_rank] == [200, 73, 200]
 
@@ -319,7 +339,7 @@ def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(t
     (tmp_path / "rank-1" / "epochs.jsonl").write_text("")
     a = analyze_ranks(tmp_path)
     assert a.aligned == 200 and a.stragglers.rank == 2
-    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0}]
+    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0, "error": None}]
     assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]
 
 

@@ -32,6 +32,7 @@ each rank's steps.bin, so memory is bounded by the block and by per-step results
 ranks x steps. Nothing here writes sentences: renderers do (profiler.report).
 """
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,8 @@ class RankSummary:
     gc_share: float              # GC pause (in steps and between them) / time from first step to last
     gc_pause_s: list             # GC pause by generation over the whole run
     rss_growth_bytes_per_epoch: float
+    error: str | None = None     # what its run recorded ending with
+    stopped_unix: float | None = None   # when it ended: its final status's time, else its last step's (or epoch's) end
     straggled: int = 0           # aligned steps this rank held the others back
     stall_s: float = 0.0         # the time those stalls cost the job
 
@@ -124,7 +127,8 @@ class RankAnalysis:
     lost_gc_by_generation: list  # share of all the lost time the stalling ranks' own GC covers, by generation
     ranks_stalling: int          # ranks that held the others back at least once
     per_rank: list = field(default_factory=list)   # RankSummary per rank, by rank
-    unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs"}
+    unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs", "error"},
+                                                    # the first to stop first
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
 
 
@@ -223,9 +227,25 @@ def _rank(rank_dir, unit):
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
-        gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate)
+        gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
+        error=run.meta.get("error") if isinstance(run.meta.get("error"), str) else None,
+        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix))
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
+
+
+def _stopped(run, steps, origin):
+    """When the rank's run ended (time.time()): its final status's time, or, when it recorded none (a
+    rank killed), the end of its last step or epoch; None without a clock origin."""
+    finished = run.meta.get("finished_unix")
+    if type(finished) in (int, float) and math.isfinite(finished):
+        return float(finished)
+    if origin is None:
+        return None
+    if len(steps):
+        return origin + float(steps[-1]["start_s"] + steps[-1]["wall_s"])
+    ends = [e["start_s"] + e["wall_s"] for e in run.epochs if e.get("start_s") is not None]
+    return origin + ends[-1] if ends else origin
 
 
 def _blocks(sources, first, stop_at):
@@ -361,8 +381,10 @@ def analyze_ranks(run_dir):
             mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
             rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
+    stopped = sorted((s for s in per_rank if s.status not in FINISHED),
+                     key=lambda s: (s.stopped_unix is None, s.stopped_unix or 0.0, s.rank))   # the first to stop first
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
-                   "epochs": s.epochs} for s in per_rank if s.status not in FINISHED]
+                   "epochs": s.epochs, "error": s.error} for s in stopped]
     return RankAnalysis(
         run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=drift, aligned=aligned, warmup=first,
         job_time_s=job_time, median_s=median,

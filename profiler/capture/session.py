@@ -210,7 +210,8 @@ class Session:
         try:
             self._cut_unwritten()
             self._write_pending_gc_events()
-            self._meta.update(status=status, error=error, finished=_now_iso(), epochs=self.epochs_written)
+            self._meta.update(status=status, error=error, finished=_now_iso(), finished_unix=time.time(),
+                              epochs=self.epochs_written)
             if self.gc_timer is not None and self.gc_timer.events_dropped:
                 self._meta["gc_events_dropped"] = self.gc_timer.events_dropped
             self._writer.check_alive()   # a run whose epochs.jsonl is gone records no final status

@@ -86,14 +86,17 @@ def stalls_remedy(e):
 
 
 def unfinished(ra):
-    """A line per rank that did not finish: its status and the last step it finished."""
+    """A line per rank that did not finish, the first to stop first: its status, its error, and the
+    last step it finished."""
     lines = []
-    for u in ra.unfinished:
+    for i, u in enumerate(ra.unfinished):
         why = STOPPED.get(u["status"], u["status"])
         last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
                 else f"it finished no {ra.unit}")
-        lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}); {last} "
-                     f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s")
+        first = "; it stopped first: look at its error first" if i == 0 and len(ra.unfinished) > 1 else ""
+        error = f" ({u['error']})" if u.get("error") else ""
+        lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "
+                     f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")
     return lines
 
 
