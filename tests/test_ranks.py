@@ -190,6 +190,16 @@ def test_job_without_a_straggler_has_none(tmp_path):
     assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
+def test_a_few_steps_are_too_few_to_call_the_ranks_apart(tmp_path):
+    # 20 steps, rank 1 20% slower: its offset wanders past half a step, but 20 steps cannot tell a
+    # wander that keeps growing (a reviewer's 10-20-step cases went both ways)
+    rng = np.random.default_rng(1)
+    write_rank(tmp_path / "rank-0", 0, 2, 0.010 + 0.0003 * rng.random(20))
+    write_rank(tmp_path / "rank-1", 1, 2, 0.012 + 0.0003 * rng.random(20))
+    a = analyze_ranks(tmp_path)
+    assert a.drift_steps > rank_analysis.SYNC_STEPS and a.collective != "none"
+
+
 def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggler(tmp_path):
     # no collective (a script that never calls init_process_group): rank 1 is 5% slower and pauses
     # 8 ms in a full collection every 10 steps, but nobody waits for it; it also runs on longer
@@ -225,10 +235,22 @@ def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
                                "collective fails) (ValueError: boom)") and lines[0].endswith("it stopped first: look at "
                                                                                                 "its error first")
     assert "first" not in lines[1] and "(RuntimeError: Connection reset by peer)" in lines[1]
-    # a rank killed (no final status) stopped when its last step ended: before the others' errors
-    write_rank(tmp_path / "k" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0)
+    # the diagnosed rank, when none finished, is the first to stop (its error leads the verdict)
+    write_rank(tmp_path / "n" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
+               error="RuntimeError: Connection reset by peer")
+    write_rank(tmp_path / "n" / "rank-1", 1, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 4.0,
+               error="ValueError: boom")
+    assert "ValueError: boom" in text.verdict(analyze(tmp_path / "n"))
+    # a rank killed (no status of its own) may have hung in the collective another broke: the one with
+    # an error comes first, and a rank without one is never marked
+    write_rank(tmp_path / "k" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
+               error="ValueError: boom")
     write_rank(tmp_path / "k" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
-    assert [u["rank"] for u in analyze_ranks(tmp_path / "k").unfinished] == [1, 0]
+    killed = analyze_ranks(tmp_path / "k")
+    assert [u["rank"] for u in killed.unfinished] == [0, 1] and "stopped first" in rank_text.unfinished(killed)[0]
+    write_rank(tmp_path / "j" / "rank-0", 0, 2, np.full(10, 0.01), status="running")
+    write_rank(tmp_path / "j" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
+    assert not any("stopped first" in line for line in rank_text.unfinished(analyze_ranks(tmp_path / "j")))
 
 
 def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_path):

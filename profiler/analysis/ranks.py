@@ -32,7 +32,6 @@ each rank's steps.bin, so memory is bounded by the block and by per-step results
 ranks x steps. Nothing here writes sentences: renderers do (profiler.report).
 """
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +39,7 @@ import numpy as np
 
 from .. import rundir
 from ..rundir.reader import step_count
-from ..rundir.ranks import rank_dirs
+from ..rundir.ranks import MAX_UNIX, rank_dirs
 from . import diagnose, findings, stats
 from .load import left_out
 
@@ -50,11 +49,13 @@ STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost ti
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time
 FINISHED = ("completed", "halted")
 PROBE_STEPS = 2000       # steps read to find where the collective lies
-# how far apart, in median steps, the ranks' step beginnings and ends may wander (the median over
-# ranks of the median absolute deviation of each one's offset from rank 0: a straggler's recurring
+# how far apart, in median steps, the ranks' step beginnings and ends may wander (the median absolute
+# deviation of the ranks' offsets from rank 0, all ranks' steps together: a straggler's recurring
 # stalls, on fewer than half the steps, leave it alone) and still be waiting for each other: jobs with
-# a collective every step measured 0.013-0.30 here, ranks that never called one 0.94-12.8
+# a collective every step measured 0.013-0.30 here, ranks that never called one 0.92-12.7. Below
+# SYNC_MIN_STEPS probe steps a wander that keeps growing cannot be told from one that does not yet
 SYNC_STEPS = 0.5
+SYNC_MIN_STEPS = 30
 
 
 @dataclass
@@ -238,7 +239,7 @@ def _stopped(run, steps, origin):
     """When the rank's run ended (time.time()): its final status's time, or, when it recorded none (a
     rank killed), the end of its last step or epoch; None without a clock origin."""
     finished = run.meta.get("finished_unix")
-    if type(finished) in (int, float) and math.isfinite(finished):
+    if type(finished) in (int, float) and 0 <= finished <= MAX_UNIX:
         return float(finished)
     if origin is None:
         return None
@@ -274,12 +275,12 @@ def _collective(sources, first, stop_at):
     block = next(_blocks(sources, first, stop))
     ends, step = block.begin_s + block.wall_s, float(np.median(block.gap_s + block.wall_s))
 
-    def wander(times):   # median over ranks of the median absolute deviation of (rank - rank 0)
+    def wander(times):   # the median absolute deviation of (rank - rank 0), all ranks' steps together
         d = times[1:] - times[0]
         return float(np.median(np.abs(d - np.median(d, axis=1, keepdims=True))))
     begins, ends = wander(block.begin_s), wander(ends)
     drift = min(begins, ends) / max(step, 1e-12)
-    if drift > SYNC_STEPS:
+    if drift > SYNC_STEPS and block.stop - block.start >= SYNC_MIN_STEPS:
         return "none", drift
     return "between-steps" if begins < 0.5 * ends else "in-step", drift
 
@@ -381,8 +382,10 @@ def analyze_ranks(run_dir):
             mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
             rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
+    # the ranks that recorded an error first, the first to stop first: a rank killed (no status of its
+    # own, its time only its last step's end) may have hung in the collective the first one broke
     stopped = sorted((s for s in per_rank if s.status not in FINISHED),
-                     key=lambda s: (s.stopped_unix is None, s.stopped_unix or 0.0, s.rank))   # the first to stop first
+                     key=lambda s: (s.error is None, s.stopped_unix is None, s.stopped_unix or 0.0, s.rank))
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs, "error": s.error} for s in stopped]
     return RankAnalysis(
@@ -422,7 +425,7 @@ def diagnose_ranks(run_dir):
     with that rank's own by the share of the job's time it costs."""
     merged = analyze_ranks(run_dir)
     finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
-    base = merged.stragglers.rank if merged.stragglers else (finished or [0])[0]
+    base = merged.stragglers.rank if merged.stragglers else (finished or [u["rank"] for u in merged.unfinished])[0]
     d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
     merged.diagnosed = base
     d.run_dir, d.ranks, d.stragglers, d.rank_analysis = str(run_dir), merged.ranks, merged.stragglers, merged

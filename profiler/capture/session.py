@@ -158,7 +158,7 @@ class Session:
                 "numpy": _version("numpy"), "numba": _version("numba"), "host": socket.gethostname(),
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
                 **self.ranks, "clock_origin_unix": origin_unix, "clock_origin_ns": origin_ns,
-                "started": _now_iso(), "finished": None, "options": self.options,
+                "started": _now_iso(), "finished": None, "finished_unix": None, "options": self.options,
             }
             self._writer.write_meta(self._meta)
         except BaseException:

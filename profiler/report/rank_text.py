@@ -93,7 +93,8 @@ def unfinished(ra):
         why = STOPPED.get(u["status"], u["status"])
         last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
                 else f"it finished no {ra.unit}")
-        first = "; it stopped first: look at its error first" if i == 0 and len(ra.unfinished) > 1 else ""
+        first = ("; it stopped first: look at its error first" if i == 0 and len(ra.unfinished) > 1 and u.get("error")
+                 else "")
         error = f" ({u['error']})" if u.get("error") else ""
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "
                      f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")

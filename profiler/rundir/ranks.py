@@ -4,7 +4,7 @@
     OUT/node-a/rank-0/  OUT/node-b/rank-1/ ...   directories copied from several hosts, one level down
 
 rank_dirs(path) finds them and checks that they form one job: one job id where the ranks record
-one (torchrun's run id and master address), starts within MAX_START_SPREAD_S of each other, each
+one (torchrun's run id and master port), starts within MAX_START_SPREAD_S of each other, each
 rank once, every rank of the world size present, one world size, and each directory's name
 agreeing with the rank its meta.json records. Anything else is a RunDirError that says which
 directories disagree.
