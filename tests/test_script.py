@@ -420,6 +420,22 @@ def test_a_run_that_wrote_no_epoch_does_not_point_at_report(tmp_path):
         f"profiler: wrote {tmp_path / 'run'}: 0 epochs, 0 steps"]
 
 
+def test_ctrl_c_while_the_engine_imports_is_raised_after_the_import():
+    # numba's C extensions turned a Ctrl-C inside their import into "ImportError: numba._devicearray
+    # failed to import" (a CI rehearsal's test_ctrl_c_in_the_first_second_is_one_line)
+    from profiler.commands.run import _interrupts_held
+    finished = False
+    with pytest.raises(KeyboardInterrupt):
+        with _interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):   # bytecode boundaries, where Python runs its signal handlers
+                pass
+            finished = True
+    assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with _interrupts_held():   # no Ctrl-C: nothing raised
+        pass
+
+
 def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_path, monkeypatch):
     from profiler.commands import options
     monkeypatch.chdir(tmp_path)
