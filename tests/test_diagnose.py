@@ -283,7 +283,7 @@ def test_workers_forked_anew_every_epoch_have_no_trend_across_epochs(tmp_path, n
 @pytest.mark.parametrize("each_mib, found", [(7, False), (20, True)])
 def test_growth_within_an_epoch_is_judged_per_worker(tmp_path, each_mib, found):
     # 4 workers forked anew every epoch: 7 MiB each (28 MiB in all) is what clean torch workers grow
-    # by (measured 1-10 MB each); 20 MiB each is copy-on-read
+    # by (measured up to 10 MB each); 20 MiB each is copy-on-read
     records = [epoch(i, 0.01, rss=400 * MIB, workers={"count": 4, "uss_bytes": (4 * 10 + 4 * each_mib) * MIB,
                                                         "pss_bytes": 200 * MIB, "uss_growth_bytes": 4 * each_mib * MIB,
                                                         "new": 4}) for i in range(10)]

@@ -380,7 +380,7 @@ def worker_memory(records):
     span = carried[-1][0] - carried[0][0] if carried else 0
     trend = len(carried) >= 4 and rate * span >= max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * carried[0][1])
     # one worker's growth since it started (forked anew every epoch, or persistent): a clean torch
-    # worker of a TensorDataset grew 1-3 or 7-10 MB in a pass here, with no full collection in it
+    # worker of a TensorDataset grew up to 4 MB, or 7-10 MB, in a pass here, with no full collection in it
     worker = int(max(w.get("uss_growth_max_bytes", (w.get("uss_growth_bytes") or 0) // max(w["count"], 1))
                      for _, w, _ in rows))
     grew = worker >= WORKER_GROWTH_BYTES

@@ -52,7 +52,7 @@ PROBE_STEPS = 2000       # steps read to find where the collective lies
 # how far apart, in median steps, the ranks' step beginnings and ends may wander (the median absolute
 # deviation of the ranks' offsets from rank 0, all ranks' steps together: a straggler's recurring
 # stalls, on fewer than half the steps, leave it alone) and still be waiting for each other: jobs with
-# a collective every step measured 0.013-0.30 here, ranks that never called one 0.92-12.7. Below
+# a collective every step measured 0.012-0.30 here, ranks that never called one 0.92-12.7. Below
 # SYNC_MIN_STEPS probe steps a wander that keeps growing cannot be told from one that does not yet
 SYNC_STEPS = 0.5
 SYNC_MIN_STEPS = 30
@@ -266,19 +266,20 @@ def _collective(sources, first, stop_at):
     begin together, or drift apart? Measured as how much each rank's step ends (or beginnings)
     move against rank 0's, so a constant clock offset between ranks or hosts does not count.
     Inside the step unless the beginnings are clearly steadier (the ends of a step are not exact
-    on a loaded machine); none when both drift more than SYNC_STEPS median steps."""
+    on a loaded machine); none when both drift more than SYNC_STEPS median steps over at least
+    SYNC_MIN_STEPS steps."""
     if len(sources) < 2:
         return "one-rank", None
     if sources[0].unit != "step" or any(np.isnan(s.origin) for s in sources):
         return "unknown", None
     stop = min(stop_at, first + min(PROBE_STEPS, max(1, BLOCK_VALUES // len(sources))))
     block = next(_blocks(sources, first, stop))
-    ends, step = block.begin_s + block.wall_s, float(np.median(block.gap_s + block.wall_s))
+    step = float(np.median(block.gap_s + block.wall_s))
 
     def wander(times):   # the median absolute deviation of (rank - rank 0), all ranks' steps together
         d = times[1:] - times[0]
         return float(np.median(np.abs(d - np.median(d, axis=1, keepdims=True))))
-    begins, ends = wander(block.begin_s), wander(ends)
+    begins, ends = wander(block.begin_s), wander(block.begin_s + block.wall_s)
     drift = min(begins, ends) / max(step, 1e-12)
     if drift > SYNC_STEPS and block.stop - block.start >= SYNC_MIN_STEPS:
         return "none", drift
@@ -292,20 +293,22 @@ def _median_rank(values, axis):
 
 
 def _own(block, collective):
-    """Each rank's own time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's."""
+    """Each rank's own time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's;
+    zero when the ranks do not wait for each other (collective "none"): no rank's time held another."""
     own = block.gap_s if collective == "in-step" else block.wall_s
     gc_x = np.clip(block.gc_s - _median_rank(block.gc_s, 1), 0.0, None)
-    return np.maximum(own - _median_rank(own, 0), gc_x.sum(axis=0)), gc_x
+    stall = np.maximum(own - _median_rank(own, 0), gc_x.sum(axis=0))
+    if collective == "none":
+        return np.zeros_like(stall), np.zeros_like(gc_x)
+    return stall, gc_x
 
 
 def _stalls(block, collective):
-    """Per aligned index: the rank with the largest stall, the stall, and its GC above the median rank's
-    (none when the ranks do not wait for each other)."""
+    """Per aligned index: the rank with the largest stall, the stall, and its GC above the median rank's."""
     stall, gc_x = _own(block, collective)
     cols = np.arange(stall.shape[1])
     top = stall.argmax(axis=0)
-    waited = collective != "none"
-    return top, np.maximum(stall[top, cols], 0.0) * waited, gc_x[:, top, cols] * waited
+    return top, np.maximum(stall[top, cols], 0.0), gc_x[:, top, cols]
 
 
 def _count(rank_dir, unit):
@@ -409,7 +412,7 @@ def rank_heatmap(run_dir, bins=400):
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)
     for block in _blocks(sources, first, aligned):
-        stall = np.clip(_own(block, collective)[0], 0.0, None) * (collective != "none")
+        stall = np.clip(_own(block, collective)[0], 0.0, None)
         which = np.searchsorted(edges, np.arange(block.start, block.stop), side="right") - 1
         for b in np.unique(which):
             cols = which == b

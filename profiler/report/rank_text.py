@@ -1,6 +1,7 @@
 """The sentences about a multi-rank run: the straggler finding's evidence and remedy, the per-rank
 table, ranks that did not finish, and the comparison of two multi-rank runs (text.py calls these)."""
 
+from ..analysis.ranks import FINISHED
 from . import text
 
 COLLECTIVE = {"in-step": "steps end together: the collective is inside the step",
@@ -10,8 +11,8 @@ COLLECTIVE = {"in-step": "steps end together: the collective is inside the step"
 
 def _collective(ra):
     if ra.collective == "none":
-        return (f"steps drift apart (up to {ra.drift_steps:.1f} steps between ranks): the ranks do not wait for "
-                f"each other at a collective, so none holds the others back")
+        return (f"steps drift apart (they wander {ra.drift_steps:.1f} median steps between ranks): the ranks do not "
+                f"wait for each other at a collective, so none holds the others back")
     if ra.collective != "unknown":
         return COLLECTIVE[ra.collective]
     if ra.unit == "epoch":
@@ -104,8 +105,7 @@ def unfinished(ra):
 def uneven(ra):
     """A line when ranks that finished recorded different numbers of steps (epochs): only the first
     `aligned` are compared."""
-    counts = {r.rank: r.steps if ra.unit == "step" else r.epochs for r in ra.per_rank
-              if r.status not in STOPPED}
+    counts = {r.rank: r.steps if ra.unit == "step" else r.epochs for r in ra.per_rank if r.status in FINISHED}
     if len(set(counts.values())) < 2:
         return []
     most = max(counts, key=counts.get)

@@ -247,15 +247,20 @@ def below(x, threshold):
     return pct(x) if pct(x) != pct(threshold) else f"{100 * x:.2f}%"
 
 
+def _share(x, threshold, of):
+    """'1.98% of the run (under the 2.0% that makes a finding)', or '7.0% of the run'."""
+    if x < threshold:
+        return f"{below(x, threshold)} {of} (under the {pct(threshold)} that makes a finding)"
+    return f"{pct(x)} {of}"
+
+
 def _spikes_not_found(s):
     if s.count == 0:
         return f"no {s.unit} spikes"
-    text = f"{s.unit} spikes take {pct(s.time_fraction)} of the run"
     if s.time_fraction < fnd.SPIKE_FRACTION:
-        return f"{s.unit} spikes take {below(s.time_fraction, fnd.SPIKE_FRACTION)} of the run (under the " \
-               f"{pct(fnd.SPIKE_FRACTION)} that makes a finding)"
-    return (text + f", but GC pauses explain only {pct(s.gc_explained_fraction)} of their time (the workload or "
-            f"the machine slows them, not GC)")
+        return f"{s.unit} spikes take {_share(s.time_fraction, fnd.SPIKE_FRACTION, 'of the run')}"
+    return (f"{s.unit} spikes take {pct(s.time_fraction)} of the run, but GC pauses explain only "
+            f"{pct(s.gc_explained_fraction)} of their time (the workload or the machine slows them, not GC)")
 
 
 FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
@@ -274,10 +279,7 @@ def _memory_not_found(a):
 
 def _no_finding(d):
     """Why nothing was reported, from the numbers the tables show."""
-    gc = f"GC takes {pct(d.gc.share_total)} of the run's time"
-    if d.gc.share_total < fnd.MEANINGFUL:
-        gc = f"GC takes {below(d.gc.share_total, fnd.MEANINGFUL)} of the run's time (under the {pct(fnd.MEANINGFUL)} " \
-             f"that makes a finding)"
+    gc = "GC takes " + _share(d.gc.share_total, fnd.MEANINGFUL, "of the run's time")
     few = d.epochs - d.epoch_time.warmup_epochs_skipped < stats.MIN_POINTS
     return (f"No finding: {gc}; {_spikes_not_found(d.spikes)}; {_memory_not_found(d.allocation)}. "
             + ("Run more epochs to tell more." if few else "Nothing to fix here."))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import RunDirError
 from .format import META, RANK_PREFIX, run_path
-from .reader import unreadable, why_not_json
+from .reader import listed, unreadable, why_not_json
 
 _NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
 MAX_UNIX = 1e11   # clock_origin_unix above this (the year 5138) is not a time.time() reading
@@ -87,8 +87,7 @@ def _mixed(path, ranks, what, key):
         if key(r) is not None:
             groups.setdefault(key(r), []).append(r)
     if len(groups) > 1:
-        parts = "; ".join(f"{what} {k} in {', '.join(str(r.path) for r in rs[:3])}"
-                          + (f" and {len(rs) - 3} more" if len(rs) > 3 else "") for k, rs in sorted(groups.items()))
+        parts = "; ".join(f"{what} {k} in {listed((r.path for r in rs), 3)}" for k, rs in sorted(groups.items()))
         raise RunDirError(f"{path} mixes runs of different jobs ({parts}); keep one job's {RANK_PREFIX}* "
                           f"directories per directory")
 
@@ -113,8 +112,8 @@ def rank_dirs(path):
     parents = sorted({p.parent for p in candidates})
     whole = [p for p in parents if p != path and _complete(p)]
     if len(whole) > 1:   # a directory of jobs (runs/job-a/rank-*, runs/job-b/rank-*), not one job's hosts
-        shown = ", ".join(p.name for p in whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
-        raise RunDirError(f"{path} is not a multi-rank run but holds several ({shown}): give one of them")
+        raise RunDirError(f"{path} is not a multi-rank run but holds several ({listed((p.name for p in whole), 5)}): "
+                          f"give one of them")
     ranks = sorted((_read_rank(p) for p in candidates), key=lambda r: (r.rank, str(r.path)))
     _mixed(path, ranks, "world size", lambda r: r.world_size)
     _mixed(path, ranks, "job", lambda r: r.job)
@@ -144,7 +143,7 @@ def rank_dirs(path):
                           f"this job")
     missing = sorted(set(range(world)) - {r.rank for r in ranks})
     if missing:
-        shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        shown = listed(missing, 10)
         raise RunDirError(f"{path} lacks rank(s) {shown} of world size {world}: copy every rank's "
                           f"{RANK_PREFIX}<RANK> directory (from every host) under {path}")
     return ranks

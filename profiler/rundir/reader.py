@@ -128,6 +128,12 @@ def _records(file, dtype):
         raise RunDirError(unreadable(file, e)) from None
 
 
+def listed(items, most):
+    """'a, b, c' or 'a, b and 3 more': at most `most` of `items` named, for a RunDirError."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
 def unreadable(file, error=None):
     """Why `file` of a run directory cannot be read, for a RunDirError."""
     if file.exists() and not file.is_file():
@@ -149,8 +155,7 @@ def read_run(path):
             raise RunDirError(f"{path} is a multi-rank run ({RANK_PREFIX}N/ directories): read one of its ranks")
         runs = sorted(p.parent.name for p in path.glob("*/" + META))
         if runs:
-            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
-            raise RunDirError(f"{path} is not a run directory but holds {len(runs)} ({shown}): give one of them")
+            raise RunDirError(f"{path} is not a run directory but holds {len(runs)} ({listed(runs, 5)}): give one of them")
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
