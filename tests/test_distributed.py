@@ -42,9 +42,23 @@ def test_rank_argv_drops_the_launch_option_and_fixes_the_output():
     assert rank_argv(["run", "--nproc-per-node=4", "train.py", "--lr", "1"], "job") == \
         ["run", "--out", "job", "train.py", "--lr", "1"]
     command = launcher_command(2, ["run", "mlp"], 29999)
-    assert command[1:3] == ["-m", "torch.distributed.run"]
+    assert command[1:3] == ["-m", "profiler.integrations.launcher"]
     assert command[command.index("--master-addr") + 1] == "127.0.0.1"
     assert command[-4:] == ["-m", "profiler", "run", "mlp"]
+
+
+def test_the_launcher_says_each_failed_rank_in_a_line_errors_before_signals():
+    pytest.importorskip("torch")
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from profiler.integrations.launcher import failure_lines, how_it_ended
+    stopped, failed, killed = (ProcessFailure(local_rank=r, pid=100 + r, exitcode=c, error_file="<N/A>")
+                               for r, c in ((0, -15), (1, 3), (2, -9)))
+    assert failure_lines(ChildFailedError("profiler", {0: stopped, 1: failed, 4: killed})) == [
+        "profiler: rank 1 (pid 101) exited with code 3", "profiler: rank 0 (pid 100) was killed by SIGTERM",
+        "profiler: rank 4 (pid 102) was killed by SIGKILL"]
+    assert failure_lines(ChildFailedError("profiler", {0: failed})) == ["profiler: rank 0 (pid 101) exited with code 3"]
+    assert how_it_ended(-200) == "was killed by signal 200"
 
 
 def test_launch_refuses_to_nest_or_to_mix_jobs(tmp_path, monkeypatch):
@@ -229,7 +243,10 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
         output, _ = job.communicate(timeout=TIMEOUT)
     finally:
         job.kill()
-    assert job.returncode != 0 and "a rank failed" in output
+    # the launcher says the killed rank in a line, not its ChildFailedError traceback
+    assert job.returncode == 1 and "Traceback" not in output and "ChildFailedError" not in output, output
+    assert "profiler: rank 1 (pid " in output and "was killed by SIGKILL" in output
+    assert "profiler: error: the job failed (the failed ranks and their errors are above)" in output
     d = _report(capsys, out)
     ra = d["rank_analysis"]
     dead = next(u for u in ra["unfinished"] if u["rank"] == 1)
@@ -241,5 +258,6 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
     # Python until the launcher's SIGKILL, and stays "running"
     assert survivor["steps"] >= dead["steps"] - 1
     text = _cli(capsys, "report", out)
+    assert text.startswith(f"run      {out}  (2 ranks; rank 0: ") and text.splitlines()[0].endswith("; the job is incomplete)")
     assert f"rank 1 did not finish (status running: killed, crashed, or still running); its last finished step is " \
            f"{dead['last_step']:,}" in text

@@ -4,8 +4,9 @@ launcher.
 Under torchrun (`torchrun [options] -m profiler run --out OUT [options] train.py`) every rank is
 a process with RANK, LOCAL_RANK and WORLD_SIZE in its environment; each profiles itself into
 OUT/rank-<RANK>/, and the directory OUT is one multi-rank run (profiler.rundir.ranks).
-`--nproc-per-node N` starts `python -m torch.distributed.run` on this host with a free port on
-127.0.0.1 and the same `profiler run` arguments. Nothing here imports torch.
+`--nproc-per-node N` starts torch.distributed.run on this host (through launcher.py, which says a
+failed rank in a line) with a free port on 127.0.0.1 and the same `profiler run` arguments.
+Nothing here imports torch.
 """
 
 import os
@@ -36,7 +37,7 @@ def free_port():
 
 def launcher_command(nproc, profiler_argv, port):
     """torch's launcher on this host, starting `profiler <profiler_argv>` in `nproc` processes."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", LAUNCH_OPTION, str(nproc),
+    return [sys.executable, "-m", "profiler.integrations.launcher", "--nnodes", "1", LAUNCH_OPTION, str(nproc),
             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "profiler", *profiler_argv]
 
 
@@ -71,6 +72,6 @@ def launch(nproc, argv, out):
     command = launcher_command(nproc, rank_argv(argv, out), free_port())
     code = subprocess.run(command).returncode
     if code != 0:
-        raise WorkloadError(f"torch.distributed.run exited with code {code}: a rank failed (its error is above); "
-                            f"the finished ranks' runs are in {out}")
+        raise WorkloadError(f"the job failed (the failed ranks and their errors are above); "
+                            f"the ranks' runs are in {out}")
     return Path(out)

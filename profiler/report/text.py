@@ -311,10 +311,18 @@ def verdict(d):
     return text
 
 
+def _run_state(d):
+    """'6 epochs, completed', '...; the run is incomplete', or of a job, the diagnosed rank's own run
+    and whether the job is whole (the rank may have completed while another failed)."""
+    whole = "" if d.complete else f"; the {'run' if d.rank_analysis is None else 'job'} is incomplete"
+    if d.rank_analysis is None:
+        return f"{d.epochs} epochs, {d.status}{whole}"
+    return f"{d.rank_analysis.ranks} ranks; rank {d.rank_analysis.diagnosed}: {d.epochs} epochs, {d.status}{whole}"
+
+
 def diagnosis(d):
     et, g, a = d.epoch_time, d.gc, d.allocation
-    lines = [f"run      {d.run_dir}  ({d.epochs} epochs, {d.status}{'' if d.complete else '; the run is incomplete'})",
-             f"cause    {d.primary_cause}", "", _wrap(verdict(d)), ""]
+    lines = [f"run      {d.run_dir}  ({_run_state(d)})", f"cause    {d.primary_cause}", "", _wrap(verdict(d)), ""]
     if d.rank_analysis is not None:
         lines += rank_text.summary(d.rank_analysis) + [""]
     for i, f in enumerate(d.findings, 1):
