@@ -87,6 +87,14 @@ def test_straggler_rank_outside_the_job_is_a_usage_error(tmp_path, capsys, monke
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_a_job_whose_out_is_a_file_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "file").write_text("not a directory")
+    assert main(["run", "--nproc-per-node", "2", "mlp", "--out", str(tmp_path / "file")]) == 2
+    assert f"--out {tmp_path / 'file'}: {tmp_path / 'file'} is a file, not a directory" in capsys.readouterr().err
+
+
 def _engine_worker(out, steps, world_size):
     """Train mlp (no dropout: the same function on every rank) for `steps` steps; save the weights."""
     from profiler.workloads import scenarios

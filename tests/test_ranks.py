@@ -241,16 +241,40 @@ def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
     write_rank(tmp_path / "n" / "rank-1", 1, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 4.0,
                error="ValueError: boom")
     assert "ValueError: boom" in text.verdict(analyze(tmp_path / "n"))
-    # a rank killed (no status of its own) may have hung in the collective another broke: the one with
-    # an error comes first, and a rank without one is never marked
+    # a rank killed (no status of its own, its last step's end the only time known) may have hung in the
+    # collective another broke, or died first and broken it: the one with an error comes first, marked
+    # first only if its error came before the killed rank's last step ended
     write_rank(tmp_path / "k" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
                error="ValueError: boom")
     write_rank(tmp_path / "k" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
     killed = analyze_ranks(tmp_path / "k")
-    assert [u["rank"] for u in killed.unfinished] == [0, 1] and "stopped first" in rank_text.unfinished(killed)[0]
+    assert [(u["rank"], u["first"], u["killed_before"]) for u in killed.unfinished] == [(0, False, [1]), (1, False, [])]
+    assert rank_text.unfinished(killed)[0].endswith("its error came first, but rank 1 was killed, recording nothing, "
+                                                     "after a last step that ended before it, and may have died first: "
+                                                     "look at both")
+    write_rank(tmp_path / "e" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 0.05,
+               error="ValueError: boom")
+    write_rank(tmp_path / "e" / "rank-1", 1, 2, np.full(10, 0.01), status="running")   # steps on to 0.1 s
+    early = analyze_ranks(tmp_path / "e")
+    assert early.unfinished[0]["first"] and "stopped first" in rank_text.unfinished(early)[0]
+    # the common kill: rank 1 killed (the OOM killer), the launcher stops rank 0 with SIGTERM after
+    write_rank(tmp_path / "o" / "rank-0", 0, 2, np.full(10, 0.01), status="terminated", finished_unix=ORIGIN_UNIX + 0.2,
+               error="SIGTERM")
+    write_rank(tmp_path / "o" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
+    oom = analyze_ranks(tmp_path / "o")
+    assert [(u["rank"], u["first"]) for u in oom.unfinished] == [(1, True), (0, False)]
+    lines = rank_text.unfinished(oom)
+    assert "stopped first" in lines[0] and "(SIGTERM)" not in lines[1] and "status terminated: SIGTERM" in lines[1]
     write_rank(tmp_path / "j" / "rank-0", 0, 2, np.full(10, 0.01), status="running")
     write_rank(tmp_path / "j" / "rank-1", 1, 2, np.full(10, 0.01), status="running")
-    assert not any("stopped first" in line for line in rank_text.unfinished(analyze_ranks(tmp_path / "j")))
+    assert not any("first" in line for line in rank_text.unfinished(analyze_ranks(tmp_path / "j")))
+    # no rank finished and the first to stop has no epoch: the report goes on with one that has
+    write_rank(tmp_path / "f" / "rank-0", 0, 2, np.full(10, 0.01), steps_per_epoch=1, status="terminated",
+               finished_unix=ORIGIN_UNIX + 6.0, error="SIGTERM")
+    write_rank(tmp_path / "f" / "rank-1", 1, 2, [], status="failed", finished_unix=ORIGIN_UNIX + 0.001,
+               error="ValueError: boom")
+    d = analyze(tmp_path / "f")
+    assert d.rank_analysis.diagnosed == 0 and d.epochs == 10
 
 
 def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_path):
@@ -286,7 +310,8 @@ def test_killed_rank_is_named_with_its_last_step_and_the_others_are_intact(tmp_p
         write_rank(tmp_path / f"rank-{rank}", rank, 3, np.full(200, 0.01), steps_per_epoch=20)
     write_rank(tmp_path / "rank-1", 1, 3, np.full(73, 0.01), status="running", steps_per_epoch=20)
     a = analyze_ranks(tmp_path)
-    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": 72, "steps": 73, "epochs": 4, "error": None}]
+    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": 72, "steps": 73, "epochs": 4, "error": None,
+                            "first": False, "killed_before": []}]
     assert a.aligned == 73
     assert [r.steps for r in a.per_rank] == [200, 73, 200]
 
@@ -361,7 +386,8 @@ def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(t
     (tmp_path / "rank-1" / "epochs.jsonl").write_text("")
     a = analyze_ranks(tmp_path)
     assert a.aligned == 200 and a.stragglers.rank == 2
-    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0, "error": None}]
+    assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0, "error": None,
+                            "first": False, "killed_before": []}]
     assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]
 
 

@@ -345,3 +345,17 @@ def test_no_steps_file_without_steps(tmp_path):
         with session.epoch(0):
             pass
     assert not os.path.exists(tmp_path / "run" / "steps.bin")
+
+
+def test_an_unended_epoch_said_to_a_closed_stderr_leaves_no_hook(tmp_path, monkeypatch):
+    import io
+    closed = io.StringIO()
+    closed.close()
+    callbacks = list(gc.callbacks)
+    with Session(tmp_path / "run") as session:
+        session.begin_epoch()
+        monkeypatch.setattr("sys.stderr", closed)
+    monkeypatch.undo()
+    assert gc.callbacks == callbacks and read_run(tmp_path / "run").status == "completed"
+    with Session(tmp_path / "next"):   # no Session is left active
+        pass

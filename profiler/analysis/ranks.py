@@ -128,8 +128,8 @@ class RankAnalysis:
     lost_gc_by_generation: list  # share of all the lost time the stalling ranks' own GC covers, by generation
     ranks_stalling: int          # ranks that held the others back at least once
     per_rank: list = field(default_factory=list)   # RankSummary per rank, by rank
-    unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs", "error"},
-                                                    # the first to stop first
+    unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs", "error",
+                                                    #  "first", "killed_before"}, in _stop_order
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
 
 
@@ -385,12 +385,11 @@ def analyze_ranks(run_dir):
             mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
             rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
-    # the ranks that recorded an error first, the first to stop first: a rank killed (no status of its
-    # own, its time only its last step's end) may have hung in the collective the first one broke
-    stopped = sorted((s for s in per_rank if s.status not in FINISHED),
-                     key=lambda s: (s.error is None, s.stopped_unix is None, s.stopped_unix or 0.0, s.rank))
+    stopped = sorted((s for s in per_rank if s.status not in FINISHED), key=_stop_order)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
-                   "epochs": s.epochs, "error": s.error} for s in stopped]
+                   "epochs": s.epochs, "error": s.error, "first": False, "killed_before": []} for s in stopped]
+    if len(stopped) > 1:
+        _first_to_stop(stopped, unfinished[0])
     return RankAnalysis(
         run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=drift, aligned=aligned, warmup=first,
         job_time_s=job_time, median_s=median,
@@ -421,6 +420,34 @@ def rank_heatmap(run_dir, bins=400):
     return RankHeatmap(unit=unit, ranks=[d.rank for d in dirs], edges=edges, stall_s=stall_map, gc2=gc2_map)
 
 
+# the order unfinished ranks are told in: those that recorded an error of their own (failed,
+# interrupted), then those killed without recording anything ("running": the time known is only
+# their last step's end, which they outlived), then those stopped by SIGTERM (as torchrun stops
+# the other ranks when one dies); in each, the first to stop first
+_STOP_KINDS = {"running": 1, "terminated": 2}
+
+
+def _stop_order(s):
+    return _STOP_KINDS.get(s.status, 0), s.stopped_unix is None, s.stopped_unix or 0.0, s.rank
+
+
+def _first_to_stop(stopped, head):
+    """Mark `head` (stopped[0]'s entry) as the rank that stopped first when the record says so: it
+    recorded its error before any killed rank's last step ended, or it is the one killed and the
+    others were all stopped by SIGTERM. When killed ranks' last steps ended before its error, they
+    may have died first (a rank killed mid-step records nothing, and the others' next collective
+    fails after): head's "killed_before" names them."""
+    first, rest = stopped[0], stopped[1:]
+    if first.status == "running":
+        head["first"] = all(s.status == "terminated" for s in rest)
+        return
+    if first.status == "terminated" or first.stopped_unix is None:
+        return
+    head["killed_before"] = [s.rank for s in rest if s.status == "running"
+                             and (s.stopped_unix is None or s.stopped_unix <= first.stopped_unix)]
+    head["first"] = not head["killed_before"]
+
+
 def diagnose_ranks(run_dir):
     """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
     diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
@@ -428,7 +455,9 @@ def diagnose_ranks(run_dir):
     with that rank's own by the share of the job's time it costs."""
     merged = analyze_ranks(run_dir)
     finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
-    base = merged.stragglers.rank if merged.stragglers else (finished or [u["rank"] for u in merged.unfinished])[0]
+    # else the first rank that finished, else the first to stop that finished an epoch
+    live = [u["rank"] for u in merged.unfinished if u["epochs"]] or [u["rank"] for u in merged.unfinished]
+    base = merged.stragglers.rank if merged.stragglers else (finished or live)[0]
     d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
     merged.diagnosed = base
     d.run_dir, d.ranks, d.stragglers, d.rank_analysis = str(run_dir), merged.ranks, merged.stragglers, merged

@@ -18,6 +18,7 @@ Options are checked when the Session is built, before anything is written. The h
 status (completed, halted, failed, interrupted, terminated) is written to meta.json.
 """
 
+import contextlib
 import datetime
 import gc
 import os
@@ -186,11 +187,10 @@ class Session:
     def __exit__(self, exc_type, exc, tb):
         if self._state != "open":   # ended already: a SIGTERM, or a forked child's copy
             return False
+        unended = None
         if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             status, error = ("halted" if self._halted else "completed"), None
-            if self._epoch is not None:
-                print(f"profiler: epoch {self._epoch} began but did not end (begin_epoch() without end_epoch()): "
-                      f"it is not written", file=sys.stderr)
+            unended = self._epoch
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
         elif issubclass(exc_type, SystemExit):
@@ -203,6 +203,10 @@ class Session:
             print(f"profiler: {e}; the final status ({status}) could not be recorded", file=sys.stderr)
             if exc_type is None:
                 raise
+        if unended is not None:   # said once every hook is gone: a stderr that fails cannot leave them
+            with contextlib.suppress(OSError, ValueError):
+                print(f"profiler: epoch {unended} began but did not end (begin_epoch() without end_epoch()): "
+                      f"it is not written", file=sys.stderr)
         return False
 
     def _finish(self, status, error):

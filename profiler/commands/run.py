@@ -23,6 +23,7 @@ from pathlib import Path
 from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
+from .output import output_dir
 
 
 class _ScenarioParser(argparse.ArgumentParser):
@@ -84,7 +85,7 @@ def _default_out(stem):
 
 def _launch(args, argv, stem):
     from ..integrations.launch import launch
-    out = args.out or _default_out(stem)
+    out = output_dir(args.out, "--out") if args.out else _default_out(stem)
     launch(args.nproc_per_node, argv, out)
     if not args.quiet:
         print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}", file=sys.stderr)

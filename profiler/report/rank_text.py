@@ -87,16 +87,20 @@ def stalls_remedy(e):
 
 
 def unfinished(ra):
-    """A line per rank that did not finish, the first to stop first: its status, its error, and the
-    last step it finished."""
+    """A line per rank that did not finish, in the analysis's order: its status, its error, the last
+    step it finished, and whether it stopped first."""
     lines = []
-    for i, u in enumerate(ra.unfinished):
+    for u in ra.unfinished:
         why = STOPPED.get(u["status"], u["status"])
         last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
                 else f"it finished no {ra.unit}")
-        first = ("; it stopped first: look at its error first" if i == 0 and len(ra.unfinished) > 1 and u.get("error")
-                 else "")
-        error = f" ({u['error']})" if u.get("error") else ""
+        first = "; it stopped first: look at its error first" if u.get("first") else ""
+        if u.get("killed_before"):
+            killed = " and ".join(str(r) for r in u["killed_before"])
+            first = (f"; its error came first, but rank {killed} was killed, recording nothing, after a last "
+                     f"{ra.unit} that ended before it, and may have died first: look at both")
+        said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")   # in `why`
+        error = f" ({u['error']})" if said else ""
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "
                      f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")
     return lines
