@@ -31,6 +31,14 @@ def test_steady_gc_share_is_gc_steady(tmp_path):
     assert d.gc.share_total == pytest.approx(0.8, abs=0.01) and d.gc.generation == 2
     assert f.evidence.collections_per_epoch[2] == 1
     assert "gc.freeze()" in text.remedy(f) and "80.0%" in text.evidence(f)
+    # full collections in 2 epochs of 5: ~0.4 an epoch (a median of the counts said 0)
+    records = [epoch(i, 0.050, pause=(0.0, 0.0, 0.040 if i % 5 < 2 else 0.0), collections=(0, 0, int(i % 5 < 2)))
+               for i in range(30)]
+    d = analyze(write_run(tmp_path / "some", records))
+    f = next(f for f in d.findings if f.pattern == "gc-steady")
+    assert f.evidence.collections_per_epoch[2] == pytest.approx(10 / 27)   # 27 epochs after the warm-up, 10 with one
+    assert d.gc.full_collections_per_epoch == pytest.approx(10 / 27)
+    assert "(0.37 full collections per epoch)" in text.evidence(f)
 
 
 def test_clean_run_is_none(tmp_path):

@@ -151,7 +151,7 @@ def analyze(run_dir):
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
-                     full_collections_per_epoch=float(np.median([r["gc"]["collections"][2] for r in records])),
+                     full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
                      tracked=int(tracked[-1]) if tracked else None),
         allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"] or 0.0,
                               traced_growth_bytes_per_epoch=rates["traced"],

@@ -66,7 +66,7 @@ class GcSteady:
     wall_s: float
     generation: int                 # generation with the most pause time
     pause_by_generation_s: list
-    collections_per_epoch: list     # median per generation
+    collections_per_epoch: list     # mean per generation (a median of whole counts reads 0 for one epoch in three)
     objects: Objects | None
     site: str | None                # the Python line whose memory grew most (deep capture)
 
@@ -270,7 +270,7 @@ def gc_steady(records, spikes, growth_s, objs, site):
     if wall_s <= 0 or steady / wall_s < MEANINGFUL:
         return None
     by_gen = spikes.gc_by_generation_s
-    collections = np.median(np.array([r["gc"]["collections"] for r in records], float).reshape(-1, 3), axis=0)
+    collections = np.mean(np.array([r["gc"]["collections"] for r in records], float).reshape(-1, 3), axis=0)
     return Finding("gc", "gc-steady", steady / wall_s,
                    GcSteady(share_total=spikes.gc_s / wall_s, steady_s=steady, wall_s=wall_s,
                             generation=int(np.argmax(by_gen)), pause_by_generation_s=list(by_gen),
