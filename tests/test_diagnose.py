@@ -429,3 +429,19 @@ def test_type_growth_per_epoch_divides_by_the_epochs_each_count_covers():
     assert objects(one_window).top_type_growth_per_epoch == 1000
     two_windows = one_window + [record(e) for e in range(12, 80)] + [record(80, grown, 4)]   # rests are not counted
     assert objects(two_windows).top_type_growth_per_epoch == 1000
+
+
+@pytest.mark.parametrize("batch_mib, prefetch, found", [(40, 2, False), (10, 2, True), (24, None, False), (None, None, True)])
+def test_a_workers_own_batches_in_flight_are_not_copy_on_read(tmp_path, batch_mib, prefetch, found):
+    # one worker grew 86 MiB in its pass, making 40 MiB batches (prefetch 2: up to 160 MiB of its own);
+    # with 10 MiB batches (40 MiB in flight), or no batch recorded, the same growth is copy-on-read
+    workers = {"count": 1, "uss_bytes": 120 * MIB, "pss_bytes": 130 * MIB, "uss_growth_bytes": 86 * MIB,
+               "uss_growth_max_bytes": 86 * MIB, "new": 1, "carried_uss_bytes": 0}
+    if batch_mib is not None:
+        workers |= {"batch_bytes": batch_mib * MIB, "prefetch_factor": prefetch}
+    records = [epoch(i, 0.01, rss=1000 * MIB, workers=workers) for i in range(10)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert patterns(d) == (["worker-copy-on-read"] if found else []), text.verdict(d)
+    if found and batch_mib:
+        assert text.evidence(d.findings[0]).endswith("grew 86.0 MiB after it started, as it read, more than the "
+                                                     "40.0 MiB its batches in flight can hold")

@@ -205,3 +205,23 @@ def test_torch_without_an_optimizer_falls_back_to_time_windows(tmp_path):
                     timeout=180)
     assert "epochs from windows" in proc.stderr
     assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(records(tmp_path / "run")) >= 2
+
+
+def test_the_first_batch_of_each_pass_with_workers_is_weighed():
+    import numpy as np
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler.integrations.torch import TorchHooks, batch_bytes
+    weighed = []
+    hooks = TorchHooks(None, epochs=False, worker_batch=lambda nbytes, prefetch: weighed.append((nbytes, prefetch)))
+    hooks.install()
+    try:
+        loader = DataLoader(TensorDataset(torch.zeros(12, 3, 8, 8), torch.zeros(12, dtype=torch.int64)), batch_size=4,
+                            num_workers=1, prefetch_factor=3)
+        for _ in range(2):
+            assert sum(1 for _ in loader) == 3
+        assert sum(1 for _ in DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4)) == 2   # no workers
+    finally:
+        hooks.uninstall()
+    assert weighed == [(4 * 3 * 8 * 8 * 4 + 4 * 8, 3)] * 2
+    assert batch_bytes({"image": [np.zeros(10, np.float32)], "name": "a", "n": 3}) == 40

@@ -37,6 +37,7 @@ SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
 WORKER_GROWTH_BYTES = 16 << 20   # one worker's USS growth since it started that does
+PREFETCH_DEFAULT = 2             # DataLoader's batches in flight per worker when it records none
 GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
 
 
@@ -137,8 +138,10 @@ class WorkerMemory:
     parent_rss_bytes: int
     uss_growth_bytes_per_epoch: float   # trend of the USS of the workers that carried over from epoch to epoch
     worker_growth_bytes: int            # most one worker's USS grew since it was first seen
+    batches_bytes: int                  # what a clean worker's batches in flight can hold (0: not recorded)
     trend: bool                         # the carried-over workers' USS grows over the run
-    grew: bool                          # a worker's USS grew by WORKER_GROWTH_BYTES since it was first seen
+    grew: bool                          # a worker's USS grew by WORKER_GROWTH_BYTES, and past batches_bytes,
+                                        # since it was first seen
     near_parent: bool
 
 
@@ -383,10 +386,14 @@ def worker_memory(records):
     # worker of a TensorDataset grew up to 4 MB, or 7-10 MB, in a pass here, with no full collection in it
     worker = int(max(w.get("uss_growth_max_bytes", (w.get("uss_growth_bytes") or 0) // max(w["count"], 1))
                      for _, w, _ in rows))
-    grew = worker >= WORKER_GROWTH_BYTES
-    near = last["uss_bytes"] / last["count"] >= WORKER_SHARE * parent
+    # a clean worker holds its own batches: the one it collates, its samples, and up to prefetch_factor
+    # made and not yet taken by the parent (a worker making 40 MB batches grew 86 MB in a pass)
+    batches = max((((w.get("prefetch_factor") or PREFETCH_DEFAULT) + 2) * w["batch_bytes"]
+                   for _, w, _ in rows if w.get("batch_bytes")), default=0)
+    grew = worker >= max(WORKER_GROWTH_BYTES, batches)
+    near = last["uss_bytes"] / last["count"] - batches >= WORKER_SHARE * parent
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
-                            float(rate), worker, bool(trend), bool(grew), bool(near))
+                            float(rate), worker, int(batches), bool(trend), bool(grew), bool(near))
     if not (trend or grew or near):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

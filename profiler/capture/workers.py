@@ -87,7 +87,8 @@ class WorkerProbe:
     worker starts small; one that copies what it reads grows), "uss_growth_max_bytes": the most
     one of them grew; "new": how many were first seen in this epoch, and "carried_uss_bytes":
     the USS of the others (a non-persistent DataLoader's workers are new every epoch, so their
-    USS from epoch to epoch is no one process's growth; persistent ones carry over)."""
+    USS from epoch to epoch is no one process's growth; persistent ones carry over); and once a
+    DataLoader reported one (note_batch), "batch_bytes" and "prefetch_factor" of its largest batch."""
 
     def __init__(self, interval=0.2, budget=BUDGET):
         self.interval = interval
@@ -96,6 +97,7 @@ class WorkerProbe:
         self._first = {}             # pid -> USS when first seen
         self._carried = set()        # pids seen before this epoch (and not seen to exit)
         self._peak = None
+        self._batch = None           # (bytes, prefetch factor) of the largest batch a DataLoader's workers made
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -142,6 +144,14 @@ class WorkerProbe:
                 self._peak = reading
             return children
 
+    def note_batch(self, nbytes, prefetch_factor):
+        """A batch of a DataLoader with workers weighed `nbytes`; each worker holds up to
+        `prefetch_factor` of them for the parent (None: DataLoader's default). Kept for the run:
+        the largest, recorded with every epoch's reading."""
+        with self._lock:
+            if self._batch is None or nbytes > self._batch[0]:
+                self._batch = (int(nbytes), prefetch_factor)
+
     def take(self):
         """The epoch's reading (its sample with the most private memory, the children alive now
         included when the budget allows a sample now; None when the epoch had no sample), and a
@@ -152,4 +162,6 @@ class WorkerProbe:
             if alive is not None:
                 self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
             self._carried = set(self._first)
+            if reading is not None and self._batch is not None:
+                reading = {**reading, "batch_bytes": self._batch[0], "prefetch_factor": self._batch[1]}
         return reading

@@ -19,17 +19,35 @@ import weakref
 from .marks import Marks
 
 
+def batch_bytes(batch, depth=0):
+    """Bytes of the tensors (or arrays) in a batch: nested tuples, lists and dicts, up to 4 levels
+    and 64 items a level (a bound on the cost; a batch is a few tensors)."""
+    if depth > 3:
+        return 0
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (tuple, list)):
+        return sum(batch_bytes(item, depth + 1) for item in batch[:64])
+    if callable(getattr(batch, "nelement", None)) and callable(getattr(batch, "element_size", None)):
+        return int(batch.nelement() * batch.element_size())
+    nbytes = getattr(batch, "nbytes", None)
+    return nbytes if isinstance(nbytes, int) else 0
+
+
 class TorchHooks:
-    def __init__(self, marks, *, epochs=True, on_orphan_step=None, sample_workers=None):
+    def __init__(self, marks, *, epochs=True, on_orphan_step=None, sample_workers=None, worker_batch=None):
         """epochs: DataLoader passes are epochs (False: only steps, for epochs marked otherwise).
         on_orphan_step: called when an optimizer steps outside any epoch (a loop that batches
         without a DataLoader), before the step is marked. sample_workers: called when a
         DataLoader has just started its worker processes (their memory is smallest then) and
-        when it is about to shut them down (largest)."""
+        when it is about to shut them down (largest). worker_batch: called with (bytes, prefetch
+        factor) at the first batch of a pass with worker processes: the batches a worker holds in
+        flight are its own memory, not pages it copied from the parent."""
         self.marks, self.epochs = marks, epochs
-        self.on_orphan_step, self.sample_workers = on_orphan_step, sample_workers
+        self.on_orphan_step, self.sample_workers, self.worker_batch = on_orphan_step, sample_workers, worker_batch
         self._pass = None                   # weakref to the iterator of the pass in progress
         self._loader = None                 # weakref to its DataLoader
+        self._weigh = None                  # (weakref to an iterator whose first batch is to be weighed, prefetch)
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
 
@@ -41,17 +59,24 @@ class TorchHooks:
 
         def __iter__(loader):
             iterator = loader_iter(loader)
-            if hooks.sample_workers is not None and getattr(loader, "num_workers", 0):
-                hooks.sample_workers()
+            if getattr(loader, "num_workers", 0):
+                if hooks.sample_workers is not None:
+                    hooks.sample_workers()
+                if hooks.worker_batch is not None:
+                    hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
             hooks._pass_started(loader, iterator)
             return iterator
 
         def __next__(iterator):
             try:
-                return iter_next(iterator)
+                batch = iter_next(iterator)
             except StopIteration:
                 hooks._pass_ended(iterator)
                 raise
+            if hooks._weigh is not None and hooks._weigh[0]() is iterator:
+                prefetch, hooks._weigh = hooks._weigh[1], None
+                hooks.worker_batch(batch_bytes(batch), prefetch)
+            return batch
 
         self._handle = register_optimizer_step_post_hook(self._optimizer_stepped)
         workers = dataloader._MultiProcessingDataLoaderIter
@@ -64,11 +89,10 @@ class TorchHooks:
                 return shutdown(iterator)
 
             self._patch(workers, "_shutdown_workers", _shutdown_workers)
-        if self.epochs or self.sample_workers is not None:
+        if self.epochs or self.sample_workers is not None or self.worker_batch is not None:
             self._patch(dataloader.DataLoader, "__iter__", __iter__)
-        if not self.epochs:
-            return
-        self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
+        if self.epochs or self.worker_batch is not None:
+            self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
 
     def _patch(self, owner, name, value):
         self._patched.append((owner, name, owner.__dict__.get(name)))
@@ -105,7 +129,7 @@ class TorchHooks:
             self.marks.begin_step("torch")
 
     def _pass_ended(self, iterator):
-        if self.marks.in_thread() and self._current() is iterator:
+        if self.epochs and self.marks.in_thread() and self._current() is iterator:
             self._pass = None
             self.marks.end_epoch("torch")
 

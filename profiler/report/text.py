@@ -151,6 +151,8 @@ def evidence(f):
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
         if e.grew:
             text += f"; one worker's private memory grew {size(e.worker_growth_bytes)} after it started, as it read"
+            if e.batches_bytes > fnd.WORKER_GROWTH_BYTES:
+                text += f", more than the {size(e.batches_bytes)} its batches in flight can hold"
         return text
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
