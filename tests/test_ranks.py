@@ -221,6 +221,29 @@ def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggle
     assert "the ranks that finished recorded 300 to 400 steps (rank 1: 400); only the first 300 are compared" in summary
 
 
+@pytest.mark.parametrize("meet", [True, False])
+def test_ranks_that_meet_once_an_epoch_are_compared_by_epoch(tmp_path, meet):
+    # rank 1's steps take 13 ms against rank 0's 10: the steps drift apart within each epoch of 100;
+    # with a barrier after each epoch both begin the next together and rank 0 waits 0.3 s an epoch
+    # (23% of the job); ranks that never meet drift on, and nobody waits
+    for rank, step_s in ((0, 0.010), (1, 0.013)):
+        epoch_s = 1.3 if meet else 100 * step_s
+        start = np.concatenate([e * epoch_s + np.arange(100) * step_s for e in range(10)])
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(1000, step_s), start_s=start, steps_per_epoch=100)
+    a = analyze_ranks(tmp_path)
+    assert a.drift_steps > rank_analysis.SYNC_STEPS
+    if not meet:
+        assert (a.collective, a.unit, a.stragglers, a.lost_s) == ("none", "step", None, 0.0)
+        return
+    assert (a.collective, a.unit) == ("between-epochs", "epoch") and a.stragglers.rank == 1
+    assert a.lost_fraction == pytest.approx(0.3 / 1.3, rel=0.01)
+    assert "but epochs begin together: the ranks meet once an epoch" in "\n".join(rank_text.summary(a))
+    d = analyze(tmp_path)
+    assert d.findings[0].pattern == "rank-straggler" and d.findings[0].time_fraction == pytest.approx(0.3 / 1.3, rel=0.01)
+    heat = rank_analysis.rank_heatmap(tmp_path)
+    assert heat.unit == "epoch" and heat.stall_s[1].max() == pytest.approx(0.3) and heat.stall_s[0].max() == 0.0
+
+
 def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
     # rank 1 raised; rank 0's next collective failed a second later; rank 2 finished
     write_rank(tmp_path / "rank-0", 0, 3, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,

@@ -56,6 +56,11 @@ PROBE_STEPS = 2000       # steps read to find where the collective lies
 # SYNC_MIN_STEPS probe steps a wander that keeps growing cannot be told from one that does not yet
 SYNC_STEPS = 0.5
 SYNC_MIN_STEPS = 30
+# ranks whose steps drift apart meet once an epoch when their epochs begin within this share of the
+# median epoch of each other (the same deviation over the epochs): after a barrier they start
+# together, within milliseconds; ranks that never meet drift by whole steps an epoch
+EPOCH_SYNC = 0.05
+SYNC_MIN_EPOCHS = 3
 
 
 @dataclass
@@ -114,7 +119,8 @@ class RankAnalysis:
     run_dir: str
     ranks: int
     unit: str                    # "step" or "epoch": what was aligned across ranks
-    collective: str              # "in-step", "between-steps", "none" (the ranks drift apart), "one-rank", or
+    collective: str              # "in-step", "between-steps", "between-epochs" (steps drift apart, epochs begin
+                                 # together: epochs compared), "none" (the ranks drift apart), "one-rank", or
                                  # "unknown" (epochs, or no clocks)
     drift_steps: float | None    # how far the ranks' steps drift apart, in median steps (None: not measured)
     aligned: int                 # indices every rank finished
@@ -331,14 +337,54 @@ def _open(run_dir):
     return dirs, unit, [c > 0 for c in counts], min(c for c in counts if c)
 
 
+def _layout(run_dir):
+    """What to align and how: (dirs, unit, live, aligned, (per_rank, sources, warm), first, collective,
+    drift), sources and first for the live ranks. Ranks whose steps drift apart (collective "none")
+    but whose epochs begin together meet once an epoch (a barrier, a metric's all-reduce, local SGD's
+    averaging): their epochs are aligned, collective "between-epochs"."""
+    dirs, unit, live, aligned = _open(run_dir)
+    read = list(zip(*(_rank(d, unit) for d in dirs)))
+    collective, drift = _collective(*_live(read, live, aligned))
+    if collective == "none" and _epochs_begin_together(dirs):
+        counts = [_count(d, "epoch") for d in dirs]
+        unit, live, aligned, collective = "epoch", [c > 0 for c in counts], min(c for c in counts if c), "between-epochs"
+        read = list(zip(*(_rank(d, unit) for d in dirs)))
+    sources, first, _ = _live(read, live, aligned)
+    return dirs, unit, live, aligned, read, sources, first, collective, drift
+
+
+def _live(read, live, aligned):
+    """(the live ranks' sources, the first index after every live rank's warm-up, aligned)."""
+    _, sources, warm = read
+    first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
+    return [source for source, taking_part in zip(sources, live) if taking_part], first, aligned
+
+
+def _epochs_begin_together(dirs):
+    """Whether the ranks' epochs (after the warm-up) begin within EPOCH_SYNC median epochs of each
+    other, as one median absolute deviation of their offsets from rank 0's, over at least
+    SYNC_MIN_EPOCHS epochs (a constant offset between hosts' clocks does not count)."""
+    begins, walls = [], []
+    for d in dirs:
+        epochs = rundir.read_run(d.path).epochs
+        used = epochs[sum(left_out(epochs)):]
+        if d.clock_origin_unix is None or any(type(e.get("start_s")) not in (int, float) for e in used):
+            return False
+        begins.append([d.clock_origin_unix + e["start_s"] for e in used])
+        walls += [e["wall_s"] for e in used]
+    n = min(map(len, begins))
+    if n < SYNC_MIN_EPOCHS:
+        return False
+    times = np.array([b[:n] for b in begins])
+    offsets = times[1:] - times[0]
+    wander = float(np.median(np.abs(offsets - np.median(offsets, axis=1, keepdims=True))))
+    return wander <= EPOCH_SYNC * float(np.median(walls))
+
+
 def analyze_ranks(run_dir):
     """Merge the ranks of a multi-rank run directory (RunDirError if they do not form one job)."""
-    dirs, unit, live, aligned = _open(run_dir)
-    per_rank, sources, warm = zip(*(_rank(d, unit) for d in dirs))
-    sources = [source for source, taking_part in zip(sources, live) if taking_part]
+    dirs, unit, live, aligned, (per_rank, _, _), sources, first, collective, drift = _layout(run_dir)
     ranks_of = np.array([d.rank for d, taking_part in zip(dirs, live) if taking_part])
-    first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
-    collective, drift = _collective(sources, first, aligned)
     n_used = aligned - first
     job = np.empty(n_used)           # the job's time per index: the longest step, with the time before it
     top = np.empty(n_used, int)      # the rank with the largest stall per index
@@ -402,11 +448,8 @@ def analyze_ranks(run_dir):
 def rank_heatmap(run_dir, bins=400):
     """Each rank's largest stall (own time or GC above the median rank's) per bin of aligned steps,
     and the bins where it paused in a generation-2 collection."""
-    dirs, unit, live, aligned = _open(run_dir)
+    dirs, unit, live, aligned, _, sources, first, collective, _ = _layout(run_dir)
     dirs = [d for d, taking_part in zip(dirs, live) if taking_part]
-    _, sources, warm = zip(*(_rank(d, unit) for d in dirs))
-    first = min(max(warm), aligned - 1)
-    collective, _ = _collective(sources, first, aligned)
     edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)

@@ -10,9 +10,13 @@ COLLECTIVE = {"in-step": "steps end together: the collective is inside the step"
 
 
 def _collective(ra):
+    if ra.collective == "between-epochs":
+        return (f"steps drift apart (they wander {ra.drift_steps:.2f} median steps between ranks) but epochs begin "
+                f"together: the ranks meet once an epoch (a barrier or an all-reduce between epochs), so epochs "
+                f"are compared")
     if ra.collective == "none":
-        return (f"steps drift apart (they wander {ra.drift_steps:.1f} median steps between ranks): the ranks do not "
-                f"wait for each other at a collective, so none holds the others back")
+        return (f"steps drift apart (they wander {ra.drift_steps:.2f} median steps between ranks) and so do epochs: "
+                f"the ranks do not wait for each other at a collective, so none holds the others back")
     if ra.collective != "unknown":
         return COLLECTIVE[ra.collective]
     if ra.unit == "epoch":
