@@ -200,3 +200,4 @@ def test_wording_of_small_numbers():
     assert text._per_epoch(0.04, "full collection") == "0.04 full collections per epoch"
     assert text._per_epoch(1.4, "full collection") == "1.4 full collections per epoch"
     assert text.below(0.0198, 0.02) == "1.98%" and text.below(0.011, 0.02) == "1.1%"
+    assert text.below(0.019996, 0.02) == "1.99%" and text.below(0.0199, 0.02) == "1.99%"

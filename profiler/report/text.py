@@ -1,6 +1,7 @@
 """Every sentence the profiler writes about a run: verdicts, each finding's evidence and remedy,
 and the terminal reports. The JSON, HTML and figure renderers take their words from here."""
 
+import math
 import textwrap
 
 from ..analysis import findings as fnd
@@ -245,8 +246,9 @@ def counted(n, unit):
 
 
 def below(x, threshold):
-    """pct(x), with more digits when it would read as the threshold it is under (1.98% under 2.0%)."""
-    return pct(x) if pct(x) != pct(threshold) else f"{100 * x:.2f}%"
+    """pct(x), with more digits when it would read as the threshold it is under (1.98% under 2.0%),
+    cut rather than rounded so it never reads as the threshold (0.019996: 1.99%, not 2.00%)."""
+    return pct(x) if pct(x) != pct(threshold) else f"{math.floor(10000 * x + 1e-9) / 100:.2f}%"
 
 
 def _share(x, threshold, of):
