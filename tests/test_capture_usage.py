@@ -275,3 +275,6 @@ def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_pat
             RunWriter(tmp_path / "run")
     finally:
         first.close()
+    with pytest.raises(UsageError, match="afile/run: .*afile is a file, not a directory; choose another path"):
+        with Session(tmp_path / "afile" / "run"):   # was a RunWriteError (exit 1) for what is bad input
+            pass

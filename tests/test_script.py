@@ -347,14 +347,15 @@ def test_windows_leave_the_scripts_alarm_alone_and_survive_deep_capture(tmp_path
 
 
 @pytest.mark.slow
-def test_a_window_shorter_than_the_minimum_is_refused(tmp_path):
-    proc = profiler("run", "--window", "0.001", "--out", tmp_path / "run", script("own_alarm.py"), check=False,
-                    timeout=60)
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "profiler: error: --window 0.001: give a window of at least 0.1 s (a boundary closes an epoch and "
-        "samples memory)"]
-    assert not (tmp_path / "run").exists()
-    with pytest.raises(UsageError, match="at least 0.1 s"):
+def test_a_window_shorter_than_the_minimum_or_longer_than_the_maximum_is_refused(tmp_path):
+    for window in ("0.001", "1e10"):
+        proc = profiler("run", "--window", window, "--out", tmp_path / "run", script("own_alarm.py"), check=False,
+                        timeout=60)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+            f"profiler: error: --window {float(window)}: give a window of 0.1 s to 10,000,000 s (a boundary closes "
+            f"an epoch and samples memory)"]   # 1e10 was a traceback in the windows thread, and exit 0
+        assert not (tmp_path / "run").exists()
+    with pytest.raises(UsageError, match="of 0.1 s to"):
         run_script(script("own_alarm.py"), out=tmp_path / "run", window_s=1e-9)
 
 

@@ -26,6 +26,7 @@ import time
 from ..errors import UsageError
 
 MIN_SECONDS = 0.1
+MAX_SECONDS = 10 ** 7   # 116 days: the windows thread's wait overflowed (time_t) at 1e10 s
 RETRY_SECONDS = 0.01
 GRACE_WINDOWS = 3
 # frames of these modules run the script: a boundary may be taken under them
@@ -53,8 +54,8 @@ _add_pending_call.restype = ctypes.c_int
 
 
 def check_seconds(seconds):
-    if not (isinstance(seconds, (int, float)) and MIN_SECONDS <= seconds < float("inf")):
-        raise UsageError(f"--window {seconds}: give a window of at least {MIN_SECONDS} s "
+    if not (isinstance(seconds, (int, float)) and MIN_SECONDS <= seconds <= MAX_SECONDS):
+        raise UsageError(f"--window {seconds}: give a window of {MIN_SECONDS} s to {MAX_SECONDS:,} s "
                          f"(a boundary closes an epoch and samples memory)")
     return float(seconds)
 

@@ -30,6 +30,10 @@ class RunWriter:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
             raise UsageError(f"{self.path} is a file, not a directory; choose a new run directory") from None
+        except NotADirectoryError:
+            in_the_way = next(p for p in self.path.parents if p.exists())
+            raise UsageError(f"cannot create the run directory {self.path}: {in_the_way} is a file, not a "
+                             f"directory; choose another path") from None
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
         try:   # created exclusively: of two runs started on one directory, the second stops here
