@@ -263,6 +263,9 @@ def test_a_file_where_the_run_directory_belongs_says_so(tmp_path):
         with Session(tmp_path / "afile"):
             pass
     assert (tmp_path / "afile").read_text() == "mine"
+    with pytest.raises(UsageError, match="afile/run: .*afile is a file, not a directory; choose another path"):
+        with Session(tmp_path / "afile" / "run"):   # was a RunWriteError (exit 1) for what is bad input
+            pass
 
 
 def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_path):
@@ -275,6 +278,3 @@ def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_pat
             RunWriter(tmp_path / "run")
     finally:
         first.close()
-    with pytest.raises(UsageError, match="afile/run: .*afile is a file, not a directory; choose another path"):
-        with Session(tmp_path / "afile" / "run"):   # was a RunWriteError (exit 1) for what is bad input
-            pass

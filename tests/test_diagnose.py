@@ -445,3 +445,13 @@ def test_a_workers_own_batches_in_flight_are_not_copy_on_read(tmp_path, batch_mi
     if found and batch_mib:
         assert text.evidence(d.findings[0]).endswith("grew 86.0 MiB after it started, as it read, more than the "
                                                      "40.0 MiB its batches in flight can hold")
+
+
+def test_epochs_that_swing_between_two_speeds_are_not_called_steady(tmp_path):
+    # epochs of 18 or 150 ms (a collection every few epochs), more of the slow ones late: medians
+    # 18 and 150 ms with no sustained trend, which the headline said was "holding steady"
+    walls = np.array([150, 18, 18, 18, 150, 150, 150, 150, 150, 150, 150, 18, 150, 18, 150]) / 1000
+    d = analyze(from_walls(tmp_path / "run", walls))
+    assert d.epoch_time.swings and not d.epoch_time.steady and not d.epoch_time.slowdown
+    assert text.verdict(d).startswith("Epoch time swings too much to tell a trend: median epoch time 18.00 ms early, "
+                                      "150.00 ms late (late / early 8.33, but no sustained trend;")

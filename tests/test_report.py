@@ -47,7 +47,8 @@ def test_json_is_strict_even_for_degenerate_runs(tmp_path):
 def test_verdict_leads_with_the_costliest_finding_and_its_fix(spiky):
     d = analyze(spiky)
     words = text.verdict(d)
-    assert words.startswith("Epoch time holds steady") and "Garbage collection:" in words
+    # spikes in some epochs (50 or 130 ms) leave the medians alike but the interval wide (-100% to +46%)
+    assert words.startswith("Epoch time shows no sustained trend") and "Garbage collection:" in words
     assert words.index("Garbage collection") < words.index("Fix:")
     assert "finding 1: gc-spikes" in text.diagnosis(d)
 

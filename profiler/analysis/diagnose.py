@@ -28,6 +28,8 @@ class EpochTime:
     slowdown: bool              # a sustained slowdown
     faster: bool                # a sustained speed-up
     warmup_epochs_skipped: int
+    steady: bool = True         # neither, and the fitted change's 95% interval and late / early within STEADY_BAND
+    swings: bool = False        # neither, but late / early outside STEADY_BAND: too noisy to tell a trend
 
 
 @dataclass
@@ -98,6 +100,17 @@ def _training_events(run):
     return events[events["start_s"] >= first] if first is not None and len(events) else events
 
 
+
+# how far epoch time may move with no sustained trend and still be called steady: the fitted change's
+# 95% interval and the late / early medians within +-25%. Medians further apart with no trend are
+# a run too noisy to tell (one alternating 18 and 150 ms epochs: medians 20 and 168 ms, -38% to +509%)
+STEADY_BAND = 0.25
+
+
+def _within(ratio):
+    return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
+
+
 def analyze(run_dir):
     """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs).
     A directory of rank-N/ run directories is diagnosed as one job (analysis/ranks.py)."""
@@ -117,6 +130,7 @@ def analyze(run_dir):
     change = stats.change(idx[timed], wall[timed])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
+    ratio = late_s / early_s if early_s > 0 else 1.0
     share = np.divide(pause, wall, out=np.zeros_like(wall), where=wall > 0)
     share_early, share_late = stats.early_late(share)
     explained = fnd.gc_explained(records, change)
@@ -145,8 +159,10 @@ def analyze(run_dir):
     return Diagnosis(
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,
         problems=list(run.problems),
-        epoch_time=EpochTime(early_s, late_s, late_s / early_s if early_s > 0 else 1.0, change, slowdown, faster,
-                             loaded.skipped),
+        epoch_time=EpochTime(early_s, late_s, ratio, change, slowdown, faster, loaded.skipped,
+                             steady=not (slowdown or faster) and _within(ratio) and
+                             -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
+                             swings=not (slowdown or faster) and not _within(ratio)),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,

@@ -231,6 +231,11 @@ def _headline(d):
         return f"Epochs get slower: {times}; the trend adds {change(et.change)} over the run."
     if et.faster:
         return f"Epochs get faster: {times}; the trend is {change(et.change)} over the run."
+    if et.swings:
+        return (f"Epoch time swings too much to tell a trend: {times} (late / early {et.ratio:.2f}, but no "
+                f"sustained trend; fitted change {change(et.change)}).")
+    if not et.steady:
+        return f"Epoch time shows no sustained trend: {times} (fitted change {change(et.change)})."
     return f"Epoch time holds steady: {times} (no sustained trend; fitted change {change(et.change)})."
 
 
