@@ -139,6 +139,22 @@ def test_epochs_that_auto_capture_traced_are_left_out_of_the_epoch_time_trend(tm
     assert d.epoch_time.ratio == pytest.approx(1.0) and d.primary_cause == "none", text.verdict(d)
 
 
+def test_compute_growth_leaves_the_traced_epochs_time_out_of_its_cost(tmp_path):
+    # a slowdown from 30 to 45 ms over 30 epochs, and auto capture's window tracing epochs 8-11 at
+    # 150 ms: the finding's cost is the untraced epochs' time above the early median (it was 62% of
+    # a new user's run with the profiler's own 4 epochs in it, 11% without)
+    heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
+    walls = [0.030 + 0.0005 * i for i in range(30)]
+    records = [epoch(i, 0.150 if 8 <= i < 12 else w, heap=heap if 8 <= i < 12 else None) for i, w in enumerate(walls)]
+    d = analyze(write_run(tmp_path / "run", records))
+    f = next(f for f in d.findings if f.pattern == "compute-growth")
+    kept = [r["wall_s"] for r in records[d.epoch_time.warmup_epochs_skipped:] if r["heap"] is None]
+    total = sum(r["wall_s"] for r in records[d.epoch_time.warmup_epochs_skipped:])
+    expected = sum(max(w - d.epoch_time.early_median_s, 0) for w in kept) / total
+    assert f.time_fraction == pytest.approx(expected * (1 - d.gc.explained_fraction), rel=1e-6)
+    assert f.time_fraction < 0.2
+
+
 def test_windows_before_the_first_step_are_set_up_not_training(tmp_path):
     # three time windows of a script's set-up (a big full collection, RSS climbing), then training
     records = [epoch(i, 0.2, pause=(0.0, 0.0, 0.14 if i == 2 else 0.0), collections=(0, 0, int(i == 2)),

@@ -148,7 +148,7 @@ def analyze(run_dir):
 
     found = [fnd.gc_spikes(spikes, objs, site),
              growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
-             fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops),
+             fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site))
     ranked = fnd.rank([f for f in found if f is not None])

@@ -360,11 +360,14 @@ def gc_explained(records, epoch_change):
     return float(np.clip((gc_late - gc_early) / delta, 0.0, 1.0)) if delta > 0 else 0.0
 
 
-def compute_growth(records, epoch_change, explained, ops):
+def compute_growth(records, epoch_change, explained, ops, timed):
+    """The time epochs spent above the early median, of the epochs `timed` (indices: those the trend
+    was fitted on; deep capture's traced epochs are slower by the profiler's own work), against
+    the whole run's time."""
     if not (epoch_change.sustained and epoch_change.relative > 0) or explained >= GC_EXPLAINS:
         return None
     wall = np.array([r["wall_s"] for r in records])
-    excess = float(np.clip(wall - epoch_change.early, 0, None).sum())
+    excess = float(np.clip(wall[timed] - epoch_change.early, 0, None).sum())
     grown = [o for o in ops if o.growth_s > 0 and o.change.sustained and o.change.relative > 0]
     return Finding("compute", "compute-growth", excess * (1 - explained) / wall.sum(),
                    ComputeGrowth(epoch_change, excess, explained, grown[:3], bool(ops)))
