@@ -188,6 +188,20 @@ def test_ctrl_c_in_the_first_second_is_one_line(tmp_path):
     assert proc.returncode == 130 and err.strip().splitlines() == ["profiler: interrupted"], err
 
 
+def test_ctrl_c_after_the_first_epochs_says_where_they_are(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "mlp", "--epochs", "100000", "--out", tmp_path / "r"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((tmp_path / "r" / "epochs.jsonl").exists()
+                                          and (tmp_path / "r" / "epochs.jsonl").stat().st_size):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-3:] == [
+        f"profiler: wrote {tmp_path / 'r'} (interrupted)", f"next: profiler report {tmp_path / 'r'}",
+        "profiler: interrupted"], err
+
+
 def test_ctrl_c_inside_code_run_by_exec_still_exits_130(tmp_path):
     # as when Ctrl-C lands in a namedtuple or dataclass definition while numpy or numba import:
     # CPython 3.11 takes an interrupt raised in exec() of a string for an unhandled one

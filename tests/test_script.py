@@ -280,6 +280,9 @@ def test_ctrl_c_is_interrupted_130(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err
     assert meta(tmp_path / "run")["status"] == "interrupted" and len(records(tmp_path / "run")) >= 1
+    lines = err.strip().splitlines()   # where the finished epochs are, then the interrupt
+    assert lines[-3].startswith(f"profiler: wrote {tmp_path / 'run'}: ") and lines[-2:] == [
+        f"next: profiler report {tmp_path / 'run'}", "profiler: interrupted"], err
 
 
 @pytest.mark.slow

@@ -140,10 +140,16 @@ def _run_scenario(args, scenario, rest):
     with _interrupts_held():   # the engine imports numba
         from ..workloads.run import run_scenario
     out = str(rank_out_dir(args.out or _default_out(f"{scenario}-{args.layout}")))
-    state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
-                         history=args.history, gc_collect=args.gc_collect, tracemalloc=TRACEMALLOC[args.tracemalloc],
-                         samples=args.samples, seed=args.seed, labels=args.labels, progress=not args.quiet,
-                         gc_policy=args.gc_policy, straggler_rank=args.straggler_rank)
+    try:
+        state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
+                             history=args.history, gc_collect=args.gc_collect,
+                             tracemalloc=TRACEMALLOC[args.tracemalloc], samples=args.samples, seed=args.seed,
+                             labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
+                             straggler_rank=args.straggler_rank)
+    except KeyboardInterrupt:   # the epochs that finished are on disk: say where
+        if not args.quiet and Path(out, "epochs.jsonl").exists() and Path(out, "epochs.jsonl").stat().st_size:
+            print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {out}", file=sys.stderr)
+        raise
     if not args.quiet:
         summary = f"wrote {out}: {len(state.times)} epochs{' (halted)' if state.halted else ''}"
         if state.times:
@@ -187,22 +193,21 @@ def _run_script(args, target, rest):
         traceback.print_exception(type(e), e, None)
         raise SystemExit(1) from None
     raised = result.raised
-    if isinstance(raised, KeyboardInterrupt):
-        raise raised
     if isinstance(raised, SessionActiveError):
         raise UsageError(f"{target} opens its own profiler Session, which records the run itself: run it with "
                          f"python, not profiler run ({out} holds only the failed attempt)") from None
-    if raised is not None and not isinstance(raised, SystemExit):
+    ends = (SystemExit, KeyboardInterrupt)   # raised again after the summary: exit codes 0-255 and 130
+    if raised is not None and not isinstance(raised, ends):
         _print_script_traceback(raised, result.code)
     if result.forked:   # a child the script forked and that returned: it exits as the script would
-        raise raised if isinstance(raised, SystemExit) else SystemExit(0 if raised is None else 1)
+        raise raised if isinstance(raised, ends) else SystemExit(0 if raised is None else 1)
     for note in result.notes:
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {result.epochs} epochs{source}, {result.steps} steps"
               + (f"\nnext: profiler report {out}" if result.epochs else ""), file=sys.stderr)
-    if isinstance(raised, SystemExit):
+    if isinstance(raised, ends):
         raise raised
     if raised is not None:
         raise SystemExit(1)
