@@ -225,3 +225,15 @@ def test_the_first_batch_of_each_pass_with_workers_is_weighed():
         hooks.uninstall()
     assert weighed == [(4 * 3 * 8 * 8 * 4 + 4 * 8, 3)] * 2
     assert batch_bytes({"image": [np.zeros(10, np.float32)], "name": "a", "n": 3}) == 40
+
+
+def test_windows_that_begin_at_the_first_optimizer_step_are_whole_from_the_first(tmp_path):
+    # no DataLoader: the windows begin at the first optimizer step, during the grace period's wait;
+    # the clock thread slept on to the old deadline, and the first window was 0.2-1.8 s of 0.5 or 1
+    (tmp_path / "steps.py").write_text(
+        "import time, torch\nmodel = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "end = time.time() + 2.6\nwhile time.time() < end:\n"
+        "    opt.zero_grad(); model(torch.randn(16, 8)).sum().backward(); opt.step(); time.sleep(0.001)\n")
+    profiler("run", "--window", "0.5", "--out", tmp_path / "run", tmp_path / "steps.py", timeout=180)
+    walls = [r["wall_s"] for r in records(tmp_path / "run")]
+    assert len(walls) >= 4 and all(0.49 <= w <= 0.6 for w in walls), walls

@@ -77,7 +77,7 @@ class Windows:
         self.error = None          # why the windows ended early, if they did
         self._due = False          # a boundary is owed and not yet taken
         self._waiting = False      # the clock runs, no window is open yet (resume_later)
-        self._stop = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._thread = None
         self._window_start = 0.0
         marks.on_step_end.append(self._after_step)
@@ -109,8 +109,9 @@ class Windows:
             return False
         _current = self
         self._due, self._waiting, self._window_start = False, waiting, time.monotonic() + delay
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._clock, args=(self._stop,), name="profiler-windows", daemon=True)
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._clock, args=(self._stop, self._wake), name="profiler-windows",
+                                        daemon=True)
         self.running = True
         self._thread.start()
         return True
@@ -122,6 +123,7 @@ class Windows:
             return
         self.running, self._due, self._waiting = False, False, False
         self._stop.set()
+        self._wake.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
         if _current is self:
@@ -137,10 +139,17 @@ class Windows:
             self.marks.end_epoch("windows")
         self.pause()
 
-    def _clock(self, stop):
+    def _clock(self, stop, wake):
         """The daemon thread: wait out the window, then ask the main thread for a boundary until
-        it is taken."""
-        while not stop.wait(max(0.0, self._window_start + self.seconds - time.monotonic())):
+        it is taken. A window restarted while it waits (the windows began at the first optimizer
+        step, during the grace period's wait) wakes it to wait again from the new start: the
+        first window was 0.2-1.8 s long with 1 s windows."""
+        while not stop.is_set():
+            remaining = self._window_start + self.seconds - time.monotonic()
+            if remaining > 0:
+                wake.wait(remaining)
+                wake.clear()
+                continue
             self._due = True
             while self._due:
                 if not self.marks.step_open:   # an open step ends with _after_step
@@ -181,3 +190,4 @@ class Windows:
     def _restart_clock(self):
         self._window_start = time.monotonic()
         self._due = False
+        self._wake.set()
