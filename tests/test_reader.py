@@ -307,3 +307,32 @@ def test_a_directory_of_runs_names_them(tmp_path):
         from_walls(tmp_path / "runs" / name, [0.01, 0.01])
     with pytest.raises(RunDirError, match=r"runs is not a run directory but holds 2 \(a, b\): give one of them"):
         read_run(tmp_path / "runs")
+
+
+def test_steps_of_epochs_without_a_line_are_left_out_or_named(tmp_path):
+    from profiler import Session
+    with Session(tmp_path / "run") as session:
+        for _ in range(3):
+            with session.epoch():
+                for _ in range(2):
+                    with session.step():
+                        pass
+    run = tmp_path / "run"
+    steps = run / "steps.bin"
+    whole = np.fromfile(steps, STEP_RECORD)
+    extra = np.repeat(whole[-1:], 5)
+    extra["epoch"] = 3
+    with open(steps, "ab") as f:   # 5 steps of an epoch 3 that has no line (cut short by a crash)
+        f.write(extra.tobytes())
+    r = read_run(run)
+    assert len(r.steps()) == 6 and r.steps()["epoch"].max() == 2
+    assert "steps.bin holds 5 steps of epoch 3, after the last epoch in epochs.jsonl (cut short or abandoned): " \
+           "they are left out" in r.problems
+    assert analyze(run).steps.count == 6
+    original = lines(run)
+    rewrite(run, [original[0], original[2]])   # epoch 1's line removed
+    r = read_run(run)
+    assert any("steps of epoch 1, which epochs.jsonl has no line for" in p for p in r.problems)
+    assert "meta.json counts 3 epochs but epochs.jsonl holds 2: lines were lost or removed after the run" in r.problems
+    rewrite(run, [original[0], b"", original[2]])
+    assert "epochs.jsonl line 2 is blank (not written by this profiler); it was skipped" in read_run(run).problems

@@ -28,6 +28,7 @@ class Run:
     meta: dict
     epochs: list
     problems: list = field(default_factory=list)  # why the run is incomplete, if it is
+    kept_steps: int | None = None  # steps() stops here: the steps after the last epoch with a line are left out
 
     @property
     def status(self):
@@ -46,7 +47,7 @@ class Run:
         """Every recorded step: indexed by a field name (an array of that field) or by a slice (a
         structured array of format.STEP_DTYPE), read from the memory-mapped file as asked; empty
         if none."""
-        records = _records(self.path / STEPS, _step_layout(self.meta))
+        records = _records(self.path / STEPS, _step_layout(self.meta))[:self.kept_steps]
         return records if records.dtype == LEGACY_STEP_DTYPE else Steps(records, self.meta["clock_origin_ns"])
 
     def gc_events(self):
@@ -186,7 +187,13 @@ def read_run(path):
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
     run = Run(path, meta, epochs, problems)
-    _check_records(run)
+    lined = {r["epoch"] for r in epochs}
+    step_epochs, kept = _check_records(run, max(lined, default=-1))
+    _unlined_steps(run, step_epochs - lined, kept)
+    written = meta.get("epochs")
+    if status in ("completed", "halted") and type(written) is int and written != len(epochs):
+        problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
+                        f"or removed after the run")
     counted, held = sum(r.get("steps") or 0 for r in epochs), len(run.steps())
     if counted > held:   # more steps are written than counted (the unfinished epoch's), never fewer
         problems.append(f"{STEPS} holds {held} steps but {EPOCHS} counts {counted}: steps were lost "
@@ -194,11 +201,30 @@ def read_run(path):
     return run
 
 
-def _check_records(run):
+def _unlined_steps(run, unlined, kept):
+    """Steps of epochs with no line in epochs.jsonl: after the last line (an epoch cut short by a
+    crash once more than a buffer of its steps was written, or one abandoned whose steps could not
+    be cut) they are left out, as the epoch is; before it (a line removed) they are named."""
+    if not unlined:
+        return
+    last = max((r["epoch"] for r in run.epochs), default=-1)
+    after, before = sorted(e for e in unlined if e > last), sorted(e for e in unlined if e <= last)
+    if after:
+        held = len(run.steps())
+        run.kept_steps = kept
+        run.problems.append(f"{STEPS} holds {held - kept:,} steps of epoch {listed(after, 3)}, "
+                            f"after the last epoch in {EPOCHS} (cut short or abandoned): they are left out")
+    if before:
+        run.problems.append(f"{STEPS} holds steps of epoch {listed(before, 3)}, which {EPOCHS} "
+                            f"has no line for (removed after the run?): they are counted with the others")
+
+
+def _check_records(run, last_lined):
     """RunDirError for the first record of steps.bin or gc_events.bin this profiler cannot have
     written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
     (steps are written epoch by epoch), a GC generation other than 0, 1 or 2. Read a chunk at a
-    time, so the check needs memory for one chunk only."""
+    time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
+    many steps belong to epochs up to `last_lined`: a prefix, as steps are in epoch order)."""
     source = run.path / GC_EVENTS
     events = run.gc_events()
     for a in range(0, len(events), CHUNK):
@@ -209,6 +235,7 @@ def _check_records(run):
             raise RunDirError(f"{source} record {a + i} has generation {int(block['generation'][i])}, not 0, 1 or 2: "
                               f"not written by this profiler")
     source, steps, last = run.path / STEPS, run.steps(), 0
+    seen, kept = set(), 0
     for a in range(0, len(steps), CHUNK):
         block = steps[a:a + CHUNK]
         _check_times(block, ("start_s", "wall_s", "gc0_s", "gc1_s", "gc2_s"), source, a)
@@ -221,6 +248,9 @@ def _check_records(run):
             raise RunDirError(f"{source} record {a + i} has epoch {int(epochs[i])}, {what}: not written by this "
                               f"profiler (steps are written epoch by epoch)")
         last = int(epochs[-1])
+        seen.update(np.unique(epochs).tolist())
+        kept += int(np.count_nonzero(epochs <= last_lined))
+    return seen, kept
 
 
 def why_not_json(error):
@@ -335,6 +365,8 @@ def _read_epochs(file, problems):
     epochs = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            if number < len(lines):   # the profiler writes none: a line blanked after the run
+                problems.append(f"{EPOCHS} line {number} is blank (not written by this profiler); it was skipped")
             continue
         try:
             record = json.loads(line.decode("utf-8"))
