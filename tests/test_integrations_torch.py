@@ -151,6 +151,13 @@ def test_flamegraph_from_the_first_epoch_of_a_script_with_none(tmp_path):
     assert proc.returncode == 1 and "before its first epoch began" in proc.stderr
     proc = profiler("flamegraph", "--from-first-epoch", "--", "ls", check=False)
     assert proc.returncode == 2 and "records a Python script" in proc.stderr
+    other = tmp_path / "bin" / "python"   # a `python` on PATH that has no profiler
+    other.parent.mkdir()
+    other.write_text("#!/bin/sh\nexit 1\n")
+    other.chmod(0o755)
+    proc = profiler("flamegraph", "--from-first-epoch", "--", other, tmp_path / "idle.py", check=False)
+    assert proc.returncode == 2 and f"{other} ({other}) cannot import profiler" in proc.stderr
+    assert f"-- {sys.executable} {tmp_path / 'idle.py'}" in proc.stderr
 
 
 def test_hooks_gone_after_a_script_that_fails_inside_a_pass(tmp_path):

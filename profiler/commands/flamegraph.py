@@ -1,6 +1,8 @@
 """`profiler flamegraph`: a py-spy flamegraph of a scenario or any command, or a diff of two."""
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +31,7 @@ def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
                          "(or -- python -m MODULE [args])")
     if command[1] != "-m" and not os.path.isfile(command[1]):
         raise UsageError(f"{command[1]!r} is not a script file: --from-first-epoch records -- python SCRIPT.py [args]")
+    _imports_profiler(command)
     command = [command[0], "-m", "profiler", "run", "--quiet", "--out", run_dir, *command[1:]]
     read_end, write_end = os.pipe()
     open_fds = {read_end, write_end}
@@ -48,6 +51,19 @@ def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
     finally:
         close(read_end)
         close(write_end)
+
+
+def _imports_profiler(command):
+    """UsageError unless command[0], the Python that will run `-m profiler run`, can import this
+    profiler: `python` on PATH may be another interpreter than the one profiler is installed in."""
+    found = shutil.which(command[0])
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):   # not realpath: a venv's python links to its base
+        return
+    check = subprocess.run([command[0], "-c", "import profiler.cli"], capture_output=True, timeout=60)
+    if check.returncode != 0:
+        raise UsageError(f"{command[0]} ({found or 'not found'}) cannot import profiler, which --from-first-epoch "
+                         f"runs the script under: give the Python profiler is installed in, "
+                         f"-- {sys.executable} {' '.join(command[1:])}")
 
 
 class FlamegraphCommand:
