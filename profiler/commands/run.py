@@ -151,7 +151,7 @@ def _run_scenario(args, scenario, rest):
             print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {out}", file=sys.stderr)
         raise
     if not args.quiet:
-        summary = f"wrote {out}: {len(state.times)} epochs{' (halted)' if state.halted else ''}"
+        summary = f"wrote {out}: {_counted(len(state.times), 'epoch')}{' (halted)' if state.halted else ''}"
         if state.times:
             median = sorted(state.times)[len(state.times) // 2]
             summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
@@ -205,12 +205,16 @@ def _run_script(args, target, rest):
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
-        print(f"profiler: wrote {out}: {result.epochs} epochs{source}, {result.steps} steps"
+        print(f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
               + (f"\nnext: profiler report {out}" if result.epochs else ""), file=sys.stderr)
     if isinstance(raised, ends):
         raise raised
     if raised is not None:
         raise SystemExit(1)
+
+
+def _counted(n, unit):   # as report.text.counted, which this process does not import (analysis with it)
+    return f"{n:,} {unit}{'' if n == 1 else 's'}"
 
 
 def _print_script_traceback(error, code):

@@ -325,8 +325,8 @@ def _run_state(d):
     and whether the job is whole (the rank may have completed while another failed)."""
     whole = "" if d.complete else f"; the {'run' if d.rank_analysis is None else 'job'} is incomplete"
     if d.rank_analysis is None:
-        return f"{d.epochs} epochs, {d.status}{whole}"
-    return f"{d.rank_analysis.ranks} ranks; rank {d.rank_analysis.diagnosed}: {d.epochs} epochs, {d.status}{whole}"
+        return f"{counted(d.epochs, 'epoch')}, {d.status}{whole}"
+    return f"{d.rank_analysis.ranks} ranks; rank {d.rank_analysis.diagnosed}: {counted(d.epochs, 'epoch')}, {d.status}{whole}"
 
 
 def diagnosis(d):
