@@ -189,3 +189,13 @@ def test_gc_spikes_that_medians_hide_are_compared_by_their_means(tmp_path):
     assert c.a.epoch_s == c.b.epoch_s == pytest.approx(0.020)
     assert c.a.gc.epoch_s > 2 * c.b.gc.epoch_s
     assert "the collector accounts for 100.0% of the difference" in text.comparison_verdict(c)
+
+
+def test_runs_whose_epochs_are_time_windows_are_said_to_be(tmp_path):
+    for name in ("a", "b"):
+        write_run(tmp_path / name, [epoch(i, 1.0) for i in range(10)], meta={"label": name, "epochs_from": "windows"})
+    write_run(tmp_path / "c", [epoch(i, 1.2) for i in range(10)], meta={"label": "c"})
+    c = compare(tmp_path / "a", tmp_path / "b")
+    assert c.a.windows and c.b.windows
+    assert "Note: the epochs of a and b are fixed time windows, so epoch time cannot differ" in text.comparison_verdict(c)
+    assert "fixed time windows" not in text.comparison_verdict(compare(tmp_path / "c", tmp_path / "c"))

@@ -26,6 +26,7 @@ class RunSide:
     epochs: int             # epochs the median is over
     warmup_included: bool   # too few epochs to leave out the warm-up (load.load skipped none)
     gc: "GcSide"            # what the collector cost this run
+    windows: bool = False   # its epochs are fixed time windows (profiler run found nothing marking epochs)
 
 
 @dataclass
@@ -75,6 +76,10 @@ def _gc_side(loaded):
                   share_total=sum(pauses) / wall if wall > 0 else 0.0,
                   full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
                   policy=str(policy) if policy is not None else None)
+
+
+def _windows(loaded):
+    return loaded.run.user_meta.get("epochs_from") == "windows"
 
 
 def _tag_values(series):
@@ -128,7 +133,7 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     return Comparison(
         a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
-                  len(la.records), la.warmup == 0, _gc_side(la)),
+                  len(la.records), la.warmup == 0, _gc_side(la), _windows(la)),
         b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
-                  len(lb.records), lb.warmup == 0, _gc_side(lb)),
+                  len(lb.records), lb.warmup == 0, _gc_side(lb), _windows(lb)),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)

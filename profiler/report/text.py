@@ -408,6 +408,11 @@ def comparison_verdict(c):
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
     text += _gc_comparison(a, b)
+    windowed = [side.label for side in (a, b) if side.windows]
+    if windowed:
+        text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
+                 f"there; mark real epochs with profiler run --epoch-fn NAME, or compare the steps' times in "
+                 f"each run's profiler report.")
     if not c.rows:
         text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
                  "differs.")
