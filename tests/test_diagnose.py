@@ -471,3 +471,16 @@ def test_epochs_that_swing_between_two_speeds_are_not_called_steady(tmp_path):
     assert d.epoch_time.swings and not d.epoch_time.steady and not d.epoch_time.slowdown
     assert text.verdict(d).startswith("Epoch time swings too much to tell a trend: median epoch time 18.00 ms early, "
                                       "150.00 ms late (late / early 8.33, but no sustained trend;")
+
+
+def test_a_manual_gc_policys_own_collections_get_its_remedy(tmp_path):
+    import json
+    records = [epoch(i, 0.050, pause=(0.0, 0.0, 0.040), collections=(0, 0, 1)) for i in range(30)]
+    run = write_run(tmp_path / "run", records)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({**meta, "options": {"gc_policy": "manual:50"}}))
+    f = analyze(run).findings[0]
+    assert f.pattern == "gc-steady" and f.evidence.policy == "manual:50"
+    assert text.remedy(f).startswith("These are --gc-policy manual:50's own collections (a full gc.collect() every 50 "
+                                     "steps, automatic collection off): collect less often")
+    assert "gc.set_threshold" not in text.remedy(f)   # automatic collection is off: thresholds do nothing

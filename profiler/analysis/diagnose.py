@@ -146,11 +146,14 @@ def analyze(run_dir):
     objs = fnd.objects(records)
     ops = fnd.op_growth(records, op_series(records))
 
-    found = [fnd.gc_spikes(spikes, objs, site),
+    policy = (run.meta.get("options") or {}).get("gc_policy")
+    policy = str(policy) if policy is not None else None
+    found = [fnd.gc_spikes(spikes, objs, site, policy),
              growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
              fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
-    found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site))
+    found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
+                               policy))
     ranked = fnd.rank([f for f in found if f is not None])
 
     tracked = [sum(r["gc"]["tracked"]) for r in records if r["gc"].get("tracked")]

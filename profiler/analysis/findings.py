@@ -70,6 +70,7 @@ class GcSteady:
     collections_per_epoch: list     # mean per generation (a median of whole counts reads 0 for one epoch in three)
     objects: Objects | None
     site: str | None                # the Python line whose memory grew most (deep capture)
+    policy: str | None = None       # the run's --gc-policy (manual:N: these are its own collections)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class GcSpikes:
     every: float                    # items between spikes of the generation with the most pause, on average
     objects: Objects | None
     site: str | None
+    policy: str | None = None
 
 
 @dataclass
@@ -217,12 +219,12 @@ def spike_counted(spikes):
             and spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS)
 
 
-def gc_spikes(spikes, objs, site):
+def gc_spikes(spikes, objs, site, policy=None):
     if not spike_counted(spikes):
         return None
     paused = spikes.count_by_generation[spikes.generation] or spikes.count
     return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
-                   GcSpikes(spikes, spikes.total / paused, objs, site))
+                   GcSpikes(spikes, spikes.total / paused, objs, site, policy))
 
 
 def pause_growth(events, records, spikes, objs, site):
@@ -265,7 +267,7 @@ def pause_growth(events, records, spikes, objs, site):
                                hours_to_one_second=hours, excess_s=excess, objects=objs, site=site))
 
 
-def gc_steady(records, spikes, growth_s, objs, site):
+def gc_steady(records, spikes, growth_s, objs, site, policy=None):
     """GC time outside the spikes and the pause growth (growth_s: the growth's own time)."""
     wall_s = spikes.wall_s
     spike_part = min(spikes.spike_gc_s, spikes.excess_s) if spike_counted(spikes) else 0.0
@@ -277,7 +279,7 @@ def gc_steady(records, spikes, growth_s, objs, site):
     return Finding("gc", "gc-steady", steady / wall_s,
                    GcSteady(share_total=spikes.gc_s / wall_s, steady_s=steady, wall_s=wall_s,
                             generation=int(np.argmax(by_gen)), pause_by_generation_s=list(by_gen),
-                            collections_per_epoch=collections.tolist(), objects=objs, site=site))
+                            collections_per_epoch=collections.tolist(), objects=objs, site=site, policy=policy))
 
 
 def memory_series(records):

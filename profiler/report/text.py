@@ -165,6 +165,11 @@ def remedy(f):
         return rank_text.straggler_remedy(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_remedy(e)
+    if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
+        return (f"These are --gc-policy {e.policy}'s own collections (a full gc.collect() every "
+                f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
+                f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
+                + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
     if f.pattern == "gc-steady":
         text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
