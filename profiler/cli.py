@@ -42,6 +42,16 @@ def build_parser():
     return parser
 
 
+def _parse(argv):
+    try:
+        return build_parser().parse_args(argv)
+    except UsageError as e:
+        if argv[:1] == ["run"] and str(e).startswith("unrecognized arguments"):   # a script's option before it
+            raise UsageError(f"{e} (profiler run's own options go before the script or scenario, the script's "
+                             f"or scenario's after its name: profiler run train.py --epochs 3)") from None
+        raise
+
+
 def _split_command(argv):
     """argv before `--`, and the command after it (for commands that record another program)."""
     if "--" in argv:
@@ -80,7 +90,7 @@ def main(argv=None):
     debug = bool(os.environ.get("PROFILER_DEBUG"))
     try:
         argv, command = _split_command(argv)
-        args = build_parser().parse_args(argv)
+        args = _parse(argv)
         if command and not getattr(args.handler, "takes_command", False):
             raise UsageError(f"`profiler {args.command_name}` takes no -- COMMAND")
         args.command = command

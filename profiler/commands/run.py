@@ -68,10 +68,16 @@ class RunCommand:
         if not args.target:
             raise UsageError("give a script (profiler run train.py), -m MODULE, or a scenario "
                              f"({', '.join(SCENARIO_NAMES)})")
+        _check_out(args.out)
         name, rest = args.target[0], args.target[1:]
         if not args.as_module and name in SCENARIO_NAMES and not os.path.exists(name):
             return _run_scenario(args, name, rest)
         return _run_script(args, name, rest)
+
+
+def _check_out(out):
+    if out is not None and not out.strip():   # not the default name in its place
+        raise UsageError("--out '': give a run directory, e.g. --out runs/mine")
 
 
 def _default_out(stem):
@@ -126,6 +132,7 @@ def _run_scenario(args, scenario, rest):
     add_scenario_options(parser)
     args.straggler_rank = None
     parser.parse_args(rest, namespace=args)   # options given before the name stay unless repeated
+    _check_out(args.out)
     if args.labels and scenario != "mlp":
         raise UsageError("--labels applies to the mlp scenario only")
     if args.halt_after is not None and args.halt_after > args.epochs:
