@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from profiler import Session
 from profiler.errors import UsageError
 from profiler.integrations.functions import Target, wrap_calls
 from profiler.integrations.gc_policy import GcPolicy
@@ -503,3 +504,25 @@ def test_under_torchrun_out_is_required(tmp_path):
     profiler("run", "--window", "0.1", "--out", tmp_path / "job", script("chdir_work.py"), tmp_path, env=env,
              timeout=120)
     assert meta(tmp_path / "job" / "rank-1")["rank"] == 1
+
+
+def test_a_write_that_fails_stops_the_marking_and_the_code_goes_on(tmp_path, capsys, monkeypatch):
+    # a full disk under a script: its training must not die of the profiler's error
+    from profiler.errors import RunWriteError
+    from profiler.rundir import read_run
+    with Session(tmp_path / "run") as session:
+        marks = Marks(session)
+        assert marks.begin_epoch("epoch-fn") and marks.end_epoch("epoch-fn")
+
+        def full(*args):
+            raise RunWriteError("cannot write epochs.jsonl: No space left on device")
+        monkeypatch.setattr(session._writer, "write_epoch_line", full)
+        assert marks.begin_epoch("epoch-fn") and marks.begin_step("step-fn") and marks.end_step("step-fn")
+        assert not marks.end_epoch("epoch-fn")                                 # said, not raised
+        assert not marks.begin_epoch("epoch-fn") and not marks.begin_step("step-fn")   # stopped
+        monkeypatch.undo()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "profiler: cannot write epochs.jsonl: No space left on device; recording stops here and the code goes on "
+        "(what was written is kept)"]
+    run = read_run(tmp_path / "run")
+    assert [r["epoch"] for r in run.epochs] == [0] and len(run.steps()) == 0 and run.status == "completed"

@@ -13,12 +13,18 @@ validation pass is dropped at its end, unwritten.
 Only the thread that created Marks (the Session's) marks anything: a DataLoader iterated or an
 optimizer stepped in another thread (a prefetcher) is ignored, never an error in that thread.
 
+A Session write that fails (a full disk, the run directory removed) stops the marking, said in a
+line: the profiled code goes on, unrecorded from there, with what was written kept.
+
 Listeners: `on_training_start` runs once, when the first non-window epoch or the first step
 begins (after set-up: where a GC policy freezes, and where a flamegraph starts recording);
 `on_step_end(total_steps)` runs between steps.
 """
 
+import sys
 import threading
+
+from ..errors import RunWriteError
 
 STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
 STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
@@ -41,14 +47,28 @@ class Marks:
         self.on_training_start = []
         self.on_step_end = []
         self.on_epoch_written = []
+        self.failed = None         # the write error that stopped the marking
 
     def in_thread(self):
-        """Whether the caller runs in the thread that marks (the Session's)."""
-        return threading.get_ident() == self._thread
+        """Whether the caller runs in the thread that marks (the Session's), while it marks."""
+        return threading.get_ident() == self._thread and self.failed is None
 
     def allows(self, source):
         """Whether `source` may mark epochs now (this thread, and no stronger source has taken over)."""
         return self.in_thread() and (self.owner is None or STRENGTH[source] >= STRENGTH[self.owner])
+
+    def _wrote(self, write):
+        """Call a Session method that writes; False, the marking stopped, when it fails to."""
+        try:
+            write()
+            return True
+        except RunWriteError as e:
+            self.failed = str(e)
+            self.open, self.step_open = None, False
+            self.session.abandon_epoch()   # the one a failed step left open (an epoch's own failure closed it)
+            print(f"profiler: {e}; recording stops here and the code goes on (what was written is kept)",
+                  file=sys.stderr)
+            return False
 
     # -- epochs --------------------------------------------------------------------------------
     def begin_epoch(self, source):
@@ -78,7 +98,8 @@ class Marks:
         if source == "torch" and self.steps_in_epoch == 0:
             self._drop()
             return False
-        self.session.end_epoch()
+        if not self._wrote(self.session.end_epoch):
+            return False
         self.open = None
         self.epochs += 1
         if self.owner is None or STRENGTH[source] > STRENGTH[self.owner]:
@@ -121,7 +142,8 @@ class Marks:
             return False
         self.busy = True
         try:
-            self.session.end_step()
+            if not self._wrote(self.session.end_step):   # a full buffer of steps is written here
+                return False
             self.step_open = False
             self.steps_in_epoch += 1
             self.steps += 1
