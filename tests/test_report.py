@@ -3,6 +3,7 @@ words come from the text renderer, and the HTML page holds the findings table an
 
 import io
 import json
+from html import escape as html_escape
 import os
 import sys
 
@@ -59,7 +60,9 @@ def test_html_has_findings_table_and_step_figure(spiky):
                        sections=[("Ranks: none", "<h2>extra section</h2>")])
     assert "<th>finding</th>" in page and "gc-spikes" in page and "<h2>extra section</h2>" in page
     assert page.count("data:image/png;base64") == 3     # step time, epoch time, memory
-    assert "Ranks: none" in page
+    assert "Ranks: none" in page and "<h2>Verdicts</h2>" in page   # two results: their verdicts first
+    alone = html.render(title="t", diagnoses=[(d, series(spiky), step_series(read_run(spiky)))])
+    assert "<h2>Verdicts</h2>" not in alone and alone.count(html_escape(text.verdict(d))) == 1   # said once
 
 
 def test_step_series_bins_keep_the_slowest_step(spiky):

@@ -1,5 +1,5 @@
-"""One self-contained HTML page: the verdicts first, then a section per result (figures as embedded
-PNG, tables), then metadata. Each section is a function of one result, so a new kind of result
+"""One self-contained HTML page: the verdicts first (when it holds more than one result), then a
+section per result (figures as embedded PNG, tables), then metadata. Each section is a function of one result, so a new kind of result
 (ranks, say) adds a section function and passes its HTML to render(sections=...)."""
 
 import base64
@@ -109,7 +109,9 @@ def render(*, title="profiler report", diagnoses=(), comparisons=(), scalings=()
     summary += [f"<li>{html.escape(text.comparison_verdict(c))}</li>" for c in comparisons]
     summary += [f"<li>{html.escape(text.scaling_verdict(s))}</li>" for s in scalings]
     summary += [f"<li>{html.escape(v)}</li>" for v, _ in sections if v]
-    body = [f"<h1>{html.escape(title)}</h1>", "<h2>Verdicts</h2>", "<ul>" + "".join(summary) + "</ul>"]
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    if len(summary) > 1:   # one result's verdict leads its own section: not twice
+        body += ["<h2>Verdicts</h2>", "<ul>" + "".join(summary) + "</ul>"]
     body += [scaling_section(s) for s in scalings]
     body += [comparison_section(c) for c in comparisons]
     body += [part for _, part in sections]
