@@ -3,9 +3,9 @@ words come from the text renderer, and the HTML page holds the findings table an
 
 import io
 import json
-from html import escape as html_escape
 import os
 import sys
+from html import escape as html_escape
 
 import numpy as np
 import pytest
