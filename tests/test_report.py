@@ -110,6 +110,8 @@ def test_no_finding_verdict_says_why_from_the_tables_numbers(tmp_path):
     flat = analyze(write_run(tmp_path / "flat", [epoch(i, 0.04) for i in range(12)]))
     assert "memory is flat (RSS +0 B per epoch). Nothing to fix here." in text.verdict(flat)
     assert "trend +0% ± 0%" in text.diagnosis(flat)
+    one = analyze(write_run(tmp_path / "one", [epoch(0, 0.04)]))   # "flat" from one epoch was said of nothing
+    assert "memory cannot show a trend in one epoch" in text.verdict(one) and "flat" not in text.verdict(one)
 
 
 def test_no_finding_verdict_names_spikes_gc_does_not_explain(tmp_path):

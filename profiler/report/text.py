@@ -282,6 +282,8 @@ FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
 
 def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
+    if a.epochs < 2:
+        return "memory cannot show a trend in one epoch"
     if rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES:
         return f"memory is flat (RSS {'+' if rate >= 0 else ''}{size(rate)} per epoch)"
     text = f"RSS grew {size(rate)} per epoch"
