@@ -337,11 +337,24 @@ def _open(run_dir):
     return dirs, unit, [c > 0 for c in counts], min(c for c in counts if c)
 
 
+@dataclass
+class _Layout:
+    """What is aligned across the ranks and how."""
+    dirs: list            # every rank's directory
+    unit: str             # "step" or "epoch"
+    live: list            # per rank: whether it takes part (it finished one unit)
+    aligned: int          # units every live rank finished
+    per_rank: list        # RankSummary per rank
+    sources: list         # the live ranks' _Source
+    first: int            # the first unit after every live rank's warm-up
+    collective: str
+    drift: float | None
+
+
 def _layout(run_dir):
-    """What to align and how: (dirs, unit, live, aligned, (per_rank, sources, warm), first, collective,
-    drift), sources and first for the live ranks. Ranks whose steps drift apart (collective "none")
-    but whose epochs begin together meet once an epoch (a barrier, a metric's all-reduce, local SGD's
-    averaging): their epochs are aligned, collective "between-epochs"."""
+    """The _Layout of a job. Ranks whose steps drift apart (collective "none") but whose epochs
+    begin together meet once an epoch (a barrier, a metric's all-reduce, local SGD's averaging):
+    their epochs are aligned, collective "between-epochs"."""
     dirs, unit, live, aligned = _open(run_dir)
     read = list(zip(*(_rank(d, unit) for d in dirs)))
     collective, drift = _collective(*_live(read, live, aligned))
@@ -350,11 +363,11 @@ def _layout(run_dir):
         unit, live, aligned, collective = "epoch", [c > 0 for c in counts], min(c for c in counts if c), "between-epochs"
         read = list(zip(*(_rank(d, unit) for d in dirs)))
     sources, first, _ = _live(read, live, aligned)
-    return dirs, unit, live, aligned, read, sources, first, collective, drift
+    return _Layout(dirs, unit, live, aligned, list(read[0]), sources, first, collective, drift)
 
 
 def _live(read, live, aligned):
-    """(the live ranks' sources, the first index after every live rank's warm-up, aligned)."""
+    """(the live ranks' sources, the first unit after every live rank's warm-up, aligned)."""
     _, sources, warm = read
     first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
     return [source for source, taking_part in zip(sources, live) if taking_part], first, aligned
@@ -383,8 +396,10 @@ def _epochs_begin_together(dirs):
 
 def analyze_ranks(run_dir):
     """Merge the ranks of a multi-rank run directory (RunDirError if they do not form one job)."""
-    dirs, unit, live, aligned, (per_rank, _, _), sources, first, collective, drift = _layout(run_dir)
-    ranks_of = np.array([d.rank for d, taking_part in zip(dirs, live) if taking_part])
+    layout = _layout(run_dir)
+    dirs, unit, aligned, per_rank, sources, first, collective = (
+        layout.dirs, layout.unit, layout.aligned, layout.per_rank, layout.sources, layout.first, layout.collective)
+    ranks_of = np.array([d.rank for d, taking_part in zip(dirs, layout.live) if taking_part])
     n_used = aligned - first
     job = np.empty(n_used)           # the job's time per index: the longest step, with the time before it
     top = np.empty(n_used, int)      # the rank with the largest stall per index
@@ -437,7 +452,7 @@ def analyze_ranks(run_dir):
     if len(stopped) > 1:
         _first_to_stop(stopped, unfinished[0])
     return RankAnalysis(
-        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=drift, aligned=aligned, warmup=first,
+        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=layout.drift, aligned=aligned, warmup=first,
         job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
@@ -448,8 +463,9 @@ def analyze_ranks(run_dir):
 def rank_heatmap(run_dir, bins=400):
     """Each rank's largest stall (own time or GC above the median rank's) per bin of aligned steps,
     and the bins where it paused in a generation-2 collection."""
-    dirs, unit, live, aligned, _, sources, first, collective, _ = _layout(run_dir)
-    dirs = [d for d, taking_part in zip(dirs, live) if taking_part]
+    layout = _layout(run_dir)
+    unit, aligned, sources, first, collective = layout.unit, layout.aligned, layout.sources, layout.first, layout.collective
+    dirs = [d for d, taking_part in zip(layout.dirs, layout.live) if taking_part]
     edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
     gc2_map = np.zeros((len(dirs), len(edges) - 1), bool)
