@@ -326,7 +326,7 @@ def test_steps_of_epochs_without_a_line_are_left_out_or_named(tmp_path):
         f.write(extra.tobytes())
     r = read_run(run)
     assert len(r.steps()) == 6 and r.steps()["epoch"].max() == 2
-    assert "steps.bin holds 5 steps of epoch 3, after the last epoch in epochs.jsonl (cut short or abandoned): " \
+    assert "steps.bin ends with 5 steps of epoch 3, which epochs.jsonl has no line for (cut short or abandoned): " \
            "they are left out" in r.problems
     assert analyze(run).steps.count == 6
     original = lines(run)

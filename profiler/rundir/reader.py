@@ -212,8 +212,8 @@ def _unlined_steps(run, unlined, kept):
     if after:
         held = len(run.steps())
         run.kept_steps = kept
-        run.problems.append(f"{STEPS} holds {held - kept:,} steps of epoch {listed(after, 3)}, "
-                            f"after the last epoch in {EPOCHS} (cut short or abandoned): they are left out")
+        run.problems.append(f"{STEPS} ends with {held - kept:,} steps of epoch {listed(after, 3)}, which {EPOCHS} "
+                            f"has no line for (cut short or abandoned): they are left out")
     if before:
         run.problems.append(f"{STEPS} holds steps of epoch {listed(before, 3)}, which {EPOCHS} "
                             f"has no line for (removed after the run?): they are counted with the others")
