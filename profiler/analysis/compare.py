@@ -71,11 +71,10 @@ def _gc_side(loaded):
     records = loaded.records
     pauses = [sum(r["gc"]["pause_s"]) for r in records]
     wall = sum(r["wall_s"] for r in records)
-    policy = (loaded.run.meta.get("options") or {}).get("gc_policy")
     return GcSide(epoch_s=wall / len(records), pause_s=sum(pauses) / len(records),
                   share_total=sum(pauses) / wall if wall > 0 else 0.0,
                   full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
-                  policy=str(policy) if policy is not None else None)
+                  policy=loaded.run.gc_policy)
 
 
 def _windows(loaded):

@@ -100,7 +100,6 @@ def _training_events(run):
     return events[events["start_s"] >= first] if first is not None and len(events) else events
 
 
-
 # how far epoch time may move with no sustained trend and still be called steady: the fitted change's
 # 95% interval and the late / early medians within +-25%. Medians further apart with no trend are
 # a run too noisy to tell (one alternating 18 and 150 ms epochs: medians 20 and 168 ms, -38% to +509%)
@@ -131,6 +130,7 @@ def analyze(run_dir):
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
     ratio = late_s / early_s if early_s > 0 else 1.0
+    trendless = not (slowdown or faster)
     share = np.divide(pause, wall, out=np.zeros_like(wall), where=wall > 0)
     share_early, share_late = stats.early_late(share)
     explained = fnd.gc_explained(records, change)
@@ -146,8 +146,7 @@ def analyze(run_dir):
     objs = fnd.objects(records)
     ops = fnd.op_growth(records, op_series(records))
 
-    policy = (run.meta.get("options") or {}).get("gc_policy")
-    policy = str(policy) if policy is not None else None
+    policy = run.gc_policy
     found = [fnd.gc_spikes(spikes, objs, site, policy),
              growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
              fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops, timed),
@@ -163,9 +162,9 @@ def analyze(run_dir):
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,
         problems=list(run.problems),
         epoch_time=EpochTime(early_s, late_s, ratio, change, slowdown, faster, loaded.skipped,
-                             steady=not (slowdown or faster) and _within(ratio) and
-                             -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
-                             swings=not (slowdown or faster) and not _within(ratio)),
+                             steady=trendless and _within(ratio)
+                             and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
+                             swings=trendless and not _within(ratio)),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,

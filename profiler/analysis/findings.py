@@ -392,7 +392,7 @@ def worker_memory(records):
     worker = int(max(w.get("uss_growth_max_bytes", (w.get("uss_growth_bytes") or 0) // max(w["count"], 1))
                      for _, w, _ in rows))
     # a clean worker holds its own batches: the one it collates, its samples, and up to prefetch_factor
-    # made and not yet taken by the parent (a worker making 40 MB batches grew 86 MB in a pass)
+    # made and not yet taken by the parent (a worker making 40 MB batches grew 86-130 MiB in a pass)
     batches = max((((w.get("prefetch_factor") or PREFETCH_DEFAULT) + 2) * w["batch_bytes"]
                    for _, w, _ in rows if w.get("batch_bytes")), default=0)
     grew = worker >= max(WORKER_GROWTH_BYTES, batches)

@@ -357,20 +357,21 @@ def _layout(run_dir):
     their epochs are aligned, collective "between-epochs"."""
     dirs, unit, live, aligned = _open(run_dir)
     read = list(zip(*(_rank(d, unit) for d in dirs)))
-    collective, drift = _collective(*_live(read, live, aligned))
+    collective, drift = _collective(*_live(read, live, aligned), aligned)
     if collective == "none" and _epochs_begin_together(dirs):
         counts = [_count(d, "epoch") for d in dirs]
-        unit, live, aligned, collective = "epoch", [c > 0 for c in counts], min(c for c in counts if c), "between-epochs"
+        unit, collective = "epoch", "between-epochs"
+        live, aligned = [c > 0 for c in counts], min(c for c in counts if c)
         read = list(zip(*(_rank(d, unit) for d in dirs)))
-    sources, first, _ = _live(read, live, aligned)
+    sources, first = _live(read, live, aligned)
     return _Layout(dirs, unit, live, aligned, list(read[0]), sources, first, collective, drift)
 
 
 def _live(read, live, aligned):
-    """(the live ranks' sources, the first unit after every live rank's warm-up, aligned)."""
+    """(the live ranks' sources, the first unit after every live rank's warm-up)."""
     _, sources, warm = read
     first = min(max(w for w, taking_part in zip(warm, live) if taking_part), aligned - 1)
-    return [source for source, taking_part in zip(sources, live) if taking_part], first, aligned
+    return [source for source, taking_part in zip(sources, live) if taking_part], first
 
 
 def _epochs_begin_together(dirs):
@@ -452,7 +453,8 @@ def analyze_ranks(run_dir):
     if len(stopped) > 1:
         _first_to_stop(stopped, unfinished[0])
     return RankAnalysis(
-        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=layout.drift, aligned=aligned, warmup=first,
+        run_dir=str(run_dir), ranks=n, unit=unit, collective=collective, drift_steps=layout.drift, aligned=aligned,
+        warmup=first,
         job_time_s=job_time, median_s=median,
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
@@ -464,7 +466,7 @@ def rank_heatmap(run_dir, bins=400):
     """Each rank's largest stall (own time or GC above the median rank's) per bin of aligned steps,
     and the bins where it paused in a generation-2 collection."""
     layout = _layout(run_dir)
-    unit, aligned, sources, first, collective = layout.unit, layout.aligned, layout.sources, layout.first, layout.collective
+    aligned, sources, first, collective = layout.aligned, layout.sources, layout.first, layout.collective
     dirs = [d for d, taking_part in zip(layout.dirs, layout.live) if taking_part]
     edges = np.unique(np.linspace(first, aligned, min(bins, max(aligned - first, 1)) + 1).astype(int))
     stall_map = np.zeros((len(dirs), len(edges) - 1))
@@ -476,7 +478,7 @@ def rank_heatmap(run_dir, bins=400):
             cols = which == b
             stall_map[:, b] = np.maximum(stall_map[:, b], stall[:, cols].max(axis=1))
             gc2_map[:, b] |= (block.gc_s[2][:, cols] > 0).any(axis=1)
-    return RankHeatmap(unit=unit, ranks=[d.rank for d in dirs], edges=edges, stall_s=stall_map, gc2=gc2_map)
+    return RankHeatmap(unit=layout.unit, ranks=[d.rank for d in dirs], edges=edges, stall_s=stall_map, gc2=gc2_map)
 
 
 # the order unfinished ranks are told in: those that recorded an error of their own (failed,
@@ -558,8 +560,7 @@ class RankComparison:
 
 def _side(run_dir):
     merged = analyze_ranks(run_dir)
-    first = rundir.read_run(rank_dirs(run_dir)[0].path)
-    policy = (first.meta.get("options") or {}).get("gc_policy")
+    policy = rundir.read_run(rank_dirs(run_dir)[0].path).gc_policy
     n = merged.aligned - merged.warmup
     name = Path(run_dir).name or str(run_dir)
     return JobSide(run_dir=str(run_dir), label=f"{name} (gc-policy {policy})" if policy else name, gc_policy=policy,

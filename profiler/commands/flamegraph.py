@@ -57,7 +57,8 @@ def _imports_profiler(command):
     """UsageError unless command[0], the Python that will run `-m profiler run`, can import this
     profiler: `python` on PATH may be another interpreter than the one profiler is installed in."""
     found = shutil.which(command[0])
-    if found and os.path.abspath(found) == os.path.abspath(sys.executable):   # not realpath: a venv's python links to its base
+    # abspath, not realpath: a venv's python is a link to its base interpreter, which lacks the venv
+    if found and os.path.abspath(found) == os.path.abspath(sys.executable):
         return
     check = subprocess.run([command[0], "-c", "import profiler.cli"], capture_output=True, timeout=60)
     if check.returncode != 0:

@@ -154,7 +154,8 @@ def _run_scenario(args, scenario, rest):
                              labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
                              straggler_rank=args.straggler_rank)
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
-        if not args.quiet and Path(out, "epochs.jsonl").exists() and Path(out, "epochs.jsonl").stat().st_size:
+        lines = Path(out, "epochs.jsonl")
+        if not args.quiet and lines.exists() and lines.stat().st_size:
             print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {out}", file=sys.stderr)
         raise
     if not args.quiet:

@@ -142,8 +142,8 @@ class Windows:
     def _clock(self, stop, wake):
         """The daemon thread: wait out the window, then ask the main thread for a boundary until
         it is taken. A window restarted while it waits (the windows began at the first optimizer
-        step, during the grace period's wait) wakes it to wait again from the new start: the
-        first window was 0.2-1.8 s long with 1 s windows."""
+        step, during the grace period's wait) wakes it to wait again from the new start, so the
+        first window is as long as the others."""
         while not stop.is_set():
             remaining = self._window_start + self.seconds - time.monotonic()
             if remaining > 0:

@@ -1,6 +1,7 @@
 """One self-contained HTML page: the verdicts first (when it holds more than one result), then a
-section per result (figures as embedded PNG, tables), then metadata. Each section is a function of one result, so a new kind of result
-(ranks, say) adds a section function and passes its HTML to render(sections=...)."""
+section per result (figures as embedded PNG, tables), then metadata. Each section is a function of
+one result, so a new kind of result (ranks, say) adds a section function and passes its HTML to
+render(sections=...)."""
 
 import base64
 import html

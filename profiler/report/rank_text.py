@@ -98,11 +98,13 @@ def unfinished(ra):
         why = STOPPED.get(u["status"], u["status"])
         last = (f"its last finished {ra.unit} is {u['last_step']:,}" if u["last_step"] is not None
                 else f"it finished no {ra.unit}")
-        first = "; it stopped first: look at its error first" if u.get("first") else ""
+        first = ""
         if u.get("killed_before"):
             killed = " and ".join(str(r) for r in u["killed_before"])
             first = (f"; its error came first, but rank {killed} was killed, recording nothing, after a last "
                      f"{ra.unit} that ended before it, and may have died first: look at both")
+        elif u.get("first"):
+            first = "; it stopped first: look at its error first"
         said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")   # in `why`
         error = f" ({u['error']})" if said else ""
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "

@@ -330,10 +330,11 @@ def verdict(d):
 def _run_state(d):
     """'6 epochs, completed', '...; the run is incomplete', or of a job, the diagnosed rank's own run
     and whether the job is whole (the rank may have completed while another failed)."""
-    whole = "" if d.complete else f"; the {'run' if d.rank_analysis is None else 'job'} is incomplete"
-    if d.rank_analysis is None:
-        return f"{counted(d.epochs, 'epoch')}, {d.status}{whole}"
-    return f"{d.rank_analysis.ranks} ranks; rank {d.rank_analysis.diagnosed}: {counted(d.epochs, 'epoch')}, {d.status}{whole}"
+    ra = d.rank_analysis
+    state = f"{counted(d.epochs, 'epoch')}, {d.status}"
+    if not d.complete:
+        state += f"; the {'run' if ra is None else 'job'} is incomplete"
+    return state if ra is None else f"{ra.ranks} ranks; rank {ra.diagnosed}: {state}"
 
 
 def diagnosis(d):

@@ -39,6 +39,12 @@ class Run:
         return not self.problems and self.status in ("completed", "halted")
 
     @property
+    def gc_policy(self):
+        """The --gc-policy the run recorded (meta.json options.gc_policy), or None."""
+        policy = (self.meta.get("options") or {}).get("gc_policy")
+        return None if policy is None else str(policy)
+
+    @property
     def user_meta(self):
         meta = self.meta.get("meta")
         return meta if isinstance(meta, dict) else {}
