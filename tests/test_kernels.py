@@ -270,6 +270,16 @@ def test_broadcast_add_2d_and_large_reductions(layout, rng):
     np.testing.assert_array_equal(K.broadcast_add_forward(big, bias, layout=layout, out=big), expect)   # in place
 
 
+@pytest.mark.parametrize("c", [1, 3, 10, 16, 17, 32, 34, 63, 64, 65, 100, 1030])
+@pytest.mark.parametrize("rows", [1, 7, 300, 5000])
+def test_broadcast_add_backward_every_row_width(c, rows, rng):
+    """The channels-inner sum over its row widths: C widened to a multiple of 64, C itself with an
+    overlapping 16-column run at the end, and rows of C left over after the widened rows."""
+    dy = f32(rng, rows, c)
+    np.testing.assert_allclose(K.broadcast_add_backward(dy, layout="NHWC"), dy.astype(np.float64).sum(0),
+                               rtol=1e-5, atol=1e-5 * np.sqrt(rows))
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_broadcast_add_finite_differences(layout, rng):
     x, b = ref.to_layout(f32(rng, 2, 3, 4, 5), layout), f32(rng, 3)

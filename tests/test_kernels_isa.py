@@ -59,7 +59,7 @@ def test_the_environment_variable_sets_the_block():
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
-    AVX2's block, and conv2d and dense agree with a float64 reference. Its speed can only be
+    AVX2's block, and conv2d, dense and broadcast_add agree with a float64 reference. Its speed can only be
     measured on an AVX2 machine."""
     code = """
 import numpy as np, kernels as K
@@ -74,6 +74,9 @@ for layout in ("NCHW", "NHWC"):
     np.testing.assert_allclose(y, ref.conv2d(xl, w, layout, 1, "same"), rtol=1e-4, atol=1e-4)
 a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
 np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
+for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
+    d = rng.standard_normal((1001, c)).astype(np.float32)
+    np.testing.assert_allclose(K.broadcast_add_backward(d, layout="NHWC"), d.astype(float).sum(0), rtol=1e-5, atol=1e-3)
 k = K.conv._forward_nhwc[K.conv.block_of(None)]
 asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
 assert "vfmadd" in asm and "zmm" not in asm
