@@ -3,7 +3,7 @@
 Both layouts reduce to one of two shapes, so each direction is two loop nests:
   channels-outer (NCHW): x viewed as (N, C, HW), the bias constant along each (i, c) row; the
   forward runs parallel over the images (over the N*C rows, each finding its channel as r % C,
-  it ran 1.15-1.35x slower: docs/performance.md);
+  it ran 1.13-1.35x slower: docs/performance.md);
   channels-inner (NHWC and 2-D (N, C)): x viewed as (R, C), the bias is a row added to every row.
 The backward reductions accumulate blocks of rows in float32 (vectorised) and blocks into float64,
 so a sum over ~10^5 values keeps float32 accuracy. The channels-inner one sums 64 columns at a time
@@ -48,7 +48,7 @@ def _add_inner(x, b, y):
 @kernel
 def _iadd_outer(y, b):
     """In place. A separate loop nest, because y aliasing x defeats the vectorised one above; over
-    the N*C rows, which ran 1.2x faster here than over the images (not so out of place)."""
+    the N*C rows, which ran up to 1.2x faster here than over the images (not so out of place)."""
     n, c, hw = y.shape
     rows = y.reshape(n * c, hw)
     for r in prange(n * c):
