@@ -59,8 +59,8 @@ def test_the_environment_variable_sets_the_block():
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
-    AVX2's block, and conv2d, dense and broadcast_add agree with a float64 reference. Its speed can only be
-    measured on an AVX2 machine."""
+    AVX2's block, and conv2d, dense and broadcast_add agree with a float64 reference. Its speed
+    can only be measured on an AVX2 machine."""
     code = """
 import numpy as np, kernels as K
 from tests import reference as ref
