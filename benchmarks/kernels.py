@@ -84,23 +84,31 @@ def _dense_cases(rng):
 
 
 def run(threads=(1, 2), rounds=20):
+    """Rows of ours vs PyTorch (and numpy) per kernel, layout and thread count. Both layouts of a
+    kernel are timed in one interleaved set, so NCHW/NHWC compares calls made side by side too
+    (from separate sets, a slow phase of the machine during one of them made it 2x)."""
     rng = np.random.default_rng(0)
     cases = list(_conv_cases(rng)) + list(_bias_cases(rng)) + list(_dense_cases(rng))
+    kernels = {}   # kernel name -> its cases, one per layout, in order
+    for case in cases:
+        kernels.setdefault(case[0], []).append(case)
     rows = []
     for n in threads:
         with set_threads(n):
-            for case in cases:
-                name, layout, work, unit, ours, theirs = case[:6]
-                fns = {"ours": ours, "torch": theirs}
-                if len(case) > 6:
-                    fns["numpy"] = case[6]
+            for name, group in kernels.items():
+                fns = {}
+                for case in group:
+                    layout, ours, theirs = case[1], case[4], case[5]
+                    fns[(layout, "ours")], fns[(layout, "torch")] = ours, theirs
+                    if len(case) > 6:
+                        fns[(layout, "numpy")] = case[6]
                 t = interleaved(fns, rounds=rounds)
-                scale = 1e9
-                rows.append({"threads": n, "kernel": name, "layout": layout, "ours_ms": t["ours"] * 1e3,
-                             "torch_ms": t["torch"] * 1e3, "rate": work / t["ours"] / scale, "unit": unit,
-                             "torch_over_ours": t["torch"] / t["ours"],
-                             "numpy_rate": work / t["numpy"] / scale if "numpy" in t else None})
-    # NCHW/NHWC ratio per op and thread count
+                for _, layout, work, unit, *_ in group:
+                    numpy_s = t.get((layout, "numpy"))
+                    rows.append({"threads": n, "kernel": name, "layout": layout, "ours_ms": t[(layout, "ours")] * 1e3,
+                                 "torch_ms": t[(layout, "torch")] * 1e3, "rate": work / t[(layout, "ours")] / 1e9,
+                                 "unit": unit, "torch_over_ours": t[(layout, "torch")] / t[(layout, "ours")],
+                                 "numpy_rate": work / numpy_s / 1e9 if numpy_s else None})
     by_key = {(r["threads"], r["kernel"], r["layout"]): r for r in rows}
     for r in rows:
         if r["layout"] == "NCHW":

@@ -1,11 +1,16 @@
 """Side-by-side timing: candidates are called in turn, round after round, so a noisy neighbour
 slows all of them alike; we report medians and the ratios between them.
 
-Each turn first makes one untimed call: thread pools spin for a while after their work (OpenBLAS,
-torch's OpenMP), and a candidate timed right after another one's call would share the cores with
-those spinning threads. Then it times a burst of calls lasting at least `burst` seconds. The order
-rotates round by round: the first candidate of a round measured 5-10% slower than an identical
-second one here.
+Each turn first waits `settle` seconds, then makes one untimed call, then times a burst of calls
+lasting at least `burst` seconds. The wait is for the thread pools of the candidate before,
+which spin on their cores for a while after their work (torch's libgomp, OpenBLAS): a candidate
+timed while they spin shares the cores with them. After one 2-thread conv2d call torch's threads
+burnt 9.5-9.9 ms of CPU time during a sleep of 10-100 ms (the Zen 5 VM), and one untimed call
+(~1.4 ms) did not cover that: our 2-thread cifar conv2 forward timed 1.81-1.97 ms in turns after
+torch's against 1.37-1.52 after a copy of itself, 1.23-1.42 with a 20 ms wait
+(docs/performance.md). The untimed call then wakes the candidate's own pool, asleep after the
+wait. The order rotates round by round: the first candidate of a round measured 5-10% slower
+than an identical second one here.
 """
 
 import os
@@ -14,7 +19,10 @@ import time
 import numpy as np
 
 
-def interleaved(fns, rounds=20, warmup=2, burst=0.02):
+SETTLE_S = 0.03   # three times the spin measured above
+
+
+def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S):
     """{name: median seconds per call} for {name: fn}, each fn called in bursts, in turn."""
     calls = {}
     for _ in range(warmup):
@@ -27,6 +35,7 @@ def interleaved(fns, rounds=20, warmup=2, burst=0.02):
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:   # each candidate first in turn
             fn = fns[name]
+            time.sleep(settle)
             fn()
             start = time.perf_counter()
             for _ in range(calls[name]):
