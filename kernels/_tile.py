@@ -144,7 +144,7 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
 
 
 def _transpose_plan(rows, lanes):
-    """How _store_cols turns `rows` vectors of `lanes` floats into runs of `rows` floats, one per
+    """How `transposed` turns `rows` vectors of `lanes` floats into runs of `rows` floats, one per
     lane: the rows padded to a power of two R (and the lanes to a multiple of R), then log2(R)
     rounds of interleaving pairs of vectors, 1, 2, 4, ... floats at a time (the steps of an
     in-register transpose). Returns (rounds, runs): each round a list of (first, second, mask)
@@ -183,46 +183,51 @@ def _transpose_plan(rows, lanes):
     return rounds, runs
 
 
+def transposed(builder, rows, p_, j_):
+    """[(j, run)]: the P vectors `rows` (each of J floats) as J runs of P floats, run j holding
+    element j of every row, by _transpose_plan's shuffles (LLVM IR, in registers)."""
+    rounds, runs = _transpose_plan(p_, j_)
+    r = 1 << max(0, (p_ - 1).bit_length())
+    width = -(-j_ // r) * r
+    i32 = ir.IntType(32)
+    vec = ir.VectorType(ir.FloatType(), width)
+    vectors = []
+    for p in range(r):
+        row = rows[p] if p < p_ else ir.Constant(vec, ir.Undefined)
+        if p < p_ and width > j_:
+            row = builder.shuffle_vector(row, ir.Constant(row.type, ir.Undefined),
+                                         ir.Constant(ir.VectorType(i32, width), [min(j, j_ - 1) for j in range(width)]))
+        vectors.append(row)
+    for shuffles in rounds:
+        for a, b, mask in shuffles:
+            vectors.append(builder.shuffle_vector(vectors[a], vectors[b], ir.Constant(ir.VectorType(i32, width), mask)))
+    return [(j, builder.shuffle_vector(vectors[v], ir.Constant(vec, ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, p_), list(range(off, off + p_)))))
+            for v, off, j in runs]
+
+
 @intrinsic
 def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
     """out[o0 + j*soj : +P] (+)= (acc[j], acc[J + j], ..., acc[(P-1)*J + j]) for j < J: a whole
     block stored transposed, one P-float vector store per lane (a result whose rows are its
-    columns: dx.T in dense's backward), the block transposed in registers by _transpose_plan's
-    shuffles instead of P*J scalar stores."""
+    columns: dx.T in dense's backward), the block transposed in registers (`transposed`) instead
+    of P*J scalar stores."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
         raise TypingError("_store_cols needs constant rows and lanes")
     p_, j_ = rows.literal_value, lanes.literal_value
-    rounds, runs = _transpose_plan(p_, j_)
-    r = 1 << max(0, (p_ - 1).bit_length())
-    width = -(-j_ // r) * r
 
     def codegen(context, builder, signature, args):
         accp, outv, o0v, sojv, accum = args[:5]
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        vec, run = ir.VectorType(ir.FloatType(), width), ir.VectorType(ir.FloatType(), p_)
+        i64 = ir.IntType(64)
+        row_t, run_t = ir.VectorType(ir.FloatType(), j_), ir.VectorType(ir.FloatType(), p_)
         o0_, soj_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sojv), signature.args[2:4])]
         odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[4], types.boolean)
-        vectors = []
-        for p in range(r):
-            if p < p_:
-                row = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]),
-                                                   ir.VectorType(ir.FloatType(), j_).as_pointer()), align=4)
-                if width > j_:
-                    row = builder.shuffle_vector(row, ir.Constant(row.type, ir.Undefined),
-                                                 ir.Constant(ir.VectorType(i32, width),
-                                                             [min(j, j_ - 1) for j in range(width)]))
-            else:
-                row = ir.Constant(vec, ir.Undefined)
-            vectors.append(row)
-        for shuffles in rounds:
-            for a, b, mask in shuffles:
-                vectors.append(builder.shuffle_vector(vectors[a], vectors[b], ir.Constant(ir.VectorType(i32, width), mask)))
-        for v, off, j in runs:
-            value = builder.shuffle_vector(vectors[v], ir.Constant(vec, ir.Undefined),
-                                           ir.Constant(ir.VectorType(i32, p_), list(range(off, off + p_))))
+        rows_ = [builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), row_t.as_pointer()), align=4)
+                 for p in range(p_)]
+        for j, value in transposed(builder, rows_, p_, j_):
             optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, builder.mul(ir.Constant(i64, j), soj_))]),
-                                   run.as_pointer())
+                                   run_t.as_pointer())
             total = builder.fadd(builder.load(optr, align=4), value)
             builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()

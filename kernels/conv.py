@@ -18,21 +18,20 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 gradient at once (_backward_input_patches, both layouts); else, and with stride > 1, a scatter,
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
                 row by row (each row owned by one thread: no races), then cropped.
-NCHW runs natively on (B, C, plane) copies of x and dy (zero-padded rows, plane slots sized against
-L1 set aliasing; a 'valid' forward reads x itself): the stride-1 forward of reductions at least 64
-deep uses blocks of 6 output pixels x 16 output channels, as NHWC does, with the pixels broadcast
-from the planes and y stored a channel at a time (every lane computes an output); the shallower
-forwards (first layers) use blocks of output channels x consecutive output pixels over each
-image's column-shifted planes (_forward_shifted); the input grad uses blocks of 6 output
-channels x 16 positions (contiguous loads and stores in NCHW), row by row or straight through the
-planes, whichever wastes fewer lanes (straight through ran mnist conv2's forward 11% faster); the
-weight grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one
-transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first
-layers' weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
-forward and input grad go through NHWC copies. Running every NCHW conv that way (x and dy to NHWC,
-the NHWC kernels, the result back) measured no faster overall: it won on mnist conv2's backward
-and lost 15-40% on cifar10-cnn's forwards, where the row blocks waste fewer lanes than NHWC's
-6-pixel blocks on 13- and 15-pixel rows.
+NCHW runs natively. The stride-1 forward of reductions at least 64 deep copies bands of each
+image's rows channels-last into a block that stays in cache (8 x 8 transposes in registers) and
+runs NHWC's blocks of 6 output pixels x 16 output channels on it, each block stored transposed
+into y's planes (_forward_bands; x packed whole to NHWC and y unpacked after, as strided convs do,
+took 1.25-1.83x the NHWC forward's time: those copies go through memory). The shallower forwards
+(first layers) use blocks of output channels x consecutive output pixels over each image's
+column-shifted planes (_forward_shifted). The input grad runs on (B, C, plane) copies of dy
+(zero-padded rows, plane slots sized against L1 set aliasing) in blocks of 6 output channels x
+16 positions (contiguous loads and stores in NCHW), row by row or straight through the planes,
+whichever wastes fewer lanes (straight through ran mnist conv2's forward 11% faster); the weight
+grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last
+copy of x: NCHW's one whole transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain
+copy's time (with 32 lanes, the first layers' weight grad transposes dy by bands instead: their
+KW*C_in fills few lanes). With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
@@ -111,43 +110,57 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 
 
 @tiled
-def _forward_planes(xp, wp, wk, rows, y):
-    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide and wk
-    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Blocks are P output pixels running on
-    from one output row to the next (as in _forward_nhwc) x J output channels, so every lane
-    computes an output: _forward_nchw_rows' flat blocks also compute the planes' wp - OW padding
-    columns (cifar conv4: 13 of 15 lanes used). The pixels are read as broadcasts, never past
-    a window, so 'valid' layers read x in place (planes of H*W: no plane copy). Only xp's rows
-    rows[0]:rows[1] hold data: a block sums over the kernel rows that reach them. A block goes
-    through a scratch block to y, P floats a run per channel."""
-    bsz, c, plane = xp.shape
+def _forward_bands(x, pt, pl, wk, band, y):
+    """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
+    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration copies the input
+    rows of `band` output rows of an image channels-last into a block of its own (8 x 8
+    transposes in registers, the band sized to stay in cache) and runs _forward_nhwc's pixel
+    blocks on it, each block stored transposed into y's planes (P floats a run per channel, whole
+    blocks by _tile's in-register transpose). Broadcasting the pixels from x's planes instead (one
+    plane per reduction step, 10 floats of each line used by a block) took 1.15-1.53x the NHWC
+    forward's time on the seed models' 32/64-channel layers, this 1.02-1.41x (1.02-1.21 but on
+    cifar conv2's 32 x 32 rows; docs/performance.md)."""
+    bsz, c, h, w = x.shape
     kh_, kl, np_ = wk.shape
-    kw_ = kl // c
     _, n, oh_, ow_ = y.shape
-    xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    pixels, per_line, lines = _pixel_lines(oh_, ow_, P)
-    for it in prange(bsz * lines):
-        b, q0, end, oh, ow = _pixel_line(it, lines, per_line, pixels, ow_, P)
-        scratch = np.empty(P * J, np.float32)
-        while q0 < end:
-            pn, last = _pixel_block(q0, end, oh, ow, ow_, P)
-            kh0, kh1 = max(0, rows[0] - last), min(kh_, rows[1] - oh)
-            x0 = b * c * plane + (oh + kh0) * wp + ow
+    wp = ow_ + kl // c - 1   # the padded rows' width
+    cols = min(w, wp - pl)   # x's columns that some window reads
+    padded = pt > 0 or pl > 0 or wp > w
+    bands, pixels = (oh_ + band - 1) // band, oh_ * ow_
+    xf, wf, yf = x.reshape(-1), wk.reshape(-1), y.reshape(-1)
+    for it in prange(bsz * bands):
+        b, oh0 = it // bands, it % bands * band
+        oh1 = min(oh_, oh0 + band)
+        xb = np.empty((oh1 - oh0 + kh_ - 1) * wp * c, np.float32)   # padded rows oh0 .. oh1 + KH - 2
+        if padded:
+            xb[:] = 0.0
+        for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):
+            transpose(xf, (b * c * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c, c, c, cols)
+        q0, oh, ow = oh0 * ow_, oh0, 0
+        while q0 < oh1 * ow_:
+            pn, last = _pixel_block(q0, oh1 * ow_, oh, ow, ow_, P)
+            kh0, kh1 = max(0, pt - last), min(kh_, pt + h - oh)   # kernel rows that reach x's rows
+            x0 = ((oh - oh0 + kh0) * wp + ow) * c
             for n0 in range(0, n, J):
-                tile(xf, x0, (1, ow, ow_, wp - ow_), pn, (wp, 1, plane), wf, kh0 * kl * np_ + n0,
-                     (kl * np_, c * np_, np_), (max(0, kh1 - kh0), kw_, c), scratch, 0, J, 1, J, False)
-                y0 = (b * n + n0) * pixels + q0
-                for j in range(min(J, n - n0)):
-                    for p in range(pn):
-                        yf[uint64(y0 + j * pixels + p)] = scratch[p * J + j]
+                tile(xb, x0, (c, ow, ow_, (wp - ow_) * c), pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
+                     (1, max(0, kh1 - kh0), kl), yf, (b * n + n0) * pixels + q0, 1, pixels, min(J, n - n0), False)
             q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
 
 
-# reduction depth from which the stride-1 NCHW forward runs _forward_planes (pixel blocks), with
-# any block shape: on cifar10-cnn's and mnist-cnn's 32/64-channel layers 1.1-1.5x faster than the
-# row and flat blocks with 8 x 32 (AVX-512), 1.1-1.2x with 6 x 16 (AVX2, emulated on the Intel host).
-# Shallower ones (the first layers, depth 9 and 27) run _forward_shifted: there the pixel blocks
-# spend more on their transposed stores than the full lanes save
+def _band(plan):
+    """Output rows per _forward_bands iteration: as many as keep its channels-last block within
+    _BAND_BYTES, and few enough that a small batch still gives every thread work."""
+    rows = max(1, _BAND_BYTES // (plan.wp * plan.c * 4) - plan.kh + 1)
+    per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
+    return max(1, min(plan.oh, rows, -(-plan.oh // per_image)))
+
+
+_BAND_BYTES = 64 << 10
+
+
+# reduction depth from which the stride-1 NCHW forward runs _forward_bands (pixel blocks, with
+# any block shape). Shallower ones (the first layers, depth 9 and 27) run _forward_shifted: there
+# pixel blocks spent more on their transposed stores than their full lanes saved
 _PIXEL_DEPTH = 64
 
 
@@ -640,10 +653,6 @@ class _Plan:
         """The padded input as NHWC (a transposed copy for NCHW)."""
         return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp", slack)
 
-    def x_planes(self):
-        """The padded NCHW input as plane slots (NCHW only)."""
-        return self.planes(self.x, self.pt, self.pl, self.hp, self.wp, "conv2d.xp")
-
     def dyp(self, dy):
         """dy as NHWC with whole lane blocks of channels (the weight grad's B operand)."""
         return self.nhwc(dy, (self.n, self.oh, self.ow, self.blk.padded(self.cout)), 0, 0, "conv2d.dyp")
@@ -668,9 +677,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
     if plan.nchw and stride == 1 and plan.kh * plan.kl >= _PIXEL_DEPTH:
         wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
-        valid = plan.hp == plan.h and plan.wp == plan.wd
-        xp = plan.x.reshape(plan.n, plan.c, -1) if valid else plan.x_planes()
-        _forward_planes[blk](plan.macs(), xp, plan.wp, wk, (plan.pt, plan.pt + plan.h), y)
+        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
         return y
     if plan.nchw and stride == 1:   # shallower than the pixel blocks: the first layers
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
