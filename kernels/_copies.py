@@ -1,5 +1,6 @@
 """Flat-array copies compiled into the kernels (conv's layout changes and padding, dense's slabs
-and panels): numba helpers, each inlined into its callers; and a prefetch for write."""
+and panels): numba helpers, each inlined into its callers; the transposes' 8 x 8 register
+blocks (_transpose_8, vector IR); and a prefetch for write."""
 
 from llvmlite import ir
 from numba import types, uint64

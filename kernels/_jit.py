@@ -21,11 +21,11 @@ the process); if it already exists, or the user set NUMBA_CPU_FEATURES, the feat
 are and the block falls back to AVX2's 6 x 16 unless PROFILER_KERNEL_BLOCK says otherwise
 (kernels/_isa.py).
 
-numba leaves LLVM's SLP vectorizer off by default; conv's layout copies in 8 x 8 blocks need it
-(they become vector loads and shuffles, 2-7x faster than element by element), so it is switched
-on for this process unless the user set NUMBA_SLP_VECTORIZE (the micro-kernel's FMAs no longer
-depend on it: kernels/_tile.py writes them as vector IR). numba reads the flag each time it
-optimises a module, so this holds for every kernel compiled after import.
+numba leaves LLVM's SLP vectorizer off by default; the kernels were tuned and are measured with it
+on, so it is switched on for this process unless the user set NUMBA_SLP_VECTORIZE (it first made
+conv's 8 x 8 layout transposes vector code; they, and the micro-kernel's FMAs, are now written as
+vector IR: kernels/_copies.py, kernels/_tile.py). numba reads the flag each time it optimises a
+module, so this holds for every kernel compiled after import.
 """
 
 import ctypes

@@ -125,7 +125,7 @@ def _forward_bands(x, pt, pl, wk, band, y):
     _, n, oh_, ow_ = y.shape
     wp = ow_ + kl // c - 1   # the padded rows' width
     cols = min(w, wp - pl)   # x's columns that some window reads
-    padded = pt > 0 or pl > 0 or wp > w
+    padded = pt > 0 or pl > 0 or wp > w or oh_ + kh_ - 1 > h   # any padding row or column, bottom and right too
     bands, pixels = (oh_ + band - 1) // band, oh_ * ow_
     xf, wf, yf = x.reshape(-1), wk.reshape(-1), y.reshape(-1)
     for it in prange(bsz * bands):

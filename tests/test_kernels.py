@@ -142,16 +142,17 @@ def test_layout_transposes_of_every_edge(rng):
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng):
-    """The deep NCHW forward's bands of output rows: one row each; 2-6 rows, the last band of an
-    image shorter (8000 bytes: 4-7 padded input rows of 8-14 pixels x 32 channels); as tall as
-    the split over threads allows. Kernels 3x3 and 2x4 (padding 'same' then pads one side more
-    than the other), against PyTorch."""
+    """The deep NCHW forward's bands of output rows: one row each; 2-6 rows, the last of an image
+    shorter (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
+    3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more than the top and left;
+    2x1 pads only the bottom), and 12 channels of 6 columns (transposed ragged: no 8 x 8 block
+    fits across), against PyTorch."""
     from kernels import conv
     monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
-    for kernel in ((3, 3), (2, 4)):
-        x, w = f32(rng, 3, 32, 9, 11), f32(rng, *kernel, 32, 19)
+    for c, h, w_, kernel in ((32, 9, 11, (3, 3)), (32, 9, 11, (2, 4)), (32, 9, 11, (2, 1)), (12, 5, 6, (3, 3))):
+        x, w = f32(rng, 9, c, h, w_), f32(rng, *kernel, c, 19)
         y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
-        close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=32 * kernel[0] * kernel[1])
+        close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=c * kernel[0] * kernel[1])
 
 
 @pytest.mark.parametrize("block", BLOCKS)
