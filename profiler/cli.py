@@ -12,6 +12,7 @@ import sys
 
 from .errors import ProfilerError, UsageError
 from .commands.options import remove_unused
+from .commands.output import stdout_to_devnull
 
 EXAMPLES = """examples:
   profiler run mlp --epochs 1000 --halt-after 100 --history preallocated --gc-collect epoch
@@ -67,15 +68,6 @@ def _message(error):
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _stdout_to_devnull():
-    """Point stdout at os.devnull so the interpreter's flush at exit does not fail on the closed pipe
-    again (the Python documentation's "Note on SIGPIPE")."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):   # stdout is not a file descriptor: nothing is flushed to it at exit
-        pass
-
-
 def _forget_unhandled_interrupt():
     """Keep the exit code after a Ctrl-C that landed in code run by exec() or eval() of a string
     (namedtuple and dataclass definitions while numpy or numba import). CPython 3.11 to 3.13 then
@@ -99,7 +91,7 @@ def main(argv=None):
     except BrokenPipeError:
         if debug:
             raise
-        _stdout_to_devnull()
+        stdout_to_devnull()
         return 141
     except KeyboardInterrupt:
         if debug:

@@ -148,6 +148,28 @@ def test_report_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch):
     assert err.getvalue() == ""
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full (every write fails: disk full)")
+@pytest.mark.parametrize("command", [["report", "{run}"], ["report", "{run}", "--json"], ["compare", "{run}", "{run}"]],
+                         ids=["report", "report-json", "compare"])
+def test_output_to_a_full_disk_is_one_line(tmp_path, monkeypatch, command):
+    """`profiler report RUN > file` on a full disk: one line naming standard output and the reason,
+    exit 1, and stdout then leads to os.devnull (the interpreter's flush at exit finds nothing
+    left to fail on)."""
+    from profiler import cli
+    run = str(write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(12)]))
+    out, err = open("/dev/full", "w"), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        assert cli.main([a.format(run=run) for a in command]) == 1
+        out.write("after")
+        out.flush()
+    finally:
+        monkeypatch.undo()
+        out.close()
+    assert err.getvalue() == "profiler: error: cannot write to standard output: No space left on device\n"
+
+
 @pytest.mark.parametrize("command,target,words", [
     (["report", "{run}", "--html"], "{dir}", "--html {dir} is a directory: give a file name, e.g. --html {dir}/report.html"),
     (["compare", "{run}", "{run}", "--html"], "{dir}", "--html {dir} is a directory"),

@@ -1,6 +1,6 @@
 """`profiler compare RUN_A RUN_B`: two runs op by op, with what-if projections."""
 
-from .output import output_file, write_html
+from .output import output_file, show, write_html
 
 
 class CompareCommand:
@@ -22,7 +22,7 @@ class CompareCommand:
         html_path = output_file(args.html, "--html", "compare.html") if args.html is not None else None
         comparison = compare(args.run_a, args.run_b)
         jobs = isinstance(comparison, RankComparison)   # two multi-rank runs
-        print(json_out.render(comparison) if args.json else text.comparison(comparison))
+        show(json_out.render(comparison) if args.json else text.comparison(comparison))
         if html_path and jobs:
             write_html(html_path, title="profiler compare", sections=[
                 (rank_text.comparison_verdict(comparison), f"<pre>{rank_text.comparison(comparison)}</pre>")])

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import FlamegraphError, UsageError, WorkloadError
 from ..workloads.names import SCENARIO_NAMES
 from .options import add_scenario_options, positive, scenario_argv
-from .output import output_file
+from .output import output_file, show
 
 
 def _folded_for(path):
@@ -97,7 +97,7 @@ class FlamegraphCommand:
                 flamegraph.diff(_folded_for(args.diff[0]), _folded_for(args.diff[1]), out)
             except FlamegraphError as e:   # the two files are the user's input
                 raise UsageError(str(e)) from None
-            print(f"wrote {out}")
+            show(f"wrote {out}")
             return
         if bool(command) == bool(args.scenario):
             raise UsageError("give either a SCENARIO or -- COMMAND ... to record")
@@ -117,6 +117,6 @@ class FlamegraphCommand:
                 code = pyspy.record(command, folded, rate=args.rate)
         title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
         flamegraph.write_svg(flamegraph.read_folded(folded), out, title=title)
-        print(f"wrote {out} (raw stacks: {folded})")
+        show(f"wrote {out} (raw stacks: {folded})")
         if code != 0:
             raise WorkloadError(f"the recorded command exited with code {code}; the flamegraph shows what ran")

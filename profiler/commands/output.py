@@ -1,6 +1,8 @@
-"""The files a command writes (--html, --out): each path is checked before the work starts, so a
-directory or a file in the way is one clear line, not an OSError after minutes of work."""
+"""Where a command's results go: the files it writes (--html, --out), each path checked before the
+work starts, so a directory or a file in the way is one clear line, not an OSError after minutes of
+work; and standard output, whose failed writes (a full disk, a closed terminal) are one line too."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -50,3 +52,28 @@ def write_html(path, **sections):
     except OSError as e:
         raise RunWriteError(f"cannot write the HTML page to {path}: {e.strerror or e}") from e
     print(f"wrote {path}", file=sys.stderr)
+
+
+def show(*lines):
+    """Print `lines` on standard output and flush them. A write that fails is a RunWriteError that
+    says so (the OSError of a print named no file), with stdout then pointed at os.devnull so the
+    interpreter's flush at exit does not fail on the same bytes again; a reader that went away
+    stays a BrokenPipeError (the CLI's quiet 141)."""
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        stdout_to_devnull()
+        raise RunWriteError(f"cannot write to standard output: {e.strerror or e}") from e
+
+
+def stdout_to_devnull():
+    """Point stdout at os.devnull so the interpreter's flush at exit does not fail again on a
+    closed pipe or a full disk (the Python documentation's "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout is not a file descriptor: nothing is flushed to it at exit
+        pass

@@ -1,6 +1,6 @@
 """`profiler report RUN_DIR`: the diagnosis as text, JSON or HTML."""
 
-from .output import output_file, write_html
+from .output import output_file, show, write_html
 
 
 class ReportCommand:
@@ -21,7 +21,7 @@ class ReportCommand:
         from ..report import json_out, text
         html_path = output_file(args.html, "--html", "report.html") if args.html is not None else None
         diagnosis = analyze(args.run_dir)
-        print(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
+        show(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
         if html_path:
             from ..rundir import read_run
             from ..rundir.ranks import rank_dirs

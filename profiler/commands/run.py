@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
-from .output import output_dir
+from .output import output_dir, show
 
 
 class _ScenarioParser(argparse.ArgumentParser):
@@ -163,8 +163,7 @@ def _run_scenario(args, scenario, rest):
         if state.times:
             median = sorted(state.times)[len(state.times) // 2]
             summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
-        print(summary)
-        print(f"next: profiler report {out}")
+        show(summary, f"next: profiler report {out}")
 
 
 def _script_argv(args, target, rest):

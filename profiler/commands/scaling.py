@@ -2,7 +2,7 @@
 
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .output import output_dir, output_file, write_html
+from .output import output_dir, output_file, show, write_html
 from .options import add_scenario_options, default_dir, int_list, scenario_argv
 
 
@@ -36,6 +36,6 @@ class ScalingCommand:
         run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")
         result = scaling(runs)
         figures.save(figures.scaling(result), out / "scaling.png")
-        print(json_out.render(result) if args.json else text.scaling(result))
+        show(json_out.render(result) if args.json else text.scaling(result))
         if html_path:
             write_html(html_path, title=f"profiler scaling: {args.scenario}", scalings=[result])

@@ -1,6 +1,6 @@
 """`profiler timeline RUN_DIR`: the run as Chrome trace event JSON (open it in ui.perfetto.dev)."""
 
-from .output import output_file
+from .output import output_file, show
 
 
 class TimelineCommand:
@@ -18,4 +18,4 @@ class TimelineCommand:
     def run(args):
         from ..report import trace
         count = trace.write_run(args.run_dir, output_file(args.out, "--out", "trace.json"))
-        print(f"wrote {args.out} ({count:,} events): open it in https://ui.perfetto.dev")
+        show(f"wrote {args.out} ({count:,} events): open it in https://ui.perfetto.dev")
