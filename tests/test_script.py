@@ -118,6 +118,8 @@ def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
 def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
     for kwargs, words in (({"epoch_fn": "train-epoch"}, "--epoch-fn 'train-epoch'"),
                           ({"epoch_fn": ":x"}, "--epoch-fn ':x'"),
+                          ({"step_fn": "a:b:c"}, "--step-fn 'a:b:c': expected NAME, Class.NAME or module:qualname"),
+                          ({"step_fn": "pkg.:f"}, "--step-fn 'pkg.:f'"),
                           ({"gc_policy": "manual:0"}, "manual needs a positive"),
                           ({"gc_policy": "sometimes"}, "expected one of default")):
         with pytest.raises(UsageError, match=words):

@@ -46,7 +46,8 @@ class Target:
         self.module = module if sep else None
         self.qualname = qualname
         parts = qualname.split(".")
-        if not qualname or not all(part.isidentifier() for part in parts) or (sep and not module):
+        dotted = all(part.isidentifier() for part in module.split(".")) if sep else True   # a:b:c is no module
+        if not qualname or not all(part.isidentifier() for part in parts) or not dotted:
             raise UsageError(f"{option} {spec!r}: expected NAME, Class.NAME or module:qualname")
         self.parts = parts
         self.done = False
