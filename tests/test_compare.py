@@ -45,6 +45,22 @@ def test_op_in_one_run_only_gets_no_what_if(tmp_path):
     assert "-99" not in text.comparison(c) and "Only a runs pad (no what-if" in text.comparison_verdict(c)
 
 
+def test_the_table_fits_its_longest_op_name(tmp_path):
+    """An op label past the first column's 34 characters widens the column for every row, so the
+    numbers of each run stay in one column (a long name had pushed its row's numbers right)."""
+    long = ("softmax_cross_entropy_backward_with_label_smoothing", (("layout", "NHWC"),))
+    ops = {long: 0.004, ("conv", ()): 0.002}
+    only_a = {**ops, ("pad", ()): 0.001}
+    c = compare(run_with_ops(tmp_path / "a", only_a, 0.010), run_with_ops(tmp_path / "b", ops, 0.009))
+    table = text.comparison(c).split("\n\n", 1)[1].splitlines()
+    name = "softmax_cross_entropy_backward_with_label_smoothing (layout=NHWC)"
+    assert any(line.startswith(name + " ") for line in table)
+    # each run's column ends at the same place on every row: the header's run labels, then the numbers
+    a_end = table[0].index(c.a.label) + len(c.a.label)
+    for line in table[1:]:
+        assert line[a_end - 1] != " " and line[a_end] == " ", line
+
+
 def test_op_identity_stays_structured(tmp_path):
     ops = {("conv[fast]", ()): 0.001, ("conv", (("layout", "fast"),)): 0.002}
     a = run_with_ops(tmp_path / "a", ops, 0.004)

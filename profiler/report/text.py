@@ -446,28 +446,29 @@ def comparison(c):
         return rank_text.comparison(c)
     a, b = c.a.label, c.b.label
     width = max(len(a), len(b), 10)
+    labels = [op_label(r.op, r.tags) for r in c.rows]
+    names = max([34] + [len(label) for label in labels])   # the first column fits the longest op
     lines = [_wrap(comparison_verdict(c)), "",
-             f"{'op':34s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
-             f"{'epoch (ms)':34s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
+             f"{'op':{names}s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
+             f"{'epoch (ms)':{names}s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
     if _gc_matters(c.a, c.b):
         lines += [
-            f"{'mean epoch, spikes included (ms)':34s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
-            f"{'mean GC per epoch (ms)':34s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
+            f"{'mean epoch, spikes included (ms)':{names}s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
+            f"{'mean GC per epoch (ms)':{names}s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
             f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
-            f"{'mean full collections per epoch':34s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
+            f"{'mean full collections per epoch':{names}s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
     policies = [side.gc.policy for side in (c.a, c.b)]
     if any(policies):
-        lines.append(f"{'--gc-policy':34s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
-    for r in c.rows:
-        label = op_label(r.op, r.tags)
+        lines.append(f"{'--gc-policy':{names}s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
+    for r, label in zip(c.rows, labels):
         if r.only_in is not None:
             value = (r.a_s if r.only_in == "a" else r.b_s) * 1e3
             cells = (f"{value:{width}.2f} {'-':>{width}s}" if r.only_in == "a" else f"{'-':>{width}s} {value:{width}.2f}")
-            lines.append(f"{label:34s} {cells}   only in {a if r.only_in == 'a' else b}")
+            lines.append(f"{label:{names}s} {cells}   only in {a if r.only_in == 'a' else b}")
             continue
         ratio = f"{r.ratio:5.2f}" if r.ratio is not None else "    -"
         shares = "   ".join(f"{100 * x:6.1f}%" if x is not None else f"{'-':>7s}" for x in (r.a_share, r.b_share))
-        lines.append(f"{label:34s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}"
+        lines.append(f"{label:{names}s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}"
                      f"   {shares}   {r.a_if_b_speed_s * 1e3:9.2f} ms ({relative(r.a_if_b_speed_s, c.a.epoch_s)})")
     return "\n".join(lines)
 
