@@ -45,3 +45,30 @@ def test_fit_restored_after_a_script_run_in_process(tmp_path):
     result = run_script(script("keras_fit.py"), ["2"], out=tmp_path / "run")
     assert result.raised is None and (result.epochs, result.steps, result.epochs_from) == (2, 16, "keras")
     assert keras.Model.fit is fit_before and "fit" not in keras.Model.__dict__
+
+
+def test_steps_hold_the_batch_fetch(tmp_path):
+    """A step runs from one train batch's end to the next's, so a data pipeline that takes 30 ms
+    per batch is inside every step (it was outside them all: steps began at on_train_batch_begin)."""
+    import time
+
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import ProfilerCallback
+    from profiler.rundir import read_run
+
+    class Slow(keras.utils.PyDataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.03)
+            return np.zeros((10, 4), "float32"), np.zeros(10, "int32")
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    with Session(tmp_path / "run") as session:
+        model.fit(Slow(), epochs=2, verbose=0, callbacks=[ProfilerCallback(session)])
+    steps = read_run(tmp_path / "run").steps()
+    assert len(steps) == 8 and steps["wall_s"].min() >= 0.03

@@ -44,3 +44,33 @@ def test_trainer_restored_after_a_script_run_in_process(tmp_path):
     result = run_script(script("lightning_fit.py"), ["2"], out=tmp_path / "run")
     assert result.raised is None and (result.epochs, result.steps, result.epochs_from) == (2, 16, "lightning")
     assert pl.Trainer.__init__ is init_before
+
+
+def test_steps_hold_the_batch_fetch(tmp_path):
+    """A step runs from one train batch's end to the next's, so a DataLoader that takes 30 ms per
+    batch is inside every step (it was outside them all: steps began at on_train_batch_start)."""
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    from profiler import Session
+    from profiler.integrations.lightning import ProfilerCallback
+    from profiler.rundir import read_run
+    from tests.scripts.lightning_fit import Classifier
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.03)
+            return torch.zeros(10, 16), torch.zeros(10, dtype=torch.long)
+
+    data = DataLoader(Slow(), batch_size=None)
+    with Session(tmp_path / "run") as session:
+        trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator="cpu", callbacks=[ProfilerCallback(session)])
+        trainer.fit(Classifier(), data)
+    steps = read_run(tmp_path / "run").steps()
+    assert len(steps) == 8 and steps["wall_s"].min() >= 0.03

@@ -4,8 +4,10 @@
         model.fit(x, y, epochs=5, callbacks=[ProfilerCallback(session)])
 
 An epoch runs from on_epoch_begin to on_epoch_end, so it includes the validation pass at its end;
-a step is one train batch (on_train_batch_begin/end). `profiler run` injects the callback into
-every Model.fit without an edit (inject()).
+a step runs from the end of one train batch (or the epoch's start) to the end of the next, so it
+holds the batch's fetch from the data pipeline as well as its training, as a PyTorch step does
+(profiler.integrations.torch); the time from the last batch to the epoch's end (validation) is in
+no step. `profiler run` injects the callback into every Model.fit without an edit (inject()).
 """
 
 import functools
@@ -21,15 +23,14 @@ class ProfilerCallback(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.session.begin_epoch()
+        self.session.begin_step()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.session.end_epoch()
-
-    def on_train_batch_begin(self, batch, logs=None):
-        self.session.begin_step()
+        self.session.end_epoch()   # drops the step open since the last batch
 
     def on_train_batch_end(self, batch, logs=None):
         self.session.end_step()
+        self.session.begin_step()
 
 
 def inject(session):

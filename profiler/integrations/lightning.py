@@ -5,8 +5,11 @@
         trainer.fit(model, train_loader, val_loader)
 
 An epoch runs from on_train_epoch_start to on_train_epoch_end (the validation that Lightning runs
-at the end of a train epoch is inside it; the sanity check before training is not); a step is one
-train batch, optimizer step included. Works with `pytorch_lightning` and `lightning.pytorch`;
+at the end of a train epoch is inside it; the sanity check before training is not); a step runs
+from the end of one train batch (or the epoch's start) to the end of the next, so it holds the
+batch's fetch from the DataLoader as well as its training and optimizer step, as a PyTorch step
+does (profiler.integrations.torch); the time from the last batch to the epoch's end (validation)
+is in no step. Works with `pytorch_lightning` and `lightning.pytorch`;
 `profiler run` injects the callback into every Trainer without an edit (inject()).
 """
 
@@ -28,15 +31,14 @@ def callback_class(package):
 
             def on_train_epoch_start(self, trainer, pl_module):
                 self.session.begin_epoch()
+                self.session.begin_step()
 
             def on_train_epoch_end(self, trainer, pl_module):
-                self.session.end_epoch()
-
-            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-                self.session.begin_step()
+                self.session.end_epoch()   # drops the step open since the last batch
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 self.session.end_step()
+                self.session.begin_step()
 
             def on_exception(self, trainer, pl_module, exception):
                 self.session.abandon_epoch()
