@@ -111,9 +111,10 @@ def _within(ratio):
 
 
 def analyze(run_dir):
-    """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs).
-    A directory of rank-N/ run directories is diagnosed as one job (analysis/ranks.py)."""
-    if is_multi_rank(run_dir):
+    """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs);
+    a Run read already (rundir.read_run) is diagnosed as it is. A directory of rank-N/ run
+    directories is diagnosed as one job (analysis/ranks.py)."""
+    if not isinstance(run_dir, rundir.Run) and is_multi_rank(run_dir):
         from .ranks import diagnose_ranks   # it diagnoses one rank with this function
         return diagnose_ranks(run_dir)
     loaded = load(run_dir, "analyze")

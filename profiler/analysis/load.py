@@ -18,8 +18,9 @@ class Loaded:
 
 
 def load(run_dir, purpose="analyze"):
-    """The run and its epoch records after the warm-up; RunDirError if it has no finished epoch."""
-    run = rundir.read_run(run_dir)
+    """The run (a run directory, or a Run read already) and its epoch records after the warm-up;
+    RunDirError if it has no finished epoch."""
+    run = run_dir if isinstance(run_dir, rundir.Run) else rundir.read_run(run_dir)
     if not run.epochs:
         raise RunDirError(f"{run.path} has no finished epochs to {purpose}"
                           + (f" ({'; '.join(run.problems)})" if run.problems else ""))

@@ -19,19 +19,19 @@ class ReportCommand:
     def run(args):
         from ..analysis import analyze, series, step_series
         from ..report import json_out, text
+        from ..rundir import read_run
+        from ..rundir.ranks import is_multi_rank, rank_dirs
         html_path = output_file(args.html, "--html", "report.html") if args.html is not None else None
-        diagnosis = analyze(args.run_dir)
+        run = None if is_multi_rank(args.run_dir) else read_run(args.run_dir)   # read once: diagnosis and page
+        diagnosis = analyze(args.run_dir if run is None else run)
         show(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))
         if html_path:
-            from ..rundir import read_run
-            from ..rundir.ranks import rank_dirs
-            run_dir, sections = args.run_dir, []
+            sections = []
             if diagnosis.rank_analysis is not None:   # a multi-rank run: the ranks, then the diagnosed rank's run
                 from ..analysis.ranks import rank_heatmap
                 from ..report.html import ranks_section
                 ra = diagnosis.rank_analysis
-                run_dir = str(next(r.path for r in rank_dirs(args.run_dir) if r.rank == ra.diagnosed))
+                run = read_run(next(r.path for r in rank_dirs(args.run_dir) if r.rank == ra.diagnosed))
                 sections = [(None, ranks_section(ra, rank_heatmap(args.run_dir)))]
             write_html(html_path, title=f"profiler report: {args.run_dir}", sections=sections,
-                       diagnoses=[(diagnosis, series(run_dir), step_series(read_run(run_dir)))],
-                       meta=diagnosis.meta)
+                       diagnoses=[(diagnosis, series(run), step_series(run))], meta=diagnosis.meta)
