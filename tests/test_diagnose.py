@@ -369,6 +369,19 @@ def test_deep_capture_names_the_objects_each_collection_walks(tmp_path):
     assert "~1.3M tracked objects" in words and "95.0% of them list" in words and "loader.py:42" in words
 
 
+def test_a_count_of_objects_from_the_warm_up_is_still_evidence(tmp_path):
+    """A big heap's tracked count is sampled within a time budget, so a short run may hold one
+    count, in its first epoch (the warm-up, left out of the timings): the GC finding still says how
+    many objects each full collection walks, with no growth rate from one count."""
+    records = [epoch(i, 0.1, pause=(0.0, 0.0, 0.03), collections=(0, 0, 1),
+                     tracked=[0, 0, 2_000_000] if i == 0 else None) for i in range(30)]
+    d = analyze(write_run(tmp_path / "run", records))
+    f = d.findings[0]
+    assert f.pattern == "gc-steady" and d.epoch_time.warmup_epochs_skipped >= 1
+    assert f.evidence.objects.tracked == 2_000_000 and f.evidence.objects.tracked_growth_per_epoch is None
+    assert d.gc.tracked == 2_000_000 and "~2.0M tracked objects" in text.evidence(f)
+
+
 def test_findings_are_ranked_and_growing_memory_leads_only_without_a_costly_finding(tmp_path):
     leak = [epoch(i, 0.1, pause=(0.0, 0.0, 0.03), collections=(0, 0, 1), rss=200 * MIB + 8 * MIB * i)
             for i in range(30)]
@@ -442,9 +455,9 @@ def test_type_growth_per_epoch_divides_by_the_epochs_each_count_covers():
         return {"epoch": e, "gc": {"tracked": None}, "heap": heap}
     grown = [{"type": "list", "count": 50_000, "count_diff": 4000, "site": "x.py:1"}]
     one_window = [record(e) for e in range(11)] + [record(11, grown, 4)]          # auto: 4 epochs in one count
-    assert objects(one_window).top_type_growth_per_epoch == 1000
+    assert objects(one_window, one_window).top_type_growth_per_epoch == 1000
     two_windows = one_window + [record(e) for e in range(12, 80)] + [record(80, grown, 4)]   # rests are not counted
-    assert objects(two_windows).top_type_growth_per_epoch == 1000
+    assert objects(two_windows, two_windows).top_type_growth_per_epoch == 1000
 
 
 @pytest.mark.parametrize("batch_mib, prefetch, found", [(40, 2, False), (10, 2, True), (24, None, False), (None, None, True)])

@@ -144,7 +144,7 @@ def analyze(run_dir):
         spikes = spk.of_epochs(records)
     sites = fnd.top_sites(records)
     site = fnd.python_site(sites)
-    objs = fnd.objects(records)
+    objs = fnd.objects(records, run.epochs)
     ops = fnd.op_growth(records, op_series(records))
 
     policy = run.gc_policy
@@ -156,7 +156,7 @@ def analyze(run_dir):
                                policy))
     ranked = fnd.rank([f for f in found if f is not None])
 
-    tracked = [sum(r["gc"]["tracked"]) for r in records if r["gc"].get("tracked")]
+    tracked = [sum(r["gc"]["tracked"]) for r in run.epochs if r["gc"].get("tracked")]   # counts: warm-up's too
     rates = fnd.memory_rates(records)
     workers = [r["workers"] for r in records if r.get("workers")]
     return Diagnosis(

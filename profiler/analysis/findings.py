@@ -172,14 +172,17 @@ def growth_rate(x, y):
         points[1][0] - points[0][0], 1)
 
 
-def objects(records):
-    """Objects evidence from gc.tracked and, in deep mode, heap.top_types (None if neither was sampled)."""
+def objects(records, every):
+    """Objects evidence from gc.tracked and, in deep mode, heap.top_types (None if neither was
+    sampled): the growth from `records` (after the warm-up), the count the latest of `every` epoch
+    (a count, not a time: a big heap's only count may fall in the warm-up, its budget allowing one)."""
     tracked = [(r["epoch"], sum(r["gc"]["tracked"])) for r in records if r["gc"].get("tracked")]
+    latest = next((sum(r["gc"]["tracked"]) for r in reversed(every) if r["gc"].get("tracked")), None)
     typed = [(r["epoch"], r["heap"]["top_types"], r["heap"].get("types_epochs")) for r in records
              if (r.get("heap") or {}).get("top_types")]
-    if not tracked and not typed:
+    if latest is None and not typed:
         return None
-    result = Objects(tracked=int(tracked[-1][1]) if tracked else None,
+    result = Objects(tracked=None if latest is None else int(latest),
                      tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None)
     if typed:
         last = typed[-1][1]
