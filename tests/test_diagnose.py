@@ -369,6 +369,30 @@ def test_deep_capture_names_the_objects_each_collection_walks(tmp_path):
     assert "~1.3M tracked objects" in words and "95.0% of them list" in words and "loader.py:42" in words
 
 
+@pytest.mark.parametrize("traced", [False, True])
+def test_steps_slowed_by_deep_capture_are_no_spikes(tmp_path, traced):
+    """Auto capture's windows trace allocations, which slows their steps 2-10x: those epochs' steps
+    are left out of the spikes, as the epoch trend leaves the epochs out; the same slow steps in
+    untraced epochs are spikes (the known answer both ways; no GC anywhere)."""
+    rng = np.random.default_rng(0)
+    records, steps, clock = [], [], 0.0
+    for e in range(40):
+        slow = 20 <= e < 24   # the window's epochs: every step 5x
+        walls = rng.uniform(0.0009, 0.0011, 10) * (5 if slow else 1)
+        for w in walls:
+            steps.append((e, clock, w, 0.0, 0.0, 0.0))
+            clock += w
+        heap = {"traced_bytes": MIB, "peak_bytes": MIB, "top_growth": []} if slow and traced else None
+        records.append(epoch(e, float(walls.sum()), start_s=clock - float(walls.sum()), steps=10, heap=heap))
+    d = analyze(write_run(tmp_path / "run", records, steps=steps))
+    looked_at = 10 * (40 - d.epoch_time.warmup_epochs_skipped - (4 if traced else 0))
+    assert d.steps.count == looked_at
+    if traced:
+        assert d.spikes.count == 0 and d.steps.spike_time_fraction == 0.0
+    else:
+        assert d.spikes.count == 40 and d.steps.spike_time_fraction > 0.05
+
+
 def test_a_count_of_objects_from_the_warm_up_is_still_evidence(tmp_path):
     """A big heap's tracked count is sampled within a time budget, so a short run may hold one
     count, in its first epoch (the warm-up, left out of the timings): the GC finding still says how

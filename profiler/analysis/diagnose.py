@@ -136,12 +136,15 @@ def analyze(run_dir):
     share_early, share_late = stats.early_late(share)
     explained = fnd.gc_explained(records, change)
 
+    # spikes leave the traced epochs out too (their steps are tracemalloc's slowdown, not the run's)
+    kept = [records[i] for i in timed]
     steps = run.steps()
     if len(steps):   # fractions of the epochs' time: steps leave out the time between them
-        totals = (float(wall.sum()), spk.epoch_arrays(records)[1].sum(axis=0))
-        spikes = spk.of_steps(steps, records[0]["epoch"], totals)
+        totals = (float(wall[timed].sum()), spk.epoch_arrays(kept)[1].sum(axis=0))
+        traced = np.array(sorted({r["epoch"] for r in records} - {r["epoch"] for r in kept}), np.int64)
+        spikes = spk.of_steps(steps, records[0]["epoch"], totals, traced)
     else:
-        spikes = spk.of_epochs(records)
+        spikes = spk.of_epochs(kept)
     sites = fnd.top_sites(records)
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)

@@ -77,13 +77,13 @@ def find(chunks, unit, totals=None):
                   generation=int(np.argmax(spike_gc)) if spike_gc.any() else 2)
 
 
-def of_steps(steps, first_epoch, totals):
+def of_steps(steps, first_epoch, totals, left_out=()):
     """Spikes among the steps of a run (Run.steps(): sliced a chunk at a time) from
-    `first_epoch` on (the warm-up left out)."""
+    `first_epoch` on (the warm-up left out), but those of the epochs in `left_out`."""
     def chunks():
         for a in range(0, len(steps), CHUNK):
             block = steps[a:a + CHUNK]
-            kept = block["epoch"] >= first_epoch
+            kept = (block["epoch"] >= first_epoch) & ~np.isin(block["epoch"], left_out)
             block = block[kept]
             yield (a + int(np.argmax(kept)), np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
                    np.asarray(block["gc1_s"], float), np.asarray(block["gc2_s"], float))
