@@ -27,10 +27,14 @@ def test_loader_cache_example_gets_gc_spikes_and_freeze_shrinks_gc(tmp_path):
     report = json.loads(profiler("report", tmp_path / "default", "--json"))
     assert report["epochs"] == 20 and report["steps"]["count"] > 300
     # the cache makes single steps stall and, as it grows, each full collection longer; which of the
-    # two costs more, and whether they lead, depends on how busy the machine is (a neighbour that
-    # slows every step dilutes the pauses), so the test asks that they are found
+    # two costs more, and whether they stand out at all, depends on how busy the machine is: a
+    # neighbour that slows every step dilutes the pauses (in one CI rehearsal the late epochs took
+    # 5.6x the early ones and the same pauses read as gc-steady, 43% of the run). So the test asks
+    # that GC is found and leads; the spike arithmetic is checked on known-answer runs
+    # (tests/test_diagnose.py)
     patterns = {f["pattern"] for f in report["findings"]}
-    assert patterns & {"gc-spikes", "gc-growing-pauses"}, report["verdict"]
+    assert report["primary_cause"] == "gc" and patterns & {"gc-spikes", "gc-growing-pauses", "gc-steady"}, \
+        report["verdict"]
     compared = json.loads(profiler("compare", tmp_path / "default", tmp_path / "freeze", "--json"))
     assert compared["a"]["gc"]["policy"] == "default" and compared["b"]["gc"]["policy"] == "freeze"
     assert compared["b"]["gc"]["pause_s"] < compared["a"]["gc"]["pause_s"]
