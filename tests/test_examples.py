@@ -21,7 +21,7 @@ def profiler(*args):
     return proc.stdout
 
 
-def test_loader_cache_example_gets_gc_spikes_and_freeze_shrinks_gc(tmp_path):
+def test_loader_cache_example_gets_a_gc_finding_and_freeze_shrinks_gc(tmp_path):
     profiler("run", "--out", tmp_path / "default", EXAMPLE, "--epochs", 20)
     profiler("run", "--out", tmp_path / "freeze", "--gc-policy", "freeze", EXAMPLE, "--epochs", 20)
     report = json.loads(profiler("report", tmp_path / "default", "--json"))
