@@ -4,7 +4,7 @@ The first version did im2col in numba and the arithmetic in numpy's BLAS: the co
 and skinny (C_out = 32 or 64 columns), where OpenBLAS reached 35-70 GFLOP/s here, and im2col/col2im
 moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP/s, the C_in = 3
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
-registers over a strided reduction: 6 x 16 on AVX2, 12 x 32 on AVX-512; below "6" is P and "16" J)
+registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512; below "6" is P and "16" J)
 reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c

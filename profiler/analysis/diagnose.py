@@ -159,7 +159,6 @@ def analyze(run_dir):
                                policy))
     ranked = fnd.rank([f for f in found if f is not None])
 
-    tracked = [sum(r["gc"]["tracked"]) for r in run.epochs if r["gc"].get("tracked")]   # counts: warm-up's too
     rates = fnd.memory_rates(records)
     workers = [r["workers"] for r in records if r.get("workers")]
     return Diagnosis(
@@ -174,7 +173,7 @@ def analyze(run_dir):
                      share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
-                     tracked=int(tracked[-1]) if tracked else None),
+                     tracked=objs.tracked if objs else None),
         allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"] or 0.0,
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],
