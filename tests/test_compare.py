@@ -215,3 +215,47 @@ def test_runs_whose_epochs_are_time_windows_are_said_to_be(tmp_path):
     assert c.a.windows and c.b.windows
     assert "Note: the epochs of a and b are fixed time windows, so epoch time cannot differ" in text.comparison_verdict(c)
     assert "fixed time windows" not in text.comparison_verdict(compare(tmp_path / "c", tmp_path / "c"))
+
+
+LAYOUT_OPS = {"conv2d_forward": 0.004, "dense_forward": 0.002, "relu_forward": 0.001}
+
+
+def _layout_runs(tmp_path, slow_a, slow_b, tiny=None):
+    """An NCHW run A and an NHWC run B of the same ops, each op's time in A times slow_a[op]."""
+    ops_a = {(op, NCHW): s * slow_a.get(op, 1.0) for op, s in {**LAYOUT_OPS, **(tiny or {})}.items()}
+    ops_b = {(op, NHWC): s * slow_b.get(op, 1.0) for op, s in {**LAYOUT_OPS, **(tiny or {})}.items()}
+    a = run_with_ops(tmp_path / "a", ops_a, sum(ops_a.values()) + 0.001, meta={"layout": "NCHW"})
+    b = run_with_ops(tmp_path / "b", ops_b, sum(ops_b.values()) + 0.001, meta={"layout": "NHWC"})
+    return compare(a, b)
+
+
+def test_every_op_slower_in_one_run_is_called_run_wide(tmp_path):
+    """The demo's compare once said 1.35x with dense and relu (no layout in them) as slow as conv:
+    a slow phase of the VM during one run. Every sizeable op 1.2x or more slower in one run is
+    said to be run-wide, in either direction."""
+    c = _layout_runs(tmp_path, {"conv2d_forward": 1.6, "dense_forward": 1.25, "relu_forward": 1.2}, {})
+    assert c.slower_everywhere == "a" and c.least_ratio == pytest.approx(1.2)
+    words = text.comparison_verdict(c)
+    assert "Caution: every op both runs time is at least 1.20x slower in NCHW" in words and "run-wide" in words
+    assert json.loads(json_out.render(c))["slower_everywhere"] == "a"
+    c = _layout_runs(tmp_path / "2", {}, {"conv2d_forward": 1.3, "dense_forward": 1.3, "relu_forward": 1.3})
+    assert c.slower_everywhere == "b" and c.least_ratio == pytest.approx(1.3)
+
+
+def test_a_layout_difference_with_unchanged_ops_is_not_run_wide(tmp_path):
+    """conv 1.6x slower in NCHW, dense 1.1x (under RUN_WIDE) and relu as fast: one op's difference,
+    no caution; nor when only one sizeable op is shared."""
+    c = _layout_runs(tmp_path, {"conv2d_forward": 1.6, "dense_forward": 1.1, "relu_forward": 1.2}, {})
+    assert c.slower_everywhere is None and c.least_ratio is None
+    assert "Caution" not in text.comparison_verdict(c)
+    a = run_with_ops(tmp_path / "a1", {("conv", ()): 0.008}, 0.010)
+    b = run_with_ops(tmp_path / "b1", {("conv", ()): 0.004}, 0.005)
+    assert compare(a, b).slower_everywhere is None
+
+
+def test_ops_too_small_to_measure_do_not_decide_run_wide(tmp_path):
+    """An op under 2% of its epoch (a 5-us op's noise) neither makes nor breaks the test: here one
+    as fast in both runs leaves the caution in place."""
+    c = _layout_runs(tmp_path, {"conv2d_forward": 1.5, "dense_forward": 1.4, "relu_forward": 1.3}, {},
+                     tiny={"flatten_forward": 0.00005})
+    assert c.slower_everywhere == "a" and c.least_ratio == pytest.approx(1.3)

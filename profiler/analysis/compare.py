@@ -5,6 +5,11 @@ that tell the runs apart (a tag with one value on every op of run A and another 
 run B, like the layout). The what-if is the arithmetic the Keras-MXNet reporter did by hand: if
 op X in run A ran at its speed in run B, A's epoch would take (A's epoch - X in A + X in B). An op
 that only one run has gets no what-if: its cost in the other run is unknown, not zero.
+
+When every op both runs time (each at least RUN_WIDE_SHARE of its epoch, two ops or more) is at
+least RUN_WIDE times slower in one run, the difference is run-wide: the thread count, the machine
+or its load while that run ran (a slow phase of a shared VM slowed dense and relu alike in a
+layout compare), not one op's; `slower_everywhere` names that run.
 """
 
 from dataclasses import dataclass
@@ -15,6 +20,9 @@ from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank
 from .load import load
 from .ops import op_series
+
+RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
+RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
 
 
 @dataclass
@@ -59,6 +67,8 @@ class Comparison:
     b: RunSide
     ratio: float            # A's epoch time / B's
     rows: list              # [OpRow], largest absolute difference first; one-run ops last
+    slower_everywhere: str | None = None   # "a" or "b": every shared op is RUN_WIDE slower there
+    least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
 
 
 def _label(loaded):
@@ -97,6 +107,20 @@ def _median_ops(series, drop):
     return {k: float(np.median(v)) for k, v in out.items()}
 
 
+def _run_wide(rows):
+    """("a" or "b", the least slowdown) when every shared op of a sizeable share is RUN_WIDE or
+    more slower in that run, else (None, None)."""
+    ratios = [r.a_s / r.b_s for r in rows if r.only_in is None and r.a_s > 0 and r.b_s > 0
+              and min(r.a_share or 0.0, r.b_share or 0.0) >= RUN_WIDE_SHARE]
+    if len(ratios) < 2:
+        return None, None
+    if min(ratios) >= RUN_WIDE:
+        return "a", min(ratios)
+    if max(ratios) <= 1 / RUN_WIDE:
+        return "b", 1 / max(ratios)
+    return None, None
+
+
 def compare(run_a, run_b):
     """Two runs op by op, or two multi-rank runs job by job (analysis/ranks.py: RankComparison)."""
     multi = [is_multi_rank(run_a), is_multi_rank(run_b)]
@@ -130,9 +154,10 @@ def compare(run_a, run_b):
             b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
+    slower, least = _run_wide(rows)
     return Comparison(
         a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
                   len(la.records), la.warmup == 0, _gc_side(la), _windows(la)),
         b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
                   len(lb.records), lb.warmup == 0, _gc_side(lb), _windows(lb)),
-        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows)
+        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least)

@@ -416,6 +416,11 @@ def comparison_verdict(c):
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
     text += _gc_comparison(a, b)
+    if c.slower_everywhere:
+        where = a.label if c.slower_everywhere == "a" else b.label
+        text += (f" Caution: every op both runs time is at least {c.least_ratio:.2f}x slower in {where}: the "
+                 f"difference is run-wide (the thread count, the machine or its load during that run), not one "
+                 f"op's; run both again back to back on a quiet machine before reading one op's ratio.")
     windowed = [side.label for side in (a, b) if side.windows]
     if windowed:
         text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
