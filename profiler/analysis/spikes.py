@@ -43,12 +43,12 @@ class Spikes:
 
 
 def find(chunks, unit, totals=None):
-    """Spikes over `chunks()`, a function returning an iterator of (offset, wall, gc0, gc1, gc2) arrays.
+    """Spikes over `chunks()`, a function returning an iterator of (wall, gc0, gc1, gc2) arrays.
     `totals` (wall seconds, [g0, g1, g2] pause seconds) is the run's time when the items do not
     cover all of it (steps leave out the time between them); fractions are of that time."""
     quantiles = stats.Quantiles()
     wall_s, gc = 0.0, np.zeros(3)
-    for _, *chunk in chunks():   # the records' times are checked as the run is read (read_run)
+    for chunk in chunks():   # the records' times are checked as the run is read (read_run)
         quantiles.add(chunk[0])
         wall_s += float(chunk[0].sum())
         gc += [float(g.sum()) for g in chunk[1:]]
@@ -59,7 +59,7 @@ def find(chunks, unit, totals=None):
     floor = SPIKE_OVER_MEDIAN * median
     threshold = max(floor, q3 + FENCE_IQRS * (q3 - q1))
     count, excess, max_s, spike_gc, by_generation = 0, 0.0, 0.0, np.zeros(3), np.zeros(3, np.int64)
-    for _, wall, *gens in chunks():
+    for wall, *gens in chunks():
         spike = (wall > threshold) | ((wall > floor) & (gens[0] + gens[1] + gens[2] >= GC_OVER_MEDIAN * median))
         if len(wall):
             max_s = max(max_s, float(wall.max()))
@@ -85,15 +85,14 @@ def of_steps(steps, first_epoch, totals, left_out=()):
             block = steps[a:a + CHUNK]
             kept = (block["epoch"] >= first_epoch) & ~np.isin(block["epoch"], left_out)
             block = block[kept]
-            yield (a + int(np.argmax(kept)), np.asarray(block["wall_s"], float), np.asarray(block["gc0_s"], float),
-                   np.asarray(block["gc1_s"], float), np.asarray(block["gc2_s"], float))
+            yield tuple(np.asarray(block[field], float) for field in ("wall_s", "gc0_s", "gc1_s", "gc2_s"))
     return find(chunks, "step", totals)
 
 
 def of_epochs(records):
     """Spikes among epoch records."""
     wall, gens = epoch_arrays(records)
-    return find(lambda: iter([(0, wall, gens[:, 0], gens[:, 1], gens[:, 2])]), "epoch")
+    return find(lambda: iter([(wall, gens[:, 0], gens[:, 1], gens[:, 2])]), "epoch")
 
 
 def epoch_arrays(records):
