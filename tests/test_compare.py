@@ -259,3 +259,16 @@ def test_ops_too_small_to_measure_do_not_decide_run_wide(tmp_path):
     c = _layout_runs(tmp_path, {"conv2d_forward": 1.5, "dense_forward": 1.4, "relu_forward": 1.3}, {},
                      tiny={"flatten_forward": 0.00005})
     assert c.slower_everywhere == "a" and c.least_ratio == pytest.approx(1.3)
+
+
+def test_a_run_wide_difference_with_more_gc_names_the_pauses(tmp_path):
+    """A default-policy run against a frozen one: pauses inside every op slow them all alike, so
+    the caution names the GC pauses before the machine."""
+    ops = {("conv", ()): 0.004, ("dense", ()): 0.002}
+    slow = {k: 1.3 * v for k, v in ops.items()}
+    a = write_run(tmp_path / "a", [epoch(i, 0.010, ops=slow, pause=(0.0, 0.0, 0.002)) for i in range(8)])
+    b = write_run(tmp_path / "b", [epoch(i, 0.007, ops=ops) for i in range(8)])
+    words = text.comparison_verdict(compare(a, b))
+    assert "run-wide (its GC pauses, which land inside the ops, or the thread count" in words, words
+    c = _layout_runs(tmp_path / "nogc", {"conv2d_forward": 1.3, "dense_forward": 1.3, "relu_forward": 1.3}, {})
+    assert "run-wide (the thread count, the machine or its load" in text.comparison_verdict(c)

@@ -417,10 +417,13 @@ def comparison_verdict(c):
                  f"({relative(what_if(r), slow.epoch_s)}).")
     text += _gc_comparison(a, b)
     if c.slower_everywhere:
-        where = a.label if c.slower_everywhere == "a" else b.label
-        text += (f" Caution: every op both runs time is at least {c.least_ratio:.2f}x slower in {where}: the "
-                 f"difference is run-wide (the thread count, the machine or its load during that run), not one "
-                 f"op's; run both again back to back on a quiet machine before reading one op's ratio.")
+        slow, fast = (a, b) if c.slower_everywhere == "a" else (b, a)
+        cause = "the thread count, the machine or its load during that run"
+        if _gc_matters(a, b) and slow.gc.pause_s > fast.gc.pause_s:   # pauses land inside whatever op runs
+            cause = f"its GC pauses, which land inside the ops, or {cause}"
+        text += (f" Caution: every op both runs time is at least {c.least_ratio:.2f}x slower in {slow.label}: the "
+                 f"difference is run-wide ({cause}), not one op's; run both again back to back on a quiet "
+                 f"machine before reading one op's ratio.")
     windowed = [side.label for side in (a, b) if side.windows]
     if windowed:
         text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
