@@ -9,7 +9,8 @@ that only one run has gets no what-if: its cost in the other run is unknown, not
 When every op both runs time (each at least RUN_WIDE_SHARE of its epoch, two ops or more) is at
 least RUN_WIDE times slower in one run, the difference is run-wide: the thread count, the machine
 or its load while that run ran (a slow phase of a shared VM slowed dense and relu alike in a
-layout compare), not one op's; `slower_everywhere` names that run.
+layout compare), or its GC pauses, which land inside the ops; not one op's. `slower_everywhere`
+names that run.
 """
 
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ class Comparison:
     b: RunSide
     ratio: float            # A's epoch time / B's
     rows: list              # [OpRow], largest absolute difference first; one-run ops last
-    slower_everywhere: str | None = None   # "a" or "b": every shared op is RUN_WIDE slower there
+    slower_everywhere: str | None = None   # "a" or "b": every sizeable shared op is RUN_WIDE slower there
     least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
 
 
