@@ -222,11 +222,10 @@ LAYOUT_OPS = {"conv2d_forward": 0.004, "dense_forward": 0.002, "relu_forward": 0
 
 def _layout_runs(tmp_path, slow_a, slow_b, tiny=None):
     """An NCHW run A and an NHWC run B of the same ops, each op's time in A times slow_a[op]."""
-    ops_a = {(op, NCHW): s * slow_a.get(op, 1.0) for op, s in {**LAYOUT_OPS, **(tiny or {})}.items()}
-    ops_b = {(op, NHWC): s * slow_b.get(op, 1.0) for op, s in {**LAYOUT_OPS, **(tiny or {})}.items()}
-    a = run_with_ops(tmp_path / "a", ops_a, sum(ops_a.values()) + 0.001, meta={"layout": "NCHW"})
-    b = run_with_ops(tmp_path / "b", ops_b, sum(ops_b.values()) + 0.001, meta={"layout": "NHWC"})
-    return compare(a, b)
+    def side(name, tags, slow):
+        ops = {(op, tags): s * slow.get(op, 1.0) for op, s in {**LAYOUT_OPS, **(tiny or {})}.items()}
+        return run_with_ops(tmp_path / name, ops, sum(ops.values()) + 0.001, meta={"layout": tags[0][1]})
+    return compare(side("a", NCHW, slow_a), side("b", NHWC, slow_b))
 
 
 def test_every_op_slower_in_one_run_is_called_run_wide(tmp_path):

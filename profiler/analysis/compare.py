@@ -111,8 +111,7 @@ def _median_ops(series, drop):
 def _run_wide(rows):
     """("a" or "b", the least slowdown) when every shared op of a sizeable share is RUN_WIDE or
     more slower in that run, else (None, None)."""
-    ratios = [r.a_s / r.b_s for r in rows if r.only_in is None and r.a_s > 0 and r.b_s > 0
-              and min(r.a_share or 0.0, r.b_share or 0.0) >= RUN_WIDE_SHARE]
+    ratios = [r.ratio for r in rows if r.ratio and min(r.a_share or 0.0, r.b_share or 0.0) >= RUN_WIDE_SHARE]
     if len(ratios) < 2:
         return None, None
     if min(ratios) >= RUN_WIDE:
