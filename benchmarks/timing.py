@@ -60,6 +60,9 @@ def machine():
     import torch
     from threadpoolctl import threadpool_info
     isa = _kernel_isa()   # first: importing the kernels also sets numba's threading layer
+    kernels_block = "{isa} ({cpu}) / {block} ({block_source})".format(**isa)
+    if isa["wide"]:
+        kernels_block += f"; {isa['wide']} for forwards whose outputs fill its lanes"
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:
@@ -72,7 +75,7 @@ def machine():
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
             "torch": torch.__version__, "blas": blas,
             "numba threading layer": numba.config.THREADING_LAYER,
-            "kernels ISA / block": "{isa} ({cpu}) / {block} ({block_source})".format(**isa),
+            "kernels ISA / block": kernels_block,
             "torch CPU capability": torch.backends.cpu.get_cpu_capability(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
 

@@ -5,11 +5,12 @@ register file: AVX2 has 16 256-bit registers, so 6 x 16 is twelve 8-float accumu
 B row and the broadcast; AVX-512 has 32 512-bit registers, where 6 x 16 is only six accumulators,
 too few independent FMAs to cover two FMA pipes' latency, and 8 x 32 is sixteen (12 x 32 and
 14 x 32, 24 and 28, measured no faster: the seed models' channel counts and row widths are
-multiples of 8, not of 12 or 14). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32) overrides the
-choice; any shape computes the right answer on any ISA, only the speed differs. The ISA follows
-what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when the user set them (e.g.
-NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2 code on an AVX-512 host), else
-the host CPU as LLVM sees it.
+multiples of 8, not of 12 or 14). Forwards whose outputs are whole blocks of 64 lanes run a
+wide block on AVX-512, 6 x 64 (WIDE_BLOCKS). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32)
+overrides the choice, wide block included; any shape computes the right answer on any ISA, only
+the speed differs. The ISA follows what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES
+when the user set them (e.g. NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2
+code on an AVX-512 host), else the host CPU as LLVM sees it.
 """
 
 import os
@@ -22,6 +23,12 @@ HASWELL_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsba
                     "-avx512bw,-avx512dq")
 # rows x lanes per ISA; AVX-512's from measurements on an Emerald Rapids Xeon (docs/performance.md)
 DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
+# the forwards' block when the outputs are whole blocks of it (kernels/_tile.forward_block): four
+# zmm per row, so one broadcast feeds four FMAs rather than two. On the Zen 4, 6 x 64 against
+# 8 x 32 at 1 and 2 threads: the 64-channel conv forwards 0.90-0.97 of the time, dense forwards
+# 0.79-0.99; the backwards ran 0.89-1.41 and 32-channel layers (half the lanes idle) 1.8, so they
+# keep the default. AVX2 has no wide block: 16 registers hold no second one.
+WIDE_BLOCKS = {"avx512": (6, 64)}
 MAX_ROWS, MAX_LANES = 32, 128
 
 
@@ -61,7 +68,9 @@ def _detect():
     isa = _isa(flags)
     override = os.environ.get(ENV)
     block = parse_block(override) if override else DEFAULT_BLOCKS[isa]
-    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}", "block_source": "env" if override else "isa"}
+    wide = None if override else WIDE_BLOCKS.get(isa)   # an override is the one shape for every kernel
+    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}", "wide": wide and f"{wide[0]}x{wide[1]}",
+            "block_source": "env" if override else "isa"}
 
 
 _INFO = None
@@ -77,12 +86,13 @@ def narrow():
     default block is AVX2's."""
     info = isa_info()
     if info["block_source"] == "isa" and info["isa"] == "avx512":
-        _INFO.update(block="{}x{}".format(*DEFAULT_BLOCKS["avx2"]), block_source="isa (256-bit vectors)")
+        _INFO.update(block="{}x{}".format(*DEFAULT_BLOCKS["avx2"]), wide=None, block_source="isa (256-bit vectors)")
 
 
 def isa_info():
     """{"isa": "avx512" | "avx2" | "other", "cpu": LLVM's CPU name, "block": "RxL" (the default
-    micro-kernel block), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
+    micro-kernel block), "wide": "RxL" or None (the forwards' block for outputs that fill its
+    lanes), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
     llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:

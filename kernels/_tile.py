@@ -309,6 +309,15 @@ def block(spec=None):
     return _BLOCKS[shape]
 
 
+def forward_block(spec, n):
+    """The Block of a forward product with n output columns along the lanes: the machine's wide
+    block (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
+    wide = _isa.isa_info()["wide"]
+    if spec is None and wide and n % _isa.parse_block(wide)[1] == 0:
+        return block(wide)
+    return block(spec)
+
+
 class Tiled:
     """A loop nest that uses the block shape (globals P, J and tile): one Kernel per Block,
     created on first use."""

@@ -47,7 +47,7 @@ from numba import prange, uint64
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
-from ._tile import J, P, block as block_of, tile, tiled
+from ._tile import J, P, block as block_of, forward_block, tile, tiled
 
 
 @tiled
@@ -669,20 +669,21 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
 
     `workspace` (a kernels.Workspace kept by the caller) holds the scratch between calls;
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
-    shape; the default is the machine's, kernels.BLOCK.
+    shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
+    block's lanes (kernels.isa_info()["wide"]).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
-    blk = plan.blk
     y = out_buffer(out, plan.y_shape)
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
-    if plan.nchw and stride == 1 and plan.kh * plan.kl >= _PIXEL_DEPTH:
-        wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
-        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
-        return y
-    if plan.nchw and stride == 1:   # shallower than the pixel blocks: the first layers
+    if plan.nchw and stride == 1 and plan.kh * plan.kl < _PIXEL_DEPTH:   # the first layers
+        blk = plan.blk   # output channels along the rows, pixels along the lanes
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
+    blk = forward_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
+    if plan.nchw and stride == 1:
+        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
+        return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
     _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, stride, (plan.pt, plan.pt + plan.h), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors

@@ -19,9 +19,9 @@ from tests.conftest import f32
 
 LAYOUTS = ["NCHW", "NHWC"]
 RTOL, ATOL = 1e-4, 1e-4
-# the micro-kernel's block shapes: AVX2's and AVX-512's defaults, and an odd one (rows not a
-# divisor of the channel counts, lanes not a power of two); any shape runs on any ISA
-BLOCKS = ["6x16", "8x32", "5x24"]
+# the micro-kernel's block shapes: AVX2's and AVX-512's defaults, AVX-512's wide block, and an odd
+# one (rows not a divisor of the channel counts, lanes not a power of two); any shape runs on any ISA
+BLOCKS = ["6x16", "8x32", "6x64", "5x24"]
 
 
 def close(ours, theirs, scale=1.0):

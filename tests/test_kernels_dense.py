@@ -9,7 +9,7 @@ import pytest
 import kernels as K
 from tests.conftest import f32
 
-BLOCKS = ["6x16", "8x32", "5x24"]
+BLOCKS = ["6x16", "8x32", "6x64", "5x24"]
 
 
 def check_backward(x, w, dy, block, ws):

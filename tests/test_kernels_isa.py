@@ -49,11 +49,54 @@ def test_bad_block_shapes_are_named(text):
 
 
 def test_the_environment_variable_sets_the_block():
-    proc = _run("import kernels; print(kernels.BLOCK, kernels.isa_info()['block_source'])", **{_isa.ENV: "8x32"})
+    proc = _run("import kernels; i = kernels.isa_info(); print(kernels.BLOCK, i['block_source'], i['wide'])",
+                **{_isa.ENV: "8x32"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["8x32", "env"]
+    assert proc.stdout.split() == ["8x32", "env", "None"]   # the override is the one shape, forwards too
     proc = _run("import kernels; kernels.BLOCK", **{_isa.ENV: "6x17"})
     assert proc.returncode != 0 and _isa.ENV in proc.stderr and "'6x17'" in proc.stderr
+
+
+def test_avx512_has_a_wide_block_and_avx2_none():
+    assert _isa.WIDE_BLOCKS == {"avx512": (6, 64)}
+    assert K.isa_info()["wide"] == ("6x64" if K.isa_info()["isa"] == "avx512" and K.isa_info()["block_source"] == "isa"
+                                    else None)
+
+
+def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rng):
+    """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards and dense's forward run
+    it when no block is asked for and the outputs are whole blocks of its lanes; an asked-for
+    block, outputs that would leave lanes idle and the first layers' NCHW forward (pixels along
+    the lanes) keep theirs. Results as with the default block."""
+    from kernels import _tile, conv, dense
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
+    chosen = []
+
+    def spy(spec, n):
+        chosen.append(_tile.forward_block(spec, n).name)
+        return _tile.block(chosen[-1])
+    monkeypatch.setattr(conv, "forward_block", spy)
+    monkeypatch.setattr(dense, "forward_block", spy)
+    x = rng.standard_normal((2, 9, 9, 8)).astype(np.float32)
+    for cout, want in ((64, "6x64"), (128, "6x64"), (96, K.BLOCK)):
+        w = rng.standard_normal((3, 3, 8, cout)).astype(np.float32)
+        for layout, xl in (("NHWC", x), ("NCHW", np.ascontiguousarray(x.transpose(0, 3, 1, 2)))):
+            chosen.clear()
+            y = K.conv2d_forward(xl, w, layout=layout)
+            assert chosen == [want]
+            np.testing.assert_allclose(y, K.conv2d_forward(xl, w, layout=layout, block=K.BLOCK), rtol=1e-5, atol=1e-5)
+    chosen.clear()
+    K.conv2d_forward(x, rng.standard_normal((3, 3, 8, 64)).astype(np.float32), layout="NHWC", block="8x32")
+    assert chosen == ["8x32"]
+    chosen.clear()
+    first = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 64)).astype(np.float32)
+    K.conv2d_forward(*first, layout="NCHW")
+    assert chosen == []   # depth 27: _forward_shifted, output channels along the rows
+    a, b = rng.standard_normal((40, 300)).astype(np.float32), rng.standard_normal((300, 128)).astype(np.float32)
+    chosen.clear()
+    y = K.dense_forward(a, b, np.zeros(128, np.float32))
+    np.testing.assert_allclose(y, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+    assert chosen == ["6x64"]
 
 
 @pytest.mark.slow
@@ -65,7 +108,7 @@ def test_the_avx2_build_compiles_and_is_correct(tmp_path):
 import numpy as np, kernels as K
 from tests import reference as ref
 info = K.isa_info()
-assert (info["isa"], info["block"], K.BLOCK) == ("avx2", "6x16", "6x16"), info
+assert (info["isa"], info["block"], info["wide"], K.BLOCK) == ("avx2", "6x16", None, "6x16"), info
 rng = np.random.default_rng(0)
 x, w = rng.standard_normal((4, 3, 12, 13)).astype(np.float32), rng.standard_normal((3, 3, 3, 20)).astype(np.float32)
 for layout in ("NCHW", "NHWC"):
