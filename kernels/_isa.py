@@ -69,8 +69,8 @@ def _detect():
     override = os.environ.get(ENV)
     block = parse_block(override) if override else DEFAULT_BLOCKS[isa]
     wide = None if override else WIDE_BLOCKS.get(isa)   # an override is the one shape for every kernel
-    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}", "wide": wide and f"{wide[0]}x{wide[1]}",
-            "block_source": "env" if override else "isa"}
+    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}",
+            "wide": f"{wide[0]}x{wide[1]}" if wide else None, "block_source": "env" if override else "isa"}
 
 
 _INFO = None

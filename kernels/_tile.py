@@ -313,7 +313,7 @@ def forward_block(spec, n):
     """The Block of a forward product with n output columns along the lanes: the machine's wide
     block (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
     wide = _isa.isa_info()["wide"]
-    if spec is None and wide and n % _isa.parse_block(wide)[1] == 0:
+    if spec is None and wide and n % block(wide).lanes == 0:
         return block(wide)
     return block(spec)
 

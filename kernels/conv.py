@@ -4,8 +4,9 @@ The first version did im2col in numba and the arithmetic in numpy's BLAS: the co
 and skinny (C_out = 32 or 64 columns), where OpenBLAS reached 35-70 GFLOP/s here, and im2col/col2im
 moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP/s, the C_in = 3
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
-registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512; below "6" is P and "16" J)
-reading straight from the (padded) input.
+registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
+pixel-block forwards of whole 64-channel blocks; below "6" is P and "16" J) reading straight from
+the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
@@ -696,7 +697,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     """(dx, dw) for y = conv2d_forward(x, w); `out` is an optional (dx, dw) pair of buffers.
 
     need_dx=False skips the input gradient (a network's first layer has no use for it) and
-    returns (None, dw). `block` as for conv2d_forward.
+    returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK (the
+    backwards run no wide block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk

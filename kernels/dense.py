@@ -31,7 +31,9 @@ _KB = 256       # reduction block
 # by every row block of the band. The product alone at 1 thread, 64 steps against 256 (row blocks
 # walked outside the panels), in three processes: mnist-cnn's 128x9216->128 1.04-1.07x and
 # cifar10-cnn's 32x2304->512 1.05-1.09x as fast (32 and 48 slower, 96 and 128 within the noise
-# of 256; panels outside row blocks, 64 against 128: mnist 1.04-1.10x, cifar within the noise)
+# of 256; panels outside row blocks, 64 against 128: mnist 1.04-1.10x, cifar within the noise).
+# With 6 x 64's 64-lane runs (a 64-step block 16 KB), 96, 128 and 256 steps ran 0.89-1.12 of 64's
+# time in two runs of both shapes and thread counts (the Zen 4), no steadier than 64: 64 stays
 _KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
 _BAND_BLOCKS_1 = 16   # the same for the forward reading w in place at 1 thread (_in_place_band)
@@ -82,7 +84,7 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
 def _forward_in_place(x, w, y, band, group):
     """y = x @ w with w's rows read in place as B (_reads_w_in_place): like _matmul, each parallel
     iteration is a band of `band` rows x a group of columns, but walked a reduction block of
-    _KB_IN_PLACE steps at a time panel by panel, so each panel's block of w (64 rows of 128 bytes)
+    _KB_IN_PLACE steps at a time panel by panel, so each panel's block of w (64 rows of J floats)
     is read by the band's row blocks while it is in L1, and w is read once per band."""
     n, i_ = x.shape
     o = w.shape[1]
@@ -182,8 +184,10 @@ def _reads_w_in_place(blk, w):
 
 def _in_place_band(blk):
     """Rows per band of the forward that reads w in place: one thread takes up to _BAND_BLOCKS_1
-    row blocks at once, so mnist-cnn's batch of 128 reads w (4.7 MB) once, not once per band of
-    _BAND_BLOCKS (its forward product 0.94 of the time, 1 thread); several threads share the bands."""
+    row blocks at once, so with 8 x 32 blocks mnist-cnn's batch of 128 reads w (4.7 MB) once, not
+    once per band of _BAND_BLOCKS (its forward product 0.94 of the time, 1 thread); several threads
+    share the bands. With 6 x 64 the bands are 96 rows and the batch reads w twice: one band of 132
+    rows measured the same (0.98-0.99 of the time, 1 thread, the Zen 4)."""
     return (_BAND_BLOCKS_1 if numba.get_num_threads() == 1 else _BAND_BLOCKS) * blk.rows
 
 
@@ -256,7 +260,7 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
 
 def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple,
-    `block` as for dense_forward."""
+    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide block)."""
     x, w = _check(x, w)
     dy = f32("dy", dy, 2)
     if dy.shape != (x.shape[0], w.shape[1]):

@@ -87,7 +87,7 @@ def test_backward_transposed_blocks_match_a_float64_reference(n, i, o, block, rn
 
 
 @pytest.mark.parametrize("rows,lanes", [(8, 32), (6, 16), (5, 24), (12, 32), (14, 32), (16, 16), (4, 8), (1, 16),
-                                        (2, 32), (3, 24), (7, 8), (8, 64)])
+                                        (2, 32), (3, 24), (7, 8), (8, 64), (6, 64)])
 def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
     """_store_cols' shuffles, replayed on numpy vectors (rows past `rows` as NaN padding): each
     lane's run holds that lane of every row, in row order."""
@@ -110,13 +110,16 @@ def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_forward_in_place_bands_match_a_float64_reference(threads, block, rng):
     """The forward reading w in place takes 16 row blocks a band at 1 thread, 8 at more: batches
-    past one band, with a ragged last row block."""
+    past one band, with a ragged last row block; 96 outputs are whole blocks of 16, 24 and 32
+    lanes, 128 of 64 too."""
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        for n in (130, 301):
-            x, w, b = f32(rng, n, 700), f32(rng, 700, 96), f32(rng, 96)
-            np.testing.assert_allclose(K.dense_forward(x, w, b, block=block),
+        for n, o in ((130, 96), (301, 96), (130, 128), (301, 128)):
+            x, w, b = f32(rng, n, 700), f32(rng, 700, o), f32(rng, o)
+            ws = K.Workspace()
+            np.testing.assert_allclose(K.dense_forward(x, w, b, workspace=ws, block=block),
                                        x.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4 * np.sqrt(700))
+            assert (ws.nbytes == 0) == (o % int(block.split("x")[1]) == 0)   # read in place: nothing packed
     finally:
         numba.set_num_threads(before)

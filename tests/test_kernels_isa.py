@@ -57,10 +57,24 @@ def test_the_environment_variable_sets_the_block():
     assert proc.returncode != 0 and _isa.ENV in proc.stderr and "'6x17'" in proc.stderr
 
 
-def test_avx512_has_a_wide_block_and_avx2_none():
-    assert _isa.WIDE_BLOCKS == {"avx512": (6, 64)}
-    assert K.isa_info()["wide"] == ("6x64" if K.isa_info()["isa"] == "avx512" and K.isa_info()["block_source"] == "isa"
-                                    else None)
+@pytest.mark.parametrize("flags,override,wide", [({"avx512f": True}, None, "6x64"),
+                                                 ({"avx2": True, "fma": True}, None, None),
+                                                 ({}, None, None),
+                                                 ({"avx512f": True}, "8x32", None)])
+def test_the_wide_block_follows_the_isa_and_yields_to_the_override(flags, override, wide, monkeypatch):
+    monkeypatch.setattr(_isa, "_target", lambda: ("somecpu", flags))
+    if override:
+        monkeypatch.setenv(_isa.ENV, override)
+    else:
+        monkeypatch.delenv(_isa.ENV, raising=False)
+    assert _isa._detect()["wide"] == wide
+
+
+def test_256_bit_code_on_an_avx512_host_has_no_wide_block(monkeypatch):
+    monkeypatch.setattr(_isa, "_INFO", {"isa": "avx512", "cpu": "somecpu", "block": "8x32", "wide": "6x64",
+                                        "block_source": "isa"})
+    _isa.narrow()
+    assert (_isa.isa_info()["block"], _isa.isa_info()["wide"]) == ("6x16", None)
 
 
 def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rng):
