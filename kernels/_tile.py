@@ -289,7 +289,8 @@ class Block:
         return f"Block({self.name})"
 
 
-_BLOCKS = {}
+_BLOCKS = {}   # by shape: one Block (and one compiled tile) each
+_NAMED = {}    # by the text that named it: every kernel call names its block, parsed once
 
 
 def block(spec=None):
@@ -298,23 +299,28 @@ def block(spec=None):
         return spec
     if spec is None:
         spec = _isa.isa_info()["block"]
-    if isinstance(spec, str):
-        shape = _isa.parse_block(spec, "block")
     elif isinstance(spec, (tuple, list)) and len(spec) == 2:
-        shape = _isa.parse_block(f"{spec[0]}x{spec[1]}", "block")
-    else:
+        spec = f"{spec[0]}x{spec[1]}"
+    elif not isinstance(spec, str):
         raise TypeError(f"block must be 'RxL', (rows, lanes), a kernels block or None, got {type(spec).__name__}")
-    if shape not in _BLOCKS:
-        _BLOCKS[shape] = Block(*shape)
-    return _BLOCKS[shape]
+    found = _NAMED.get(spec)
+    if found is None:
+        shape = _isa.parse_block(spec, "block")
+        if shape not in _BLOCKS:
+            _BLOCKS[shape] = Block(*shape)
+        found = _NAMED[spec] = _BLOCKS[shape]
+    return found
 
 
 def forward_block(spec, n):
     """The Block of a forward product with n output columns along the lanes: the machine's wide
     block (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
-    wide = _isa.isa_info()["wide"]
-    if spec is None and wide and n % block(wide).lanes == 0:
-        return block(wide)
+    if spec is None:
+        info = _isa.isa_info()
+        wide = info["wide"] and block(info["wide"])
+        if wide and n % wide.lanes == 0:
+            return wide
+        spec = info["block"]
     return block(spec)
 
 
