@@ -61,6 +61,12 @@ def _bias_cases(rng):
                lambda xl=xl, out=out, layout=layout: K.broadcast_add_forward(xl, b, layout=layout, out=out),
                lambda tx=tx, tout=tout: torch.add(tx, tb, out=tout),
                lambda xl=xl, out=out, bshape=bshape: np.add(xl, b.reshape(bshape), out=out))
+        # in place, as the engine's layers add their bias to the conv or dense output
+        yl, ty = xl.copy(), tx.clone()
+        yield ("broadcast_add_forward in place 128x64x24x24", layout, 2 * x.nbytes, "GB/s",
+               lambda yl=yl, layout=layout: K.broadcast_add_forward(yl, b, layout=layout, out=yl),
+               lambda ty=ty: ty.add_(tb),
+               lambda yl=yl, bshape=bshape: np.add(yl, b.reshape(bshape), out=yl))
         yield ("broadcast_add_backward 128x64x24x24", layout, x.nbytes, "GB/s",
                lambda xl=xl, layout=layout: K.broadcast_add_backward(xl, layout=layout),
                lambda tx=tx: tx.sum((0, 2, 3)),
