@@ -11,7 +11,8 @@ launches ~100 parallel regions, and with workqueue cifar10-cnn's NHWC step ran 7
 splits each region statically and wakes sleeping workers for it, so one slowed core or a late
 wake-up stalls the whole region, while TBB's workers steal work and stay awake between
 back-to-back regions. numba's OpenMP layer stalled 3-10x under load here. pip's `tbb` puts
-libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there.
+libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there, also when
+the user names TBB or a layer that may pick it (without it, NUMBA_THREADING_LAYER=tbb failed).
 
 On AVX-512 hosts the kernels compile for 512-bit vectors: LLVM's Intel server CPU models
 (skylake-avx512 to emeraldrapids) prefer 256-bit ones, so numba's code used only ymm registers there
@@ -61,8 +62,12 @@ def _tbb_loads():
     return True
 
 
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "tbb" if _tbb_loads() else "workqueue"
+_LAYER = os.environ.get("NUMBA_THREADING_LAYER")
+# every layer name but these two may pick TBB (numba's "default", "safe", "threadsafe", "forksafe"
+# try it first), and numba finds pip's libtbb only once it is preloaded
+_TBB = _LAYER not in ("omp", "workqueue") and _tbb_loads()
+if _LAYER is None:
+    numba.config.THREADING_LAYER = "tbb" if _TBB else "workqueue"
 if "NUMBA_SLP_VECTORIZE" not in os.environ:
     numba.config.SLP_VECTORIZE = 1
 

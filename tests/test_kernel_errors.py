@@ -80,7 +80,7 @@ def _threading_layer(env):
 def test_threading_layer_is_tbb_unless_the_user_chose_one():
     """pip's libtbb sits off the loader's path; kernels preloads it, since numba's workqueue layer ran
     training steps 15-30% slower here. Without the tbb package (not built for every platform) it
-    is workqueue; a layer the user names is kept."""
+    is workqueue; a layer the user names is kept, TBB too (which needs the preload as well)."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         version("tbb")
@@ -89,6 +89,9 @@ def test_threading_layer_is_tbb_unless_the_user_chose_one():
         expected = "workqueue"
     assert _threading_layer({}) == expected
     assert _threading_layer({"NUMBA_THREADING_LAYER": "workqueue"}) == "workqueue"
+    if expected == "tbb":
+        assert _threading_layer({"NUMBA_THREADING_LAYER": "tbb"}) == "tbb"
+        assert _threading_layer({"NUMBA_THREADING_LAYER": "threadsafe"}) == "tbb"
 
 
 def _read_only(a):
