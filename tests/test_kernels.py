@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kernels as K
+from kernels._isa import parse_block
 from tests import reference as ref
 from tests.conftest import f32
 
@@ -374,7 +375,7 @@ def test_dense_orientations_match_a_float64_reference(n, i, o, block, rng):
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
     ws = K.Workspace()
     close(K.dense_forward(x, w, b, workspace=ws, block=block), x64 @ w64 + b, scale=np.sqrt(i))
-    if o % int(block.split("x")[1]) == 0:   # w read in place: nothing packed
+    if o % parse_block(block)[1] == 0:   # w read in place: nothing packed
         assert ws.nbytes == 0
     dx, dw, db = K.dense_backward(x, w, dy, workspace=ws, block=block)
     close(dx, dy64 @ w64.T, scale=np.sqrt(o))

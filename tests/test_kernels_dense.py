@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kernels as K
+from kernels._isa import parse_block
 from tests.conftest import f32
 
 BLOCKS = ["6x16", "8x32", "6x64", "5x24"]
@@ -120,6 +121,6 @@ def test_forward_in_place_bands_match_a_float64_reference(threads, block, rng):
             ws = K.Workspace()
             np.testing.assert_allclose(K.dense_forward(x, w, b, workspace=ws, block=block),
                                        x.astype(np.float64) @ w + b, rtol=1e-4, atol=1e-4 * np.sqrt(700))
-            assert (ws.nbytes == 0) == (o % int(block.split("x")[1]) == 0)   # read in place: nothing packed
+            assert (ws.nbytes == 0) == (o % parse_block(block)[1] == 0)   # read in place: nothing packed
     finally:
         numba.set_num_threads(before)
