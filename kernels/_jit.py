@@ -11,8 +11,8 @@ launches ~100 parallel regions, and with workqueue cifar10-cnn's NHWC step ran 7
 splits each region statically and wakes sleeping workers for it, so one slowed core or a late
 wake-up stalls the whole region, while TBB's workers steal work and stay awake between
 back-to-back regions. numba's OpenMP layer stalled 3-10x under load here. pip's `tbb` puts
-libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there, also when
-the user names TBB or a layer that may pick it (without it, NUMBA_THREADING_LAYER=tbb failed).
+libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there whenever the
+layer may be TBB: the default, or a layer the user names that numba may resolve to TBB.
 
 On AVX-512 hosts the kernels compile for 512-bit vectors: LLVM's Intel server CPU models
 (skylake-avx512 to emeraldrapids) prefer 256-bit ones, so numba's code used only ymm registers there
