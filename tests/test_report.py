@@ -241,3 +241,15 @@ def test_wording_of_small_numbers():
     assert text._per_epoch(1.4, "full collection") == "1.4 full collections per epoch"
     assert text.below(0.0198, 0.02) == "1.98%" and text.below(0.011, 0.02) == "1.1%"
     assert text.below(0.019996, 0.02) == "1.99%" and text.below(0.0199, 0.02) == "1.99%"
+
+
+def test_folded_stacks_broken_by_py_spy_are_joined_and_a_torn_end_is_one_error(tmp_path):
+    from profiler.errors import FlamegraphError
+    from profiler.report.flamegraph import read_folded
+    whole = "<module> (train.py:9);step (/venv/lib/python3.11/site-packages/m.py:4)"
+    folded = tmp_path / "x.folded"
+    folded.write_text(f"{whole} 3\r\n 2\n{whole[:40]}\n{whole[40:]} 4\n\nmain (a.py:1) 1\n")   # py-spy issue #772
+    assert read_folded(folded) == {tuple(whole.split(";")): 7, ("(no Python frames)",): 2, ("main (a.py:1)",): 1}
+    folded.write_text(f"{whole} 3\n{whole[:40]}\n")
+    with pytest.raises(FlamegraphError, match=r"x\.folded line 2 is not 'frame;frame;\.\.\. count'"):
+        read_folded(folded)

@@ -16,16 +16,24 @@ from ..replaced import replaced
 
 def read_folded(path):
     """{stack tuple (root first): samples} from a collapsed-stacks file. py-spy writes samples
-    taken with no Python frame on the stack (native code, e.g. numba compiling) as ' N'."""
-    stacks = {}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    taken with no Python frame on the stack (native code, e.g. numba compiling) as ' N'. It
+    sometimes breaks a line with a stray newline inside a frame (py-spy issue #772: '...lib/pyth'
+    then 'on3.10/...'): a line without a count is the head of the next one and is joined to it."""
+    stacks, head, first = {}, "", None
+    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        line = head + line.rstrip("\r")
         if not line.strip():
             continue
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
-            raise FlamegraphError(f"{path} line {number} is not 'frame;frame;... count'")
+            head, first = line, first or number
+            continue
         key = tuple(stack.split(";")) if stack else ("(no Python frames)",)
         stacks[key] = stacks.get(key, 0) + int(count)
+        head, first = "", None
+    if head:
+        raise FlamegraphError(f"{path} line {first} is not 'frame;frame;... count'")
     if not stacks:
         raise FlamegraphError(f"{path} holds no samples (did the command run long enough to be sampled?)")
     return stacks
