@@ -5,16 +5,17 @@ and skinny (C_out = 32 or 64 columns), where OpenBLAS reached 35-70 GFLOP/s here
 moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP/s, the C_in = 3
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
 registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
-pixel-block forwards of whole 64-channel blocks; below "6" is P and "16" J) reading straight from
-the (padded) input.
+pixel-block forwards of whole 64-channel blocks, the stride-1 input grad's among them; below "6" is
+P and "16" J) reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
                 (blocks: 6 output pixels x 16 output channels)
 - weight grad:  dw[kh, t, n]    = sum_b,oh,ow xp[b, oh*s + kh, ow*s*C + t] * dy[b, oh, ow, n]
                 (blocks: 6 of t x 16 output channels, summed over bands of ~64 output pixels)
-- input grad:   stride 1: the forward kernel on dy padded by K-1-pad with w flipped and C_in, C_out
-                swapped (a full correlation: a 9*C_out-deep reduction per block). C_in below a
+- input grad:   stride 1: the forward on dy padded by K-1-pad with w flipped and C_in, C_out
+                swapped (a full correlation: a 9*C_out-deep reduction per block), in either
+                layout through the forward's own kernels (_Plan.full_correlation). C_in below a
                 quarter of the lanes (first layers): with 32 lanes, each output pixel's whole patch
                 gradient at once (_backward_input_patches, both layouts); else, and with stride > 1, a scatter,
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
@@ -25,17 +26,13 @@ runs NHWC's blocks of 6 output pixels x 16 output channels on it, each block sto
 into y's planes (_forward_bands; x packed whole to NHWC and y unpacked after, as strided convs do,
 took 1.25-1.83x the NHWC forward's time: those copies go through memory). The shallower forwards
 (first layers) use blocks of output channels x consecutive output pixels over each image's
-column-shifted planes (_forward_shifted). The input grad runs on (B, C, plane) copies of dy
-(zero-padded rows, plane slots sized against L1 set aliasing) in blocks of 6 output channels x
-16 positions (contiguous loads and stores in NCHW), row by row or straight through the planes,
-whichever wastes fewer lanes (straight through ran mnist conv2's forward 11% faster); the weight
-grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last
+column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last
 copy of x: NCHW's one whole transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain
 copy's time (with 32 lanes, the first layers' weight grad transposes dy by bands instead: their
 KW*C_in fills few lanes). With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
-(weights are copied padded; dy when C_out is not a multiple of 16; plane slots), so no load runs
+(weights are copied padded; dy when C_out is not a multiple of 16; x's copies), so no load runs
 past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
 """
 
@@ -166,51 +163,6 @@ _PIXEL_DEPTH = 64
 
 
 @tiled
-def _forward_nchw_rows(xp, wp, wr, flat, y):
-    """Stride 1: y (B, N, OH, OW) from NCHW planes xp (B, C, plane) of rows wp wide. Blocks are P
-    output channels x J positions of the planes, so x loads and y stores are contiguous vectors
-    (blocks of P pixels x J channels stored to J planes one float at a time: 1-channel layers
-    4x slower than NHWC). Positions run either row by row (J, J, ... from each row's start) or,
-    with `flat`, straight through the planes, a block running on over as many rows as it spans:
-    the lanes past a row's OW then compute the wp - OW padding columns, which are not stored.
-    Flat blocks waste fewer lanes when OW is just past a multiple of J (mnist-cnn's 24-pixel rows
-    with J = 32: 75% of lanes used by row, 92% flat; cifar conv3's 15-pixel rows: 47% and 88%);
-    they go through a scratch block and are stored a row's run at a time. wr holds w as (N/P, KH, KW, C, P)
-    panels, so a block's P weights per step are adjacent; planes need J floats of slack (plane
-    slots have them)."""
-    bsz, c, plane = xp.shape
-    _, kh_, kw_, _, _ = wr.shape
-    _, n, oh_, ow_ = y.shape
-    xf, wf, yf = xp.reshape(-1), wr.reshape(-1), y.reshape(-1)
-    per_row = (ow_ + J - 1) // J
-    blocks = ((oh_ - 1) * wp + ow_ + J - 1) // J if flat else oh_ * per_row
-    lines = (blocks + per_row - 1) // per_row   # a row's worth of blocks per parallel iteration
-    for it in prange(bsz * lines):
-        b, line = it // lines, it % lines
-        scratch = np.empty(P * J, np.float32)
-        for n0 in range(0, n, P):   # each P-channel weight panel serves the line's blocks
-            pn = min(P, n - n0)
-            y0 = (b * n + n0) * oh_ * ow_
-            for i in range(line * per_row, min(blocks, (line + 1) * per_row)):
-                q0 = i * J if flat else i // per_row * wp + i % per_row * J
-                row, col = q0 // wp, q0 % wp
-                if not flat:
-                    tile(wf, n0 * kh_ * kw_ * c, 1, pn, (kw_ * c * P, c * P, P), xf, b * c * plane + q0, (wp, 1, plane),
-                         (kh_, kw_, c), yf, y0 + row * ow_ + col, oh_ * ow_, 1, min(J, ow_ - col), False)
-                    continue
-                tile(wf, n0 * kh_ * kw_ * c, 1, pn, (kw_ * c * P, c * P, P), xf, b * c * plane + q0, (wp, 1, plane),
-                     (kh_, kw_, c), scratch, 0, J, 1, J, False)
-                j = 0
-                while j < J and row < oh_:   # the block's runs of positions, a row's at a time
-                    run = min(J - j, wp - col)
-                    for p in range(pn):
-                        o = y0 + p * oh_ * ow_ + row * ow_
-                        for k in range(col, min(col + run, ow_)):
-                            yf[uint64(o + k)] = scratch[p * J + j + k - col]
-                    j, row, col = j + run, row + 1, 0
-
-
-@tiled
 def _forward_shifted(x, pt, pl, wr, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and w as
     _row_panels. Each image's x is first copied into KW*C shifted planes of OW columns, plane
@@ -276,17 +228,6 @@ def _prefetch_rows(yf, o, pn, stride, lanes):
 
 
 _AHEAD = 2
-
-
-def _flat_rows(blk, ow, wp, depth):
-    """Whether to run flat blocks: they use more of their lanes than row blocks when a row of wp
-    positions is shorter than the row's whole lane blocks, but store lane by lane, which costs
-    more than it saves on shallow reductions (mnist conv1's forward, depth 9: 1.9x slower flat;
-    cifar conv3's, depth 288: 1.8x faster)."""
-    return wp < blk.padded(ow) and depth >= _FLAT_DEPTH
-
-
-_FLAT_DEPTH = 64
 
 
 @tiled
@@ -531,20 +472,6 @@ def _unpack(src, pt, pl, nchw, h, w, dst):
                     copy(sf, ((b * hs + pt + ih) * ws + pl + iw) * cs, df, ((b * dh + ih) * dw_ + iw) * c, c)
 
 
-@kernel
-def _planes(src, pt, pl, hp, wp, dst):
-    """dst (B, C, plane) = NCHW src zero-padded to hp x wp at (pt, pl), each plane's hp*wp floats
-    at the start of its `plane`-float slot."""
-    _, c, sh, sw = src.shape
-    h, w = min(sh, hp - pt), min(sw, wp - pl)
-    sf, slot = src.reshape(-1), dst.shape[2]
-    df = dst.reshape(-1)
-    for r in prange(dst.shape[0] * c):
-        dst[r // c, r % c] = 0.0
-        for ih in range(h):
-            copy(sf, (r * sh + ih) * sw, df, r * slot + (pt + ih) * wp + pl, w)
-
-
 # Stride-1 input grads go through the full correlation unless C_in fills under a quarter of the
 # lanes (the first layers: C_in 1 and 3): then, with 32 or more lanes, through whole patch
 # gradients (_backward_input_patches); with fewer, NHWC's through the scatter, whose lanes run over
@@ -590,7 +517,7 @@ def _lanes(blk, ws, name, a):
 
 
 def _row_panels(blk, ws, name, w):
-    """w (KH, KW, C, N) as (ceil(N/P), KH, KW, C, P) panels, zero past N, for _forward_nchw_rows."""
+    """w (KH, KW, C, N) as (ceil(N/P), KH, KW, C, P) panels, zero past N, for _forward_shifted."""
     kh, kw, c, n = w.shape
     p = blk.rows
     groups = -(-n // p)
@@ -602,26 +529,31 @@ def _row_panels(blk, ws, name, w):
     return buf
 
 
-def _plane_floats(blk, hp, wp):
-    """Floats per plane slot: hp*wp plus J of slack (a row block's lanes may run past the last row),
-    rounded up to an odd number of 64-byte lines so the planes of one pixel spread over L1's sets
-    (32x32 planes, 4 KB apart, all map to one set and thrash)."""
-    return (-(-(hp * wp + blk.lanes) // 16) | 1) * 16
-
-
 class _Plan:
     """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
     def __init__(self, x, w, layout, stride, padding, workspace, blk):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
         self.blk = block_of(blk)
-        self.nchw = layout == "NCHW"
-        geometry = _shapes(self.x.shape, self.w.shape, layout, stride, padding)
-        self.n, self.c, self.h, self.wd, self.kh, self.kw, self.cout, self.oh, self.ow, self.pt, self.pl = geometry
-        self.hp = (self.oh - 1) * stride + self.kh   # exactly the rows and columns the windows read
-        self.wp = (self.ow - 1) * stride + self.kw
-        self.kl = self.kw * self.c
+        self.nchw, self.stride = layout == "NCHW", stride
+        self._geometry(*_shapes(self.x.shape, self.w.shape, layout, stride, padding))
         self.ws = check_workspace(workspace)
+
+    def _geometry(self, n, c, h, wd, kh, kw, cout, oh, ow, pt, pl):
+        self.n, self.c, self.h, self.wd, self.kh, self.kw, self.cout, self.oh, self.ow, self.pt, self.pl = (
+            n, c, h, wd, kh, kw, cout, oh, ow, pt, pl)
+        self.hp = (oh - 1) * self.stride + kh   # exactly the rows and columns the windows read
+        self.wp = (ow - 1) * self.stride + kw
+        self.kl = kw * c
+
+    def full_correlation(self, dy):
+        """The stride-1 input grad as a forward: dy zero-padded by K-1-pad on each side,
+        correlated with w flipped and C_in, C_out swapped (a KH*KW*C_out-deep reduction)."""
+        q = object.__new__(_Plan)
+        q.x, q.w, q.blk, q.nchw, q.stride, q.ws = dy, self.w[::-1, ::-1].transpose(0, 1, 3, 2), self.blk, self.nchw, 1, self.ws
+        q._geometry(self.n, self.cout, self.oh, self.ow, self.kh, self.kw, self.c, self.h, self.wd,
+                    self.kh - 1 - self.pt, self.kw - 1 - self.pl)
+        return q
 
     @property
     def y_shape(self):
@@ -630,12 +562,6 @@ class _Plan:
 
     def macs(self):
         return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
-
-    def planes(self, a, pt, pl, hp, wp, name):
-        """NCHW `a` zero-padded to hp x wp at (pt, pl), as (B, C, plane) for the NCHW kernels."""
-        buf = self.ws.take(name, a.shape[:2] + (_plane_floats(self.blk, hp, wp),))
-        _planes(buf.size, a, pt, pl, hp, wp, buf)
-        return buf
 
     def nhwc(self, a, shape, pt, pl, name, slack=0):
         """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
@@ -676,17 +602,23 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     y = out_buffer(out, plan.y_shape)
     no_overlap("out", y, {"x": plan.x, "w": plan.w})
-    if plan.nchw and stride == 1 and plan.kh * plan.kl < _PIXEL_DEPTH:   # the first layers
+    return _forward(plan, block, y)
+
+
+def _forward(plan, block, y):
+    """y = the plan's x, zero-padded at (pt, pl), cross-correlated with its w: the forward, and
+    the stride-1 input grad (_Plan.full_correlation)."""
+    if plan.nchw and plan.stride == 1 and plan.kh * plan.kl < _PIXEL_DEPTH:   # the first layers
         blk = plan.blk   # output channels along the rows, pixels along the lanes
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
     blk = forward_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
-    if plan.nchw and stride == 1:
+    if plan.nchw and plan.stride == 1:
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, stride, (plan.pt, plan.pt + plan.h), yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, (plan.pt, plan.pt + plan.h), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y
@@ -697,8 +629,9 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     """(dx, dw) for y = conv2d_forward(x, w); `out` is an optional (dx, dw) pair of buffers.
 
     need_dx=False skips the input gradient (a network's first layer has no use for it) and
-    returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK (the
-    backwards run no wide block).
+    returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK, and
+    for the stride-1 input grad (a forward with C_in outputs) the wide block when C_in fills its
+    lanes, as conv2d_forward picks for C_out.
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk
@@ -738,19 +671,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         _backward_input_patches[blk](plan.macs(), dy, plan.nchw, wt, (kh, kw), (plan.pt, plan.pl), dx)
         return dx, dw
     if stride == 1 and (plan.nchw or plan.c * _SCATTER_MIN >= blk.lanes):
-        # a full correlation: dx = conv(dy padded by K-1-pad, w flipped with C_in and C_out swapped),
-        # the forward kernel's deep reduction instead of the scatter's short one
-        hq, wq, qt, ql = plan.h + kh - 1, plan.wd + kw - 1, kh - 1 - plan.pt, kw - 1 - plan.pl
-        flipped = plan.w[::-1, ::-1].transpose(0, 1, 3, 2)
-        if plan.nchw:
-            dyq = plan.planes(dy, qt, ql, hq, wq, "conv2d.dyq")
-            wf = _row_panels(blk, plan.ws, "conv2d.wf", flipped)
-            _forward_nchw_rows[blk](plan.macs(), dyq, wq, wf, _flat_rows(blk, plan.wd, wq, kh * kw * cout), dx)
-        else:
-            dyq = plan.nhwc(dy, (plan.n, hq, wq, cout), qt, ql, "conv2d.dyq")
-            wf = _lanes(blk, plan.ws, "conv2d.wf", flipped)
-            _forward_nhwc[blk](plan.macs(), dyq, wf.reshape(kh, kw * cout, -1), 1, (qt, qt + plan.oh), dx)
-        return dx, dw
+        # a full correlation through the forward's kernels: a deep reduction instead of the scatter's short one
+        return _forward(plan.full_correlation(dy), block, dx), dw
     dyp = plan.dyp(dy)
     wt = _lanes(blk, plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
     direct = not plan.nchw and full == dx.shape

@@ -11,6 +11,7 @@ import pytest
 
 import kernels as K
 from kernels import _isa
+from tests import reference as ref
 
 HASWELL = _isa.HASWELL_FEATURES
 
@@ -78,10 +79,11 @@ def test_256_bit_code_on_an_avx512_host_has_no_wide_block(monkeypatch):
 
 
 def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rng):
-    """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards and dense's forward run
-    it when no block is asked for and the outputs are whole blocks of its lanes; an asked-for
-    block, outputs that would leave lanes idle and the first layers' NCHW forward (pixels along
-    the lanes) keep theirs. Results as with the default block."""
+    """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards (the stride-1 input
+    grad's among them: C_in outputs) and dense's forward run it when no block is asked for and the
+    outputs are whole blocks of its lanes; an asked-for block, outputs that would leave lanes idle
+    and the first layers' NCHW forward (pixels along the lanes) keep theirs. Results as with the
+    default block."""
     from kernels import _tile, conv, dense
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
     chosen = []
@@ -106,6 +108,16 @@ def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rn
     first = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 64)).astype(np.float32)
     K.conv2d_forward(*first, layout="NCHW")
     assert chosen == []   # depth 27: _forward_shifted, output channels along the rows
+    for cin, want in ((64, ["6x64"]), (32, [K.BLOCK])):   # the stride-1 input grad: a forward with C_in outputs
+        xb, dy = rng.standard_normal((2, cin, 9, 9)).astype(np.float32), rng.standard_normal((2, 8, 9, 9))
+        wb, dy = rng.standard_normal((3, 3, cin, 8)).astype(np.float32), dy.astype(np.float32)
+        for layout in ("NHWC", "NCHW"):
+            xl, dyl = ref.to_layout(xb, layout), ref.to_layout(dy, layout)
+            chosen.clear()
+            dx, _ = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same")
+            assert chosen == want
+            dx_base, _ = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same", block=K.BLOCK)
+            np.testing.assert_allclose(dx, dx_base, rtol=1e-5, atol=1e-4)
     a, b = rng.standard_normal((40, 300)).astype(np.float32), rng.standard_normal((300, 128)).astype(np.float32)
     chosen.clear()
     y = K.dense_forward(a, b, np.zeros(128, np.float32))
