@@ -26,10 +26,11 @@ runs NHWC's blocks of 6 output pixels x 16 output channels on it, each block sto
 into y's planes (_forward_bands; x packed whole to NHWC and y unpacked after, as strided convs do,
 took 1.25-1.83x the NHWC forward's time: those copies go through memory). The shallower forwards
 (first layers) use blocks of output channels x consecutive output pixels over each image's
-column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch elements of a channels-last
-copy of x: NCHW's one whole transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain
-copy's time (with 32 lanes, the first layers' weight grad transposes dy by bands instead: their
-KW*C_in fills few lanes). With stride > 1 the forward and input grad go through NHWC copies.
+column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks of 6
+output channels x 16 patch elements of a channels-last copy of x: NCHW's one whole transpose, done
+in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first layers'
+weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
+forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; x's copies), so no load runs
@@ -550,7 +551,8 @@ class _Plan:
         """The stride-1 input grad as a forward: dy zero-padded by K-1-pad on each side,
         correlated with w flipped and C_in, C_out swapped (a KH*KW*C_out-deep reduction)."""
         q = object.__new__(_Plan)
-        q.x, q.w, q.blk, q.nchw, q.stride, q.ws = dy, self.w[::-1, ::-1].transpose(0, 1, 3, 2), self.blk, self.nchw, 1, self.ws
+        q.x, q.w = dy, self.w[::-1, ::-1].transpose(0, 1, 3, 2)
+        q.blk, q.nchw, q.stride, q.ws = self.blk, self.nchw, 1, self.ws
         q._geometry(self.n, self.cout, self.oh, self.ow, self.kh, self.kw, self.c, self.h, self.wd,
                     self.kh - 1 - self.pt, self.kw - 1 - self.pl)
         return q
