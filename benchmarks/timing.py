@@ -62,7 +62,7 @@ def machine():
     isa = _kernel_isa()   # first: importing the kernels also sets numba's threading layer
     kernels_block = "{isa} ({cpu}) / {block} ({block_source})".format(**isa)
     if isa["wide"]:
-        kernels_block += f"; {isa['wide']} for forwards whose outputs fill its lanes"
+        kernels_block += f"; {isa['wide']} where the axis along the lanes is whole blocks of it"
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as f:

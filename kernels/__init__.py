@@ -7,8 +7,9 @@ optional `out=` buffers so a training step need not allocate.
 `import kernels` is cheap: each kernel's module (and numba) is imported on first access.
 `kernels.isa_info()` reports the host's vector ISA and the micro-kernel block shape without
 importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by default; conv2d's
-pixel-block forwards and dense's forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64)
-when their outputs are whole blocks of its lanes.
+pixel-block forwards (its stride-1 input grad among them), its deep weight grads and dense's
+forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64) when the axis along their lanes is
+whole blocks of it.
 """
 
 import importlib

@@ -5,8 +5,8 @@ register file: AVX2 has 16 256-bit registers, so 6 x 16 is twelve 8-float accumu
 B row and the broadcast; AVX-512 has 32 512-bit registers, where 6 x 16 is only six accumulators,
 too few independent FMAs to cover two FMA pipes' latency, and 8 x 32 is sixteen (12 x 32 and
 14 x 32, 24 and 28, measured no faster: the seed models' channel counts and row widths are
-multiples of 8, not of 12 or 14). Forwards whose outputs are whole blocks of 64 lanes run a
-wide block on AVX-512, 6 x 64 (WIDE_BLOCKS). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32)
+multiples of 8, not of 12 or 14). Products whose axis along the lanes is whole blocks of 64
+run a wide block on AVX-512, 6 x 64 (WIDE_BLOCKS). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32)
 overrides the choice, wide block included; any shape computes the right answer on any ISA, only
 the speed differs. The ISA follows what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES
 when the user set them (e.g. NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2
@@ -23,11 +23,12 @@ HASWELL_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsba
                     "-avx512bw,-avx512dq")
 # rows x lanes per ISA; AVX-512's from measurements on an Emerald Rapids Xeon (docs/performance.md)
 DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
-# the forwards' block when the outputs are whole blocks of it (kernels/_tile.forward_block): four
-# zmm per row, so one broadcast feeds four FMAs rather than two. On the Zen 4, 6 x 64 against
+# the block of products whose axis along the lanes is whole blocks of it (kernels/_tile.lanes_block):
+# four zmm per row, so one broadcast feeds four FMAs rather than two. On the Zen 4, 6 x 64 against
 # 8 x 32 at 1 and 2 threads: the 64-channel conv forwards 0.90-0.97 of the time, dense forwards
-# 0.79-0.99; the backwards ran 0.89-1.41 and 32-channel layers (half the lanes idle) 1.8, so they
-# keep the default. AVX2 has no wide block: 16 registers hold no second one.
+# 0.79-0.99, NHWC weight grads of 64 channels 0.85-0.96; 32 columns (half the lanes idle) 1.8, and
+# dense's backward 0.94-1.25, so it keeps the default. AVX2 has no wide block: 16 registers hold
+# no second one.
 WIDE_BLOCKS = {"avx512": (6, 64)}
 MAX_ROWS, MAX_LANES = 32, 128
 
@@ -91,8 +92,8 @@ def narrow():
 
 def isa_info():
     """{"isa": "avx512" | "avx2" | "other", "cpu": LLVM's CPU name, "block": "RxL" (the default
-    micro-kernel block), "wide": "RxL" or None (the forwards' block for outputs that fill its
-    lanes), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
+    micro-kernel block), "wide": "RxL" or None (the block of products whose axis along the
+    lanes is whole blocks of it), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
     llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:

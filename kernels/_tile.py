@@ -312,9 +312,9 @@ def block(spec=None):
     return found
 
 
-def forward_block(spec, n):
-    """The Block of a forward product with n output columns along the lanes: the machine's wide
-    block (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
+def lanes_block(spec, n):
+    """The Block of a product with n columns along its lanes: the machine's wide block
+    (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
     if spec is None:
         info = _isa.isa_info()
         wide = info["wide"] and block(info["wide"])

@@ -22,7 +22,7 @@ from numba import prange, uint64
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, transpose
 from ._jit import kernel
-from ._tile import J, P, aligned, block as block_of, forward_block, panels, tile, tiled
+from ._tile import J, P, aligned, block as block_of, lanes_block, panels, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
@@ -243,7 +243,7 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     b = f32("b", b, 1)
     if b.shape[0] != w.shape[1]:
         raise ValueError(f"b {b.shape} must have one entry per output of w {w.shape}")
-    ws, blk = check_workspace(workspace), forward_block(block, w.shape[1])
+    ws, blk = check_workspace(workspace), lanes_block(block, w.shape[1])
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
     n, i, o = x.shape[0], x.shape[1], w.shape[1]

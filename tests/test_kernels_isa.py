@@ -78,21 +78,21 @@ def test_256_bit_code_on_an_avx512_host_has_no_wide_block(monkeypatch):
     assert (_isa.isa_info()["block"], _isa.isa_info()["wide"]) == ("6x16", None)
 
 
-def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rng):
+def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(monkeypatch, rng):
     """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards (the stride-1 input
-    grad's among them: C_in outputs) and dense's forward run it when no block is asked for and the
-    outputs are whole blocks of its lanes; an asked-for block, outputs that would leave lanes idle
-    and the first layers' NCHW forward (pixels along the lanes) keep theirs. Results as with the
-    default block."""
+    grad's among them: C_in outputs), its deep weight grads and dense's forward run it when no
+    block is asked for and the axis along the lanes is whole blocks of them; an asked-for block,
+    axes that would leave lanes idle and the first layers' NCHW forward (pixels along the lanes)
+    keep theirs. Results as with the default block."""
     from kernels import _tile, conv, dense
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
     chosen = []
 
     def spy(spec, n):
-        chosen.append(_tile.forward_block(spec, n).name)
+        chosen.append(_tile.lanes_block(spec, n).name)
         return _tile.block(chosen[-1])
-    monkeypatch.setattr(conv, "forward_block", spy)
-    monkeypatch.setattr(dense, "forward_block", spy)
+    monkeypatch.setattr(conv, "lanes_block", spy)
+    monkeypatch.setattr(dense, "lanes_block", spy)
     x = rng.standard_normal((2, 9, 9, 8)).astype(np.float32)
     for cout, want in ((64, "6x64"), (128, "6x64"), (96, K.BLOCK)):
         w = rng.standard_normal((3, 3, 8, cout)).astype(np.float32)
@@ -108,16 +108,20 @@ def test_forwards_take_the_wide_block_when_their_outputs_fill_it(monkeypatch, rn
     first = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 64)).astype(np.float32)
     K.conv2d_forward(*first, layout="NCHW")
     assert chosen == []   # depth 27: _forward_shifted, output channels along the rows
-    for cin, want in ((64, ["6x64"]), (32, [K.BLOCK])):   # the stride-1 input grad: a forward with C_in outputs
-        xb, dy = rng.standard_normal((2, cin, 9, 9)).astype(np.float32), rng.standard_normal((2, 8, 9, 9))
-        wb, dy = rng.standard_normal((3, 3, cin, 8)).astype(np.float32), dy.astype(np.float32)
-        for layout in ("NHWC", "NCHW"):
+    # the backward: the weight grad's lanes run along C_out (NHWC) or KW*C_in (NCHW, 3*C_in here),
+    # the stride-1 input grad's (a forward) along C_in
+    for cin, cout, wants in ((64, 8, {"NHWC": [K.BLOCK, "6x64"], "NCHW": ["6x64", "6x64"]}),
+                             (32, 64, {"NHWC": ["6x64", K.BLOCK], "NCHW": [K.BLOCK, K.BLOCK]})):
+        xb, dy = rng.standard_normal((2, cin, 9, 9)).astype(np.float32), rng.standard_normal((2, cout, 9, 9))
+        wb, dy = rng.standard_normal((3, 3, cin, cout)).astype(np.float32), dy.astype(np.float32)
+        for layout, want in wants.items():
             xl, dyl = ref.to_layout(xb, layout), ref.to_layout(dy, layout)
             chosen.clear()
-            dx, _ = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same")
+            dx, dw = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same")
             assert chosen == want
-            dx_base, _ = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same", block=K.BLOCK)
+            dx_base, dw_base = K.conv2d_backward(xl, wb, dyl, layout=layout, padding="same", block=K.BLOCK)
             np.testing.assert_allclose(dx, dx_base, rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(dw, dw_base, rtol=1e-5, atol=1e-3)
     a, b = rng.standard_normal((40, 300)).astype(np.float32), rng.standard_normal((300, 128)).astype(np.float32)
     chosen.clear()
     y = K.dense_forward(a, b, np.zeros(128, np.float32))
