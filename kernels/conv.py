@@ -159,8 +159,11 @@ _BAND_BYTES = 64 << 10
 
 
 # reduction depth from which the stride-1 NCHW forward runs _forward_bands (pixel blocks, with
-# any block shape). Shallower ones (the first layers, depth 9 and 27) run _forward_shifted: there
-# pixel blocks spent more on their transposed stores than their full lanes saved
+# any block shape) when its outputs fill a block of lanes. Shallower ones (the first layers, depth
+# 9 and 27) run _forward_shifted: there pixel blocks spent more on their transposed stores than
+# their full lanes saved. So do products with fewer outputs than lanes (the input grads of layers
+# with C_in under the lanes), whose pixel blocks leave lanes idle: shifted planes' blocks took
+# 0.83-0.91x the time of the former plane loop at C_in 8 and 16 on AVX-512, bands 1.5-2.5x
 _PIXEL_DEPTH = 64
 
 
@@ -632,7 +635,7 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
 def _forward(plan, block, y):
     """y = the plan's x, zero-padded at (pt, pl), cross-correlated with its w: the forward, and
     the stride-1 input grad (_Plan.full_correlation)."""
-    if plan.nchw and plan.stride == 1 and plan.kh * plan.kl < _PIXEL_DEPTH:   # the first layers
+    if plan.nchw and plan.stride == 1 and (plan.kh * plan.kl < _PIXEL_DEPTH or plan.cout < plan.blk.lanes):
         blk = plan.blk   # output channels along the rows, pixels along the lanes
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
