@@ -82,8 +82,8 @@ def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(mon
     """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards (the stride-1 input
     grad's among them: C_in outputs), its deep weight grads and dense's forward run it when no
     block is asked for and the axis along the lanes is whole blocks of them; an asked-for block,
-    axes that would leave lanes idle and the first layers' NCHW forward (pixels along the lanes)
-    keep theirs. Results as with the default block."""
+    axes that would leave lanes idle, and NCHW forwards of shallow reductions or fewer outputs
+    than lanes (pixels along the lanes) keep theirs. Results as with the default block."""
     from kernels import _tile, conv, dense
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
     chosen = []
@@ -108,6 +108,10 @@ def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(mon
     first = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 64)).astype(np.float32)
     K.conv2d_forward(*first, layout="NCHW")
     assert chosen == []   # depth 27: _forward_shifted, output channels along the rows
+    few = rng.standard_normal((2, 8, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+    y = K.conv2d_forward(*few, layout="NCHW")
+    assert chosen == []   # depth 72, but 8 outputs leave most lanes idle: _forward_shifted too
+    np.testing.assert_allclose(y, K.conv2d_forward(*few, layout="NCHW", block=K.BLOCK), rtol=1e-5, atol=1e-4)
     # the backward: the weight grad's lanes run along C_out (NHWC) or KW*C_in (NCHW, 3*C_in here),
     # the stride-1 input grad's (a forward) along C_in
     for cin, cout, wants in ((64, 8, {"NHWC": [K.BLOCK, "6x64"], "NCHW": ["6x64", "6x64"]}),
