@@ -21,17 +21,18 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 gradient at once (_backward_input_patches, both layouts); else, and with stride > 1, a scatter,
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
                 row by row (each row owned by one thread: no races), then cropped.
-NCHW runs natively. The stride-1 forward of reductions at least 64 deep copies bands of each
-image's rows channels-last into a block that stays in cache (8 x 8 transposes in registers) and
-runs NHWC's blocks of 6 output pixels x 16 output channels on it, each block stored transposed
-into y's planes (_forward_bands; x packed whole to NHWC and y unpacked after, as strided convs do,
-took 1.25-1.83x the NHWC forward's time: those copies go through memory). The shallower forwards
-(first layers) use blocks of output channels x consecutive output pixels over each image's
-column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks of 6
-output channels x 16 patch elements of a channels-last copy of x: NCHW's one whole transpose, done
-in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first layers'
-weight grad transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the
-forward and input grad go through NHWC copies.
+NCHW runs natively. The stride-1 forward of reductions at least 64 deep, with outputs that fill a
+block of lanes, copies bands of each image's rows channels-last into a block that stays in cache
+(8 x 8 transposes in registers) and runs NHWC's blocks of 6 output pixels x 16 output channels on it,
+each block stored transposed into y's planes (_forward_bands; x packed whole to NHWC and y unpacked
+after, as strided convs do, took 1.25-1.83x the NHWC forward's time: those copies go through
+memory). The others (the first layers' forwards, the input grads of layers with few input channels)
+use blocks of output channels x consecutive output pixels over each image's column-shifted planes
+(_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch
+elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8 blocks
+(_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first layers' weight grad
+transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the forward and
+input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; x's copies), so no load runs
