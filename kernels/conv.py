@@ -583,9 +583,14 @@ class _Plan:
         _pack(buf.size, a, self.nchw, pt, pl, buf)
         return flat if slack else buf
 
+    @property
+    def xp_shape(self):
+        """The padded input's shape as NHWC: exactly the rows and columns the windows read."""
+        return (self.n, self.hp, self.wp, self.c)
+
     def x_nhwc(self, slack=0):
         """The padded input as NHWC (a transposed copy for NCHW)."""
-        return self.nhwc(self.x, (self.n, self.hp, self.wp, self.c), self.pt, self.pl, "conv2d.xp", slack)
+        return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, "conv2d.xp", slack)
 
     def dyp(self, dy, blk):
         """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
@@ -601,16 +606,15 @@ def _weight_grad(plan, dy, block, dw):
     shallow = _shallow(plan.blk, kl)
     blk = plan.blk if shallow else lanes_block(block, kl if nchw else cout)
     groups = max(1, min(plan.n, numba.get_num_threads()))
-    full = (plan.n, plan.hp, plan.wp, plan.c)
     xf = plan.x_nhwc(slack=blk.lanes if nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if nchw else plan.dyp(dy, blk)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
-        _backward_weight_shallow[blk](plan.macs(), xf, full, dyl, nchw, kl >= blk.rows, plan.stride, parts,
+        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, dyl, nchw, kl >= blk.rows, plan.stride, parts,
                                       dw.reshape(kh, kl, cout))
     else:
-        _backward_weight[blk](plan.macs(), xf, full, dyl, nchw, plan.stride, parts, dw.reshape(kh, kl, cout))
+        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, dyl, nchw, plan.stride, parts, dw.reshape(kh, kl, cout))
 
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
@@ -682,7 +686,6 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     if not need_dx:
         return None, dw
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
-    full = (plan.n, plan.hp, plan.wp, plan.c)
     if stride == 1 and blk.lanes >= 32 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:
         # NCHW's blocks need an image of at least J output pixels (a block never starts before its first)
         wt = plan.w.reshape(-1, cout)   # (KH*KW*C, N)
@@ -694,8 +697,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
         return _forward(plan.full_correlation(dy), block, dx), dw
     dyp = plan.dyp(dy, blk)
     wt = _lanes(blk, plan.ws, "conv2d.wt", plan.w.reshape(kh, kl, cout).transpose(0, 2, 1))   # (KH, N, Lp)
-    direct = not plan.nchw and full == dx.shape
-    dxp = dx if direct else plan.ws.take("conv2d.dxp", full)
+    direct = not plan.nchw and plan.xp_shape == dx.shape
+    dxp = dx if direct else plan.ws.take("conv2d.dxp", plan.xp_shape)
     rows = (plan.pt, min(plan.hp, plan.pt + plan.h))   # padding rows are never read back
     _backward_input_nhwc[blk](plan.macs(), dyp, wt, stride, cout, rows, dxp)
     if not direct:
