@@ -25,10 +25,11 @@ HASWELL_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsba
 DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
 # the block of products whose axis along the lanes is whole blocks of it (kernels/_tile.lanes_block):
 # four zmm per row, so one broadcast feeds four FMAs rather than two. On the Zen 4, 6 x 64 against
-# 8 x 32 at 1 and 2 threads: the 64-channel conv forwards 0.90-0.97 of the time, dense forwards
-# 0.79-0.99, NHWC weight grads of 64 channels 0.85-0.96; 32 columns (half the lanes idle) 1.8, so
-# those keep the default, and so does dense's backward (0.94-1.25). AVX2 has no wide block: 16
-# registers hold no second one.
+# 8 x 32 at 1 and 2 threads (docs/performance.md, sessions 15-16 and 18): the 64-channel conv
+# forwards 0.90-0.97 of the time, dense forwards 0.79-0.99, NHWC weight grads of 64 channels
+# 0.85-0.96 (session 18); 32 columns (half the lanes idle) 1.8, so those keep the default, and so
+# does dense's backward (0.94-1.25, sessions 15-16). AVX2 has no wide block: 16 registers hold no
+# second one.
 WIDE_BLOCKS = {"avx512": (6, 64)}
 MAX_ROWS, MAX_LANES = 32, 128
 
