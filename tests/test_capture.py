@@ -454,7 +454,7 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
 
     def read(process):
         clock["ns"] += 60_000_000
-        return {101: (5 << 20, 6 << 20), 102: (7 << 20, 8 << 20)}
+        return {101: (5 << 20, 6 << 20, 1.0), 102: (7 << 20, 8 << 20, 1.0)}
     monkeypatch.setattr(workers, "read", read)
     probe = workers.WorkerProbe()
     epochs = []
@@ -471,6 +471,34 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
     clock["ns"] += 200_000_000
     assert probe.sample() is None and probe.sample_now() is not None   # a DataLoader's start or stop
     assert probe.take()["count"] == 2
+
+
+def test_workers_that_come_and_go_while_the_budget_skips_epoch_ends(clock, monkeypatch):
+    """Workers forked anew every epoch (a DataLoader without persistent workers), sampled by the
+    thread but not at the epoch ends (the budget spent): what the probe carries stays the size of
+    one sample, and a new worker that gets an old worker's pid starts from its own USS, not from
+    the old one's first reading."""
+    from profiler.capture import workers
+    children = {}
+    monkeypatch.setattr(workers, "read", lambda process: dict(children))
+    probe = workers.WorkerProbe(budget=1.0)
+    monkeypatch.setattr(probe, "sample", lambda: None)   # the epoch's end skipped, every time
+    for epoch in range(200):
+        children.clear()
+        children.update({1000 + 2 * epoch: (5 << 20, 6 << 20, epoch), 1001 + 2 * epoch: (5 << 20, 6 << 20, epoch)})
+        probe.sample_now()   # the thread's (or a DataLoader hook's) sample inside the epoch
+        assert probe.take()["new"] == 2
+    assert len(probe._first) == 2 and len(probe._carried) == 2   # the last epoch's two, not 400
+    children.clear()
+    children[7] = (2 << 20, 3 << 20, 500.0)    # pid 7 starts at 2 MiB ...
+    probe.sample_now()
+    children[7] = (40 << 20, 41 << 20, 500.0)  # ... and copies 38 MiB on reading
+    probe.sample_now()
+    assert probe.take()["uss_growth_bytes"] == 38 << 20
+    children[7] = (30 << 20, 31 << 20, 501.0)  # pid 7 again, a new worker of 30 MiB
+    probe.sample_now()
+    reading = probe.take()
+    assert reading["new"] == 1 and reading["uss_growth_bytes"] == 0 and reading["carried_uss_bytes"] == 0
 
 
 def test_tracked_objects_are_counted_within_their_budget(clock, monkeypatch):

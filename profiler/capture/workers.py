@@ -63,7 +63,8 @@ def _children(process):
 
 
 def read(process):
-    """{pid: (uss, pss)} of the live children of `process`."""
+    """{pid: (uss, pss, started)} of the live children of `process`; `started` (the child's start
+    time) tells a child from an earlier one that had the same pid."""
     try:
         children = _children(process)
     except psutil.Error:
@@ -73,10 +74,10 @@ def read(process):
         try:
             if child.status() == psutil.STATUS_ZOMBIE:   # exited, not yet reaped: no memory left
                 continue
-            info = child.memory_full_info()
+            info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        found[child.pid] = (info.uss, getattr(info, "pss", 0))
+        found[child.pid] = (info.uss, getattr(info, "pss", 0), started)
     return found
 
 
@@ -94,8 +95,10 @@ class WorkerProbe:
         self.interval = interval
         self._budget = Budget(budget)
         self._process = psutil.Process()
-        self._first = {}             # pid -> USS when first seen
-        self._carried = set()        # pids seen before this epoch (and not seen to exit)
+        self._first = {}             # (pid, started) -> USS when first seen; only children of the
+                                     # newest sample are kept past an epoch's end
+        self._latest = set()         # (pid, started) of the children the newest sample saw
+        self._carried = set()        # (pid, started) seen before this epoch (and not seen to exit)
         self._peak = None
         self._batch = None           # (bytes, prefetch factor) of the largest batch a DataLoader's workers made
         self._lock = threading.Lock()
@@ -119,7 +122,7 @@ class WorkerProbe:
 
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
-        {pid: (uss, pss)}, or None when it does not."""
+        {pid: (uss, pss, started)}, or None when it does not."""
         children = self._budget.call(lambda: read(self._process))
         return None if children is None else self._record(children)
 
@@ -130,15 +133,17 @@ class WorkerProbe:
         return self._record(read(self._process))
 
     def _record(self, children):
+        uss = {(pid, started): u for pid, (u, _, started) in children.items()}
         with self._lock:
-            for pid, (uss, _) in children.items():
-                self._first.setdefault(pid, uss)
-            growth = [max(u - self._first[pid], 0) for pid, (u, _) in children.items()]
-            reading = {"count": len(children), "uss_bytes": sum(u for u, _ in children.values()),
-                       "pss_bytes": sum(p for _, p in children.values()),
+            self._latest = set(uss)
+            for child, u in uss.items():
+                self._first.setdefault(child, u)
+            growth = [max(u - self._first[child], 0) for child, u in uss.items()]
+            reading = {"count": len(children), "uss_bytes": sum(uss.values()),
+                       "pss_bytes": sum(p for _, p, _ in children.values()),
                        "uss_growth_bytes": sum(growth), "uss_growth_max_bytes": max(growth, default=0),
-                       "new": sum(pid not in self._carried for pid in children),
-                       "carried_uss_bytes": sum(u for pid, (u, _) in children.items() if pid in self._carried)}
+                       "new": sum(child not in self._carried for child in uss),
+                       "carried_uss_bytes": sum(u for child, u in uss.items() if child in self._carried)}
             key = (reading["uss_bytes"], reading["count"])
             if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
                 self._peak = reading
@@ -155,12 +160,13 @@ class WorkerProbe:
     def take(self):
         """The epoch's reading (its sample with the most private memory, the children alive now
         included when the budget allows a sample now; None when the epoch had no sample), and a
-        fresh start for the next epoch."""
-        alive = self.sample()
+        fresh start for the next epoch: the children the newest sample saw (this one, or an
+        earlier one when the budget skips it) are carried into it, and no others, so what is kept
+        stays the size of one sample however many workers come and go."""
+        self.sample()
         with self._lock:
             reading, self._peak = self._peak, None
-            if alive is not None:
-                self._first = {pid: uss for pid, uss in self._first.items() if pid in alive}
+            self._first = {child: uss for child, uss in self._first.items() if child in self._latest}
             self._carried = set(self._first)
             if reading is not None and self._batch is not None:
                 reading = {**reading, "batch_bytes": self._batch[0], "prefetch_factor": self._batch[1]}
