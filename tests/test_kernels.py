@@ -142,12 +142,13 @@ def test_layout_transposes_of_every_edge(rng):
 @pytest.mark.parametrize("band_bytes", [1, 8000, 1 << 30])
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
-def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng):
+def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
     """The deep NCHW forward's bands of output rows: one row each; 2-6 rows, the last of an image
     shorter (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
     3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more than the top and left;
     2x1 pads only the bottom), and 12 channels of 6 columns (transposed ragged: no 8 x 8 block
-    fits across), against PyTorch."""
+    fits across), against PyTorch. Each band's scratch comes back dirty (dirty_malloc), so padding
+    the kernel leaves unzeroed shows."""
     from kernels import conv
     monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
     for c, h, w_, kernel in ((32, 9, 11, (3, 3)), (32, 9, 11, (2, 4)), (32, 9, 11, (2, 1)), (12, 5, 6, (3, 3))):
