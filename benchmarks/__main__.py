@@ -49,18 +49,31 @@ def _arguments():
 # fresh mapping, page-faulted on every call (PyTorch's mnist conv1 forward: 9-10 ms a call against
 # 1.7-2.0), and whether a candidate's outputs are depends on what ran before it in the process
 HEAP = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+# huge pages for PyTorch's large tensors, as numpy takes them for its large arrays by default: with
+# transparent huge pages on `madvise`, an 18.9 MB numpy array had 16 MiB of them and a tensor none
+# (PyTorch's allocator asks only with this set), so the two libraries' buffers differed in page size
+TORCH_HUGE_PAGES = {"THP_MEM_ALLOC_ENABLE": "1"}
 
 
 def _environment(emulate):
-    """The variables this run needs: HEAP, and an emulated ISA's or none of the OpenBLAS overrides
-    some of these machines set for old OpenBLAS builds (they slow a current numpy; tests never
-    drop them)."""
-    env = dict(os.environ) | HEAP
+    """The variables this run needs: HEAP, TORCH_HUGE_PAGES, and an emulated ISA's or none of the
+    OpenBLAS overrides some of these machines set for old OpenBLAS builds (they slow a current
+    numpy; tests never drop them)."""
+    env = dict(os.environ) | HEAP | TORCH_HUGE_PAGES
     if emulate:
         return env | EMULATE[emulate]
     for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         env.pop(name, None)
     return env
+
+
+def _thp_mode():
+    """The kernel's transparent huge page mode (always, madvise or never), or "unknown"."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return next(word.strip("[]") for word in f.read().split() if word.startswith("["))
+    except (OSError, StopIteration):
+        return "unknown"
 
 
 def _merge(old, parts):
@@ -82,7 +95,9 @@ def main(args, chosen):
              "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
     settings = ", ".join(f"{k}={v}" for k, v in HEAP.items())
-    parts[-1:-1] = [f"| glibc malloc | {settings} (outputs reuse the heap) |"]
+    parts[-1:-1] = [f"| glibc malloc | {settings} (outputs reuse the heap) |",
+                    f"| huge pages | transparent huge pages {_thp_mode()}; numpy's large arrays ask for them, "
+                    f"PyTorch's with {', '.join(f'{k}={v}' for k, v in TORCH_HUGE_PAGES.items())} |"]
     if args.emulate:
         settings = ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES")
         parts[-1:-1] = [f"| emulating {args.emulate} | {settings} |"]
