@@ -67,6 +67,11 @@ def _environment(emulate):
     return env
 
 
+def _assignments(variables):
+    """"NAME=value, ..." of environment variables, for the header."""
+    return ", ".join(f"{k}={v}" for k, v in variables.items())
+
+
 def _thp_mode():
     """The kernel's transparent huge page mode (always, madvise or never), or "unknown"."""
     try:
@@ -94,13 +99,12 @@ def main(args, chosen):
              "process, candidates called in turn, round after round (benchmarks/timing.py); absolute times drift on "
              "this shared machine.", "",
              "| | |", "|---|---|"] + [f"| {k} | {v} | " for k, v in info.items()] + [""]
-    settings = ", ".join(f"{k}={v}" for k, v in HEAP.items())
-    parts[-1:-1] = [f"| glibc malloc | {settings} (outputs reuse the heap) |",
+    parts[-1:-1] = [f"| glibc malloc | {_assignments(HEAP)} (outputs reuse the heap) |",
                     f"| huge pages | transparent huge pages {_thp_mode()}; numpy's large arrays ask for them, "
-                    f"PyTorch's with {', '.join(f'{k}={v}' for k, v in TORCH_HUGE_PAGES.items())} |"]
+                    f"PyTorch's with {_assignments(TORCH_HUGE_PAGES)} |"]
     if args.emulate:
-        settings = ", ".join(f"{k}={v}" for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES")
-        parts[-1:-1] = [f"| emulating {args.emulate} | {settings} |"]
+        shown = {k: v for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES"}
+        parts[-1:-1] = [f"| emulating {args.emulate} | {_assignments(shown)} |"]
     for name in chosen:
         title, module = SECTIONS[name], importlib.import_module(f"benchmarks.{name}")
         print(f"== {title}", flush=True)
