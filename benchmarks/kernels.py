@@ -22,6 +22,18 @@ def _nhwc(a):
     return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
 
 
+def _shared(a, layout="NCHW"):
+    """(a's values as a numpy array, a tensor over the same memory): both candidates read the same
+    bytes, so a row compares the loops, not where two allocators put their buffers. PyTorch
+    allocates it, on a 64-byte line as it does its own tensors (numpy starts large arrays 16 bytes
+    past one, where both libraries' memory-bound loops run 1.2-1.4x slower: docs/performance.md).
+    A 4-D NHWC array's tensor is the NCHW view with channels-last strides."""
+    t = torch.empty(a.shape)
+    view = t.numpy()
+    view[...] = a
+    return view, t.permute(0, 3, 1, 2) if layout == "NHWC" else t
+
+
 def _conv_cases(rng):
     for name, n, c, h, w, co, pad in CONVS:
         x = rng.standard_normal((n, c, h, w)).astype(np.float32)
@@ -31,10 +43,8 @@ def _conv_cases(rng):
         flops = 2 * n * oh * ow * co * 9 * c
         tw = torch.tensor(wt.transpose(3, 2, 0, 1).copy())
         for layout in ("NCHW", "NHWC"):
-            xl, dyl = (x, dy) if layout == "NCHW" else (_nhwc(x), _nhwc(dy))
-            fmt = torch.contiguous_format if layout == "NCHW" else torch.channels_last
-            tx, tdy = torch.tensor(x).contiguous(memory_format=fmt), torch.tensor(dy).contiguous(memory_format=fmt)
-            twl = tw.contiguous(memory_format=fmt)
+            (xl, tx), (dyl, tdy) = (_shared(a if layout == "NCHW" else _nhwc(a), layout) for a in (x, dy))
+            twl = tw.contiguous(memory_format=torch.contiguous_format if layout == "NCHW" else torch.channels_last)
             ws = K.Workspace()
             padding = 1 if pad == "same" else 0
             yield (f"conv2d_forward {name}", layout, flops, "GFLOP/s",
@@ -52,17 +62,14 @@ def _bias_cases(rng):
     tb = torch.tensor(b).view(1, 64, 1, 1)
     for layout in ("NCHW", "NHWC"):
         xl = x if layout == "NCHW" else _nhwc(x)
-        out = np.empty_like(xl)
-        fmt = torch.contiguous_format if layout == "NCHW" else torch.channels_last
-        tx = torch.tensor(x).contiguous(memory_format=fmt)
-        tout = torch.empty_like(tx)
+        (xl, tx), (out, tout) = _shared(xl, layout), _shared(np.zeros_like(xl), layout)
         bshape = (1, 64, 1, 1) if layout == "NCHW" else (1, 1, 1, 64)
         yield ("broadcast_add_forward 128x64x24x24", layout, 2 * x.nbytes, "GB/s",
                lambda xl=xl, out=out, layout=layout: K.broadcast_add_forward(xl, b, layout=layout, out=out),
                lambda tx=tx, tout=tout: torch.add(tx, tb, out=tout),
                lambda xl=xl, out=out, bshape=bshape: np.add(xl, b.reshape(bshape), out=out))
         # in place, as the engine's layers add their bias to the conv or dense output
-        yl, ty = xl.copy(), tx.clone()
+        yl, ty = _shared(xl, layout)
         yield ("broadcast_add_forward in place 128x64x24x24", layout, 2 * x.nbytes, "GB/s",
                lambda yl=yl, layout=layout: K.broadcast_add_forward(yl, b, layout=layout, out=yl),
                lambda ty=ty: ty.add_(tb),
@@ -75,11 +82,8 @@ def _bias_cases(rng):
 
 def _dense_cases(rng):
     for n, i, o in [(128, 9216, 128), (32, 2304, 512)]:   # mnist-cnn's and cifar10-cnn's big Dense
-        x = rng.standard_normal((n, i)).astype(np.float32)
-        w = (rng.standard_normal((i, o)) * 0.01).astype(np.float32)
-        b = np.zeros(o, np.float32)
-        dy = rng.standard_normal((n, o)).astype(np.float32)
-        tx, tw, tb, tdy = map(torch.tensor, (x, w, b, dy))
+        (x, tx), (w, tw), (b, tb), (dy, tdy) = map(_shared, (rng.standard_normal((n, i)), rng.standard_normal((i, o)) * 0.01,
+                                                             np.zeros(o), rng.standard_normal((n, o))))
         flops, ws = 2 * n * i * o, K.Workspace()
         yield (f"dense_forward {n}x{i}->{o}", "-", flops, "GFLOP/s",
                lambda x=x, w=w, b=b, ws=ws: K.dense_forward(x, w, b, workspace=ws),
