@@ -74,10 +74,19 @@ def machine():
     return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "cpu": cpu, "cores": os.cpu_count(),
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
             "torch": torch.__version__, "blas": blas,
-            "numba threading layer": numba.config.THREADING_LAYER,
+            "numba threading layer": _threading_layer(),
             "kernels ISA / block": kernels_block,
             "torch CPU capability": torch.backends.cpu.get_cpu_capability(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
+
+
+def _threading_layer():
+    """The layer numba's pool runs on, launched here: one launched before the kernels were
+    imported (numba.set_num_threads called first) ignores the layer they choose (OpenMP here,
+    where pip's TBB is not on the loader's path), and the rows would run on that one."""
+    import numba
+    numba.get_num_threads()   # launches the pool
+    return numba.threading_layer()
 
 
 def _kernel_isa():
