@@ -12,7 +12,9 @@ splits each region statically and wakes sleeping workers for it, so one slowed c
 wake-up stalls the whole region, while TBB's workers steal work and stay awake between
 back-to-back regions. numba's OpenMP layer stalled 3-10x under load here. pip's `tbb` puts
 libtbb.so.12 in <prefix>/lib, off the loader's path, so it is preloaded from there whenever the
-layer may be TBB: the default, or a layer the user names that numba may resolve to TBB.
+layer may be TBB: the default, or a layer the user names that numba may resolve to TBB. numba
+picks the layer once, when its pool starts: a pool started before this import (numba.set_num_threads
+first) keeps numba's default, OpenMP where libtbb is off the loader's path, and the import warns.
 
 On AVX-512 hosts the kernels compile for 512-bit vectors: LLVM's Intel server CPU models
 (skylake-avx512 to emeraldrapids) prefer 256-bit ones, so numba's code used only ymm registers there
@@ -34,6 +36,7 @@ import hashlib
 import os
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numba
@@ -62,12 +65,34 @@ def _tbb_loads():
     return True
 
 
+def _launched_layer():
+    """The layer numba's thread pool already runs on, or None if it has not started: numba picks
+    the layer once, when the pool starts (numba.set_num_threads or the first parallel call)."""
+    from numba.np.ufunc import parallel
+    return numba.threading_layer() if getattr(parallel, "_is_initialized", False) else None
+
+
+def _warn_if_launched(chosen):
+    """A pool started before this import keeps numba's own default layer (OpenMP where pip's
+    libtbb is not on the loader's path): say so, once, since OpenMP is not fork safe."""
+    running = _launched_layer()
+    if running in (None, chosen):
+        return
+    risk = " (GNU OpenMP: a forked child that runs a parallel kernel is terminated)" if running == "omp" else ""
+    warnings.warn(f"numba's thread pool started before the kernels loaded and runs on its {running!r} "
+                  f"threading layer, not {chosen!r}{risk}; read kernels.BLOCK (or call any kernel) before "
+                  f"numba.set_num_threads or other parallel numba code, or choose a layer with "
+                  f"NUMBA_THREADING_LAYER",
+                  RuntimeWarning, stacklevel=2)
+
+
 _LAYER = os.environ.get("NUMBA_THREADING_LAYER")
 # every layer name but these two may pick TBB (numba's "default", "safe", "threadsafe", "forksafe"
 # try it first), and numba finds pip's libtbb only once it is preloaded
 _TBB = _LAYER not in ("omp", "workqueue") and _tbb_loads()
 if _LAYER is None:
     numba.config.THREADING_LAYER = "tbb" if _TBB else "workqueue"
+    _warn_if_launched(numba.config.THREADING_LAYER)
 if "NUMBA_SLP_VECTORIZE" not in os.environ:
     numba.config.SLP_VECTORIZE = 1
 

@@ -1,5 +1,7 @@
 """Bad input reaches a plain ValueError/TypeError that names the argument, never numba's typing errors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -92,6 +94,35 @@ def test_threading_layer_is_tbb_unless_the_user_chose_one():
     if expected == "tbb":
         assert _threading_layer({"NUMBA_THREADING_LAYER": "tbb"}) == "tbb"
         assert _threading_layer({"NUMBA_THREADING_LAYER": "threadsafe"}) == "tbb"
+
+
+def _warnings_on_import(first):
+    """(layer numba's pool runs on, warning texts) after `first`, then `import kernels`."""
+    import subprocess
+    import sys
+    code = (f"import warnings, numba\n{first}\nwith warnings.catch_warnings(record=True) as caught:\n"
+            "    warnings.simplefilter('always'); import kernels; kernels.BLOCK\n"
+            "numba.set_num_threads(1); print(numba.threading_layer()); print(*[w.message for w in caught], sep='\\n')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"})
+    assert proc.returncode == 0, proc.stderr
+    layer, *texts = proc.stdout.strip().split("\n")
+    return layer, [t for t in texts if t]
+
+
+def test_a_thread_pool_started_before_the_kernels_is_named_in_a_warning():
+    """numba picks its layer once, when the pool starts: started before the kernels are imported
+    (numba.set_num_threads first) it keeps numba's own default, OpenMP where pip's libtbb is off
+    the loader's path, and OpenMP kills a forked child that runs a parallel kernel. The kernels
+    cannot change it then; they say so, naming the layer, unless it is the one they pick."""
+    layer, texts = _warnings_on_import("numba.set_num_threads(1)")
+    chosen = _threading_layer({})
+    if layer == chosen:
+        assert texts == []
+    else:
+        assert len(texts) == 1 and f"runs on its {layer!r} threading layer, not {chosen!r}" in texts[0]
+        assert "read kernels.BLOCK (or call any kernel) before numba.set_num_threads" in texts[0]
+    assert _warnings_on_import("pass") == (chosen, [])   # imported first: the kernels' own layer, no warning
 
 
 def _read_only(a):
