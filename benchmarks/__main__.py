@@ -103,8 +103,8 @@ def main(args, chosen):
                     f"| huge pages | transparent huge pages {_thp_mode()}; numpy's large arrays ask for them, "
                     f"PyTorch's with {_assignments(TORCH_HUGE_PAGES)} |",
                     "| kernel rows' buffers | ours and PyTorch read the same arrays (allocated by PyTorch, on a 64-byte "
-                    "line; conv weights, laid out differently, are each library's own) and write the same `out=`; each "
-                    "allocates the results it returns |"]
+                    "line; conv weights, laid out differently, and the bias vector are each library's own) and write "
+                    "the same `out=`; each allocates the results it returns |"]
     if args.emulate:
         shown = {k: v for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES"}
         parts[-1:-1] = [f"| emulating {args.emulate} | {_assignments(shown)} |"]

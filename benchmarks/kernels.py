@@ -25,10 +25,11 @@ def _nhwc(a):
 def _shared(a, layout="NCHW"):
     """(a's values as a numpy array, a tensor over the same memory): both candidates read the same
     bytes, so a row compares the loops, not where two allocators put their buffers. PyTorch
-    allocates it, on a 64-byte line as it does its own tensors (numpy starts large arrays 16 bytes
-    past one, where both libraries' memory-bound loops run 1.2-1.4x slower: docs/performance.md).
-    A 4-D NHWC array's tensor is the NCHW view with channels-last strides."""
-    t = torch.empty(a.shape)
+    allocates it, on a 64-byte line as it does its own tensors (numpy starts large arrays 16-48
+    bytes past one, where both libraries' memory-bound loops ran 1.05-1.3x slower:
+    docs/performance.md, session 20). A 4-D NHWC array's tensor is the NCHW view with
+    channels-last strides."""
+    t = torch.empty(a.shape, dtype=torch.float32)
     view = t.numpy()
     view[...] = a
     return view, t.permute(0, 3, 1, 2) if layout == "NHWC" else t

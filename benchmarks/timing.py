@@ -85,7 +85,7 @@ def _threading_layer():
     imported (numba.set_num_threads called first) ignores the layer they choose (OpenMP here,
     where pip's TBB is not on the loader's path), and the rows would run on that one."""
     import numba
-    numba.get_num_threads()   # launches the pool
+    numba.get_num_threads()   # launches the pool, which set_threads would launch before any timed call
     return numba.threading_layer()
 
 

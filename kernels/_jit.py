@@ -68,8 +68,10 @@ def _tbb_loads():
 def _launched_layer():
     """The layer numba's thread pool already runs on, or None if it has not started: numba picks
     the layer once, when the pool starts (numba.set_num_threads or the first parallel call)."""
-    from numba.np.ufunc import parallel
-    return numba.threading_layer() if getattr(parallel, "_is_initialized", False) else None
+    try:
+        return numba.threading_layer()
+    except ValueError:   # "Threading layer is not initialized."
+        return None
 
 
 def _warn_if_launched(chosen):
@@ -86,7 +88,8 @@ def _warn_if_launched(chosen):
                   RuntimeWarning, stacklevel=2)
 
 
-_LAYER = os.environ.get("NUMBA_THREADING_LAYER")
+# the user's choice: NUMBA_THREADING_LAYER, or numba.config.THREADING_LAYER set before this import
+_LAYER = None if numba.config.THREADING_LAYER == "default" else numba.config.THREADING_LAYER
 # every layer name but these two may pick TBB (numba's "default", "safe", "threadsafe", "forksafe"
 # try it first), and numba finds pip's libtbb only once it is preloaded
 _TBB = _LAYER not in ("omp", "workqueue") and _tbb_loads()

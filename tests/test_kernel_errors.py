@@ -67,11 +67,10 @@ def test_compiled_names_are_stable_across_processes():
     assert len(names) == 1 and names.pop().startswith("_add_inner_")
 
 
-def _threading_layer(env):
-    import os
+def _threading_layer(env, first=""):
     import subprocess
     import sys
-    code = ("import numpy as np, numba, kernels; kernels.relu_forward(np.ones(1 << 17, np.float32)); "
+    code = (f"import numpy as np, numba\n{first}\nimport kernels; kernels.relu_forward(np.ones(1 << 17, np.float32)); "
             "print(numba.threading_layer())")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"} | env
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -91,6 +90,7 @@ def test_threading_layer_is_tbb_unless_the_user_chose_one():
         expected = "workqueue"
     assert _threading_layer({}) == expected
     assert _threading_layer({"NUMBA_THREADING_LAYER": "workqueue"}) == "workqueue"
+    assert _threading_layer({}, first="numba.config.THREADING_LAYER = 'workqueue'") == "workqueue"   # set in code
     if expected == "tbb":
         assert _threading_layer({"NUMBA_THREADING_LAYER": "tbb"}) == "tbb"
         assert _threading_layer({"NUMBA_THREADING_LAYER": "threadsafe"}) == "tbb"
@@ -123,6 +123,26 @@ def test_a_thread_pool_started_before_the_kernels_is_named_in_a_warning():
         assert len(texts) == 1 and f"runs on its {layer!r} threading layer, not {chosen!r}" in texts[0]
         assert "read kernels.BLOCK (or call any kernel) before numba.set_num_threads" in texts[0]
     assert _warnings_on_import("pass") == (chosen, [])   # imported first: the kernels' own layer, no warning
+
+
+def test_the_warning_names_the_running_layer_and_the_risk(monkeypatch):
+    """The warning's own logic, on any host (the test above sees a mismatch only where numba's
+    default differs from the kernels' pick): a pool on another layer is named, OpenMP with its
+    fork hazard; no pool, or one on the chosen layer, says nothing."""
+    import warnings
+    from kernels import _jit
+    for running, chosen in [("omp", "tbb"), ("workqueue", "tbb"), ("omp", "workqueue")]:
+        monkeypatch.setattr(_jit, "_launched_layer", lambda running=running: running)
+        with pytest.warns(RuntimeWarning) as caught:
+            _jit._warn_if_launched(chosen)
+        text = str(caught[0].message)
+        assert len(caught) == 1 and f"runs on its {running!r} threading layer, not {chosen!r}" in text
+        assert ("forked child" in text) == (running == "omp")
+    for running in (None, "tbb"):
+        monkeypatch.setattr(_jit, "_launched_layer", lambda running=running: running)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _jit._warn_if_launched("tbb")
 
 
 def _read_only(a):
