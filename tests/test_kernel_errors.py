@@ -67,15 +67,19 @@ def test_compiled_names_are_stable_across_processes():
     assert len(names) == 1 and names.pop().startswith("_add_inner_")
 
 
-def _threading_layer(env, first=""):
+def _python(code, env=None):
+    """stdout of `code` in a fresh interpreter whose environment names no threading layer but `env`'s."""
     import subprocess
     import sys
-    code = (f"import numpy as np, numba\n{first}\nimport kernels; kernels.relu_forward(np.ones(1 << 17, np.float32)); "
-            "print(numba.threading_layer())")
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"} | env
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"} | (env or {})
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
+
+
+def _threading_layer(env, first=""):
+    return _python(f"import numpy as np, numba\n{first}\nimport kernels; kernels.relu_forward(np.ones(1 << 17, np.float32)); "
+                   "print(numba.threading_layer())", env)
 
 
 def test_threading_layer_is_tbb_unless_the_user_chose_one():
@@ -98,15 +102,10 @@ def test_threading_layer_is_tbb_unless_the_user_chose_one():
 
 def _warnings_on_import(first):
     """(layer numba's pool runs on, warning texts) after `first`, then `import kernels`."""
-    import subprocess
-    import sys
-    code = (f"import warnings, numba\n{first}\nwith warnings.catch_warnings(record=True) as caught:\n"
-            "    warnings.simplefilter('always'); import kernels; kernels.BLOCK\n"
-            "numba.set_num_threads(1); print(numba.threading_layer()); print(*[w.message for w in caught], sep='\\n')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"})
-    assert proc.returncode == 0, proc.stderr
-    layer, *texts = proc.stdout.strip().split("\n")
+    out = _python(f"import warnings, numba\n{first}\nwith warnings.catch_warnings(record=True) as caught:\n"
+                  "    warnings.simplefilter('always'); import kernels; kernels.BLOCK\n"
+                  "numba.set_num_threads(1); print(numba.threading_layer()); print(*[w.message for w in caught], sep='\\n')")
+    layer, *texts = out.split("\n")
     return layer, [t for t in texts if t]
 
 
