@@ -10,8 +10,8 @@ LLVM's own vectorisers made that code only for 6 x 16 on AVX2 (with the SLP vect
 shapes, and every 32-lane block on AVX-512, came out vectorised across the rows, with gathers and
 scatters on the accumulator (30-50x slower). The accumulator lives in a stack alloca, which LLVM
 keeps in registers over the reduction loop; a numpy array in the loop is a heap object it cannot.
-`tile` is a separate function (not inlined at numba IR level): inlined, the serial kernels came
-out scalar, 10x slower.
+`tile` is a function of its own for numba, which LLVM inlines into each caller (_inlined): inlined
+at numba's IR level instead, the serial kernels came out scalar, 10x slower.
 
 The shape is a compile-time constant of every loop nest that uses it: such nests are `tiled`
 (compiled per Block on first use, `_kernel[block](size, ...)`), and the Python side reads the
@@ -38,7 +38,7 @@ P = J = PJ = tile = None
 
 @intrinsic
 def _block(typingctx, size):
-    """A `size`-float float32 accumulator on the stack: LLVM keeps it in registers over the
+    """A `size`-float float32 accumulator on the stack, zeroed: LLVM keeps it in registers over the
     reduction loops (a heap array it cannot)."""
     if not isinstance(size, types.IntegerLiteral):
         raise TypingError("_block needs a constant size")
@@ -47,6 +47,7 @@ def _block(typingctx, size):
     def codegen(context, builder, signature, args):
         acc = cgutils.alloca_once(builder, context.get_value_type(types.float32), size=n)
         acc.align = 64
+        cgutils.memset(builder, acc, context.get_constant(types.intp, 4 * n), 0)
         return acc
     return types.CPointer(types.float32)(size), codegen
 
@@ -141,6 +142,42 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
                 builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()
     return types.none(acc, out, o0, sop, pn, accumulate, rows, lanes), codegen
+
+
+@intrinsic
+def _inlined(typingctx):
+    """Marks the function it is called in `alwaysinline` for LLVM: the block function is then
+    compiled into each loop nest that calls it, after numba has typed and lowered both (numba's own
+    inlining, of the untyped IR, made the serial kernels scalar, 10x slower). Called, it took ~48
+    arguments a block (three arrays' fields, the offsets and strides), mostly through the stack,
+    and computed the P row pointers afresh: on the first layers' 9- and 27-step reductions that
+    was a large part of a block (docs/performance.md)."""
+    def codegen(context, builder, signature, args):
+        builder.function.attributes.add("alwaysinline")
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def _copy_block(typingctx, acc, dst, rows, lanes):
+    """dst[:P*J] = acc[:P*J], P J-wide vector moves at fixed offsets. acc is touched only at fixed
+    offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in registers from
+    the block's start to its stores: a loop indexing it (zeroing it, or the partial blocks' element
+    stores) made LLVM store the whole block to the stack after every reduction (16 zmm stores on
+    AVX-512's 8 x 32)."""
+    if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
+        raise TypingError("_copy_block needs constant rows and lanes")
+    p_, j_ = rows.literal_value, lanes.literal_value
+
+    def codegen(context, builder, signature, args):
+        src, dst = args[:2]
+        vec = ir.VectorType(ir.FloatType(), j_)
+        for p in range(p_):
+            at = [ir.Constant(ir.IntType(64), p * j_)]
+            value = builder.load(builder.bitcast(builder.gep(src, at), vec.as_pointer()), align=4)
+            builder.store(value, builder.bitcast(builder.gep(dst, at), vec.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.none(acc, dst, rows, lanes), codegen
 
 
 def _transpose_plan(rows, lanes):
@@ -244,12 +281,11 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
     end (_fma_rows). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
     spare numba's negative-index fix-up, which would block vectorisation.
     """
+    _inlined()
     n1, n2, n3 = counts
     sa1, sa2, sa3 = a_steps
     sb1, sb2, sb3 = b_steps
     acc = _block(PJ)
-    for q in range(PJ):
-        acc[q] = 0.0
     for r1 in range(n1):
         for r2 in range(n2):
             for r3 in range(n3):
@@ -260,16 +296,19 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
         _store_rows(acc, out, o0, sop, pn, accumulate, P, J)
     elif sop == 1 and pn == P and jn == J:   # a whole block whose rows are the result's columns
         _store_cols(acc, out, o0, soj, accumulate, P, J)
-    elif soj == 1:   # separate loop so the contiguous store stays vectorised
-        for p in range(pn):
-            for j in range(jn):
-                o = uint64(o0 + p * sop + j)
-                out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
-    else:
-        for p in range(pn):
-            for j in range(jn):
-                o = uint64(o0 + p * sop + j * soj)
-                out[o] = out[o] + acc[p * J + j] if accumulate else acc[p * J + j]
+    else:   # a partial block, element by element from a copy (acc itself is read at fixed places only)
+        part = _block(PJ)
+        _copy_block(acc, part, P, J)
+        if soj == 1:   # separate loop so the contiguous store stays vectorised
+            for p in range(pn):
+                for j in range(jn):
+                    o = uint64(o0 + p * sop + j)
+                    out[o] = out[o] + part[p * J + j] if accumulate else part[p * J + j]
+        else:
+            for p in range(pn):
+                for j in range(jn):
+                    o = uint64(o0 + p * sop + j * soj)
+                    out[o] = out[o] + part[p * J + j] if accumulate else part[p * J + j]
 
 
 class Block:

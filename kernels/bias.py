@@ -108,8 +108,6 @@ def _column_sums(f, width, lo, hi, k0, partial, blk):
     """partial[blk, k0:k0 + W] = the sums of columns k0 .. k0 + W - 1 over rows lo..hi of f seen as
     rows `width` long, the W sums held in registers."""
     acc = _block(W)
-    for j in range(W):
-        acc[j] = 0.0
     for r in range(lo, hi):
         _add_run(acc, f, uint64(r * width + k0), W)
     for j in range(W):
