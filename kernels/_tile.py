@@ -8,8 +8,9 @@ step is P broadcasts and P J-wide FMAs on one J-wide load of B, written as vecto
 and compiled to exactly that (vbroadcastss + J/8 or J/16 vmovups + P*J/8 or P*J/16 vfmadd231ps).
 LLVM's own vectorisers made that code only for 6 x 16 on AVX2 (with the SLP vectorizer on): other
 shapes, and every 32-lane block on AVX-512, came out vectorised across the rows, with gathers and
-scatters on the accumulator (30-50x slower). The accumulator lives in a stack alloca, which LLVM
-keeps in registers over the reduction loop; a numpy array in the loop is a heap object it cannot.
+scatters on the accumulator (30-50x slower). The accumulator lives in a stack alloca, touched at
+fixed offsets only, which LLVM keeps in registers from the block's zeroing to its stores (a numpy
+array is a heap object it cannot; _copy_block says why fixed offsets).
 `tile` is a function of its own for numba, which LLVM inlines into each caller (_inlined): inlined
 at numba's IR level instead, the serial kernels came out scalar, 10x slower.
 
