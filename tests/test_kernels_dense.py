@@ -87,6 +87,28 @@ def test_backward_transposed_blocks_match_a_float64_reference(n, i, o, block, rn
     check_backward(x, w, dy, block, K.Workspace())
 
 
+@pytest.mark.parametrize("shape", ["6x16", "8x32"])
+def test_the_block_function_is_compiled_into_its_caller(shape, rng):
+    """_tile marks itself alwaysinline for LLVM (_inlined): the parallel loop nest of a product
+    holds the block's code rather than a call to it. LLVM had left the call in numba's parallel
+    loop bodies, passing ~48 arguments a block, mostly through the stack (the first layers'
+    forwards ran 1.05-1.42x slower, docs/performance.md). Compiled afresh: numba shows no code it
+    read from its cache."""
+    from kernels import _jit, dense
+    from kernels._tile import block
+    blk = block(shape)
+    matmul = _jit._compiled(dense._matmul.fn, blk.env, f"inspected {blk.name}", cache=False, parallel=True)
+    m, k, n = 40, 24, 3 * blk.lanes
+    a, b = f32(rng, m, k), f32(rng, k, n)
+    out = np.zeros((m, n), np.float32)
+    panels = dense._packed(blk, K.Workspace(), "b", b).reshape(-1)
+    matmul(a.reshape(-1), k, 1, panels, k, blk.lanes, k, m, n, out.reshape(-1), n, 1, dense._group(blk, m, n))
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    code = matmul.inspect_asm(matmul.signatures[0])   # a call loads the block function's address first
+    assert "$_ZN7kernels5_tile5_tile" not in code
+    assert not [line for line in code.splitlines() if line.startswith("_ZN7kernels5_tile5_tile")]
+
+
 @pytest.mark.parametrize("rows,lanes", [(8, 32), (6, 16), (5, 24), (12, 32), (14, 32), (16, 16), (4, 8), (1, 16),
                                         (2, 32), (3, 24), (7, 8), (8, 64), (6, 64)])
 def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
