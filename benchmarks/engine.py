@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from profiler.workloads import scenarios
 
-from .timing import interleaved, set_threads
+from .timing import interleaved, medians, middle_half, set_threads
 
 
 def torch_model(name):
@@ -63,16 +63,18 @@ def run(threads=(1, 2), rounds=10):
                 for layout in (("NHWC",) if name == "mlp" else ("NCHW", "NHWC")):
                     sc = scenarios.build(name, layout=layout, **options)
                     steps = 1 if name == "mlp" else len(sc.data)
-                    t = interleaved({"ours": _ours_epoch(sc), "torch": _torch_epoch(name, sc, layout)},
-                                    rounds=rounds)   # this machine swings 2x within seconds: 3 rounds were not enough
+                    times = interleaved({"ours": _ours_epoch(sc), "torch": _torch_epoch(name, sc, layout)},
+                                        rounds=rounds)   # this machine swings 2x within seconds: 3 rounds were not enough
+                    t = medians(times)
                     rows.append({"threads": n, "model": name, "layout": layout if name != "mlp" else "-",
                                  "unit": unit, "ours_ms": t["ours"] / steps * 1e3, "torch_ms": t["torch"] / steps * 1e3,
-                                 "ours_over_torch": t["ours"] / t["torch"]})
+                                 "ours_over_torch": t["ours"] / t["torch"], "spread": middle_half(times, "ours", "torch")})
     return rows
 
 
 def markdown(rows):
-    out = ["| threads | model | layout | per | ours ms | torch ms | ours/torch |", "|---|---|---|---|---:|---:|---:|"]
+    out = ["| threads | model | layout | per | ours ms | torch ms | ours/torch | its rounds' middle half |",
+           "|---|---|---|---|---:|---:|---:|---:|"]
     out += [f"| {r['threads']} | {r['model']} | {r['layout']} | {r['unit']} | {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
-            f"{r['ours_over_torch']:.2f} |" for r in rows]
+            f"{r['ours_over_torch']:.2f} | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} |" for r in rows]
     return "\n".join(out)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import kernels as K
 
-from .timing import interleaved, set_threads
+from .timing import interleaved, medians, middle_half, set_threads
 
 CONVS = [  # name, N, C, H, W, C_out, padding
     ("mnist conv1 128x28x28 1->32", 128, 1, 28, 28, 32, "valid"),
@@ -113,12 +113,14 @@ def run(threads=(1, 2), rounds=20):
                     fns[(layout, "ours")], fns[(layout, "torch")] = ours, theirs
                     if len(case) > 6:
                         fns[(layout, "numpy")] = case[6]
-                t = interleaved(fns, rounds=rounds)
+                times = interleaved(fns, rounds=rounds)
+                t = medians(times)
                 for _, layout, work, unit, *_ in group:
                     numpy_s = t.get((layout, "numpy"))
                     rows.append({"threads": n, "kernel": name, "layout": layout, "ours_ms": t[(layout, "ours")] * 1e3,
                                  "torch_ms": t[(layout, "torch")] * 1e3, "rate": work / t[(layout, "ours")] / 1e9,
                                  "unit": unit, "torch_over_ours": t[(layout, "torch")] / t[(layout, "ours")],
+                                 "spread": middle_half(times, (layout, "torch"), (layout, "ours")),
                                  "numpy_rate": work / numpy_s / 1e9 if numpy_s else None})
     by_key = {(r["threads"], r["kernel"], r["layout"]): r for r in rows}
     for r in rows:
@@ -129,11 +131,13 @@ def run(threads=(1, 2), rounds=20):
 
 
 def markdown(rows):
-    out = ["| threads | kernel | layout | ours ms | torch ms | torch/ours | ours rate | NCHW/NHWC (ours) | np.add/np.sum rate |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| threads | kernel | layout | ours ms | torch ms | torch/ours | its rounds' middle half | ours rate | "
+           "NCHW/NHWC (ours) | np.add/np.sum rate |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         nchw = f"{r['nchw_over_nhwc']:.2f}" if "nchw_over_nhwc" in r else "-"
         numpy_rate = f"{r['numpy_rate']:.1f} {r['unit']}" if r["numpy_rate"] else "-"
         out.append(f"| {r['threads']} | {r['kernel']} | {r['layout']} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
-                   f"{r['torch_over_ours']:.2f} | {r['rate']:.1f} {r['unit']} | {nchw} | {numpy_rate} |")
+                   f"{r['torch_over_ours']:.2f} | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} | {r['rate']:.1f} {r['unit']} | "
+                   f"{nchw} | {numpy_rate} |")
     return "\n".join(out)

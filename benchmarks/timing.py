@@ -23,7 +23,7 @@ SETTLE_S = 0.03   # three times the spin measured above
 
 
 def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S):
-    """{name: median seconds per call} for {name: fn}, each fn called in bursts, in turn."""
+    """{name: [seconds per call in each round]} for {name: fn}, each fn called in bursts, in turn."""
     calls = {}
     for _ in range(warmup):
         for name, fn in fns.items():
@@ -41,7 +41,20 @@ def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S):
             for _ in range(calls[name]):
                 fn()
             times[name].append((time.perf_counter() - start) / calls[name])
+    return times
+
+
+def medians(times):
+    """{name: median seconds per call} of interleaved's rounds."""
     return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def middle_half(times, num, den):
+    """The quartiles of num's time over den's, round by round: each round timed the two within
+    moments of each other, so their spread is the run's own noise on that ratio (the tables' ratio
+    is of the medians)."""
+    ratios = np.array(times[num]) / np.array(times[den])
+    return tuple(float(q) for q in np.percentile(ratios, (25, 75)))
 
 
 def set_threads(n):
