@@ -88,7 +88,7 @@ def machine():
             "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
             "torch": torch.__version__, "blas": blas,
             "numba threading layer": _threading_layer(),
-            "kernels ISA / block": kernels_block,
+            "kernels ISA / blocks": kernels_block,
             "torch CPU capability": torch.backends.cpu.get_cpu_capability(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
 
