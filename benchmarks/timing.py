@@ -1,5 +1,6 @@
 """Side-by-side timing: candidates are called in turn, round after round, so a noisy neighbour
-slows all of them alike; we report medians and the ratios between them.
+slows all of them alike; we report medians, the ratios between them, and the spread of each
+ratio taken round by round (middle_half).
 
 Each turn first waits `settle` seconds, then makes one untimed call, then times a burst of calls
 lasting at least `burst` seconds. The wait is for the thread pools of the candidate before,

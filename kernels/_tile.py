@@ -149,10 +149,10 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
 def _inlined(typingctx):
     """Marks the function it is called in `alwaysinline` for LLVM: the block function is then
     compiled into each loop nest that calls it, after numba has typed and lowered both (numba's own
-    inlining, of the untyped IR, made the serial kernels scalar, 10x slower). Called, it took ~48
+    inlining, of the untyped IR, makes the serial kernels scalar, 10x slower). A call passes ~48
     arguments a block (three arrays' fields, the offsets and strides), mostly through the stack,
-    and computed the P row pointers afresh: on the first layers' 9- and 27-step reductions that
-    was a large part of a block (docs/performance.md)."""
+    and recomputes the P row pointers: on the first layers' 9- and 27-step reductions that is a
+    large part of a block (docs/performance.md)."""
     def codegen(context, builder, signature, args):
         builder.function.attributes.add("alwaysinline")
         return context.get_dummy_value()
@@ -164,7 +164,7 @@ def _copy_block(typingctx, acc, dst, rows, lanes):
     """dst[:P*J] = acc[:P*J], P J-wide vector moves at fixed offsets. acc is touched only at fixed
     offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in registers from
     the block's start to its stores: a loop indexing it (zeroing it, or the partial blocks' element
-    stores) made LLVM store the whole block to the stack after every reduction (16 zmm stores on
+    stores) makes LLVM store the whole block to the stack after every reduction (16 zmm stores on
     AVX-512's 8 x 32)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
         raise TypingError("_copy_block needs constant rows and lanes")
@@ -298,7 +298,7 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
     elif sop == 1 and pn == P and jn == J:   # a whole block whose rows are the result's columns
         _store_cols(acc, out, o0, soj, accumulate, P, J)
     else:   # a partial block, element by element from a copy (acc itself is read at fixed places only)
-        part = _block(PJ)
+        part = _block(PJ)   # its zeroing, overwritten at once, LLVM drops
         _copy_block(acc, part, P, J)
         if soj == 1:   # separate loop so the contiguous store stays vectorised
             for p in range(pn):
