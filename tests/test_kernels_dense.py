@@ -92,7 +92,7 @@ def test_the_block_function_is_compiled_into_its_caller(shape, rng):
     """_tile marks itself alwaysinline for LLVM (_inlined): the parallel loop nest of a product
     holds the block's code rather than a call to it. Without it LLVM leaves the call in numba's
     parallel loop bodies, passing ~48 arguments a block, mostly through the stack (the first
-    layers' forwards 1.05-1.42x slower, docs/performance.md). Compiled afresh: numba shows no code
+    layers' forwards 1.04-1.42x slower, docs/performance.md). Compiled afresh: numba shows no code
     it read from its cache. The block function's own symbols (numba's mangled names) must be
     absent, and are first found in its own code, so the check cannot pass for want of a match."""
     from kernels import _jit, dense
