@@ -48,7 +48,7 @@ from numba import prange, uint64
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
-from ._tile import J, P, block as block_of, lanes_block, tile, tiled
+from ._tile import J, P, block as block_of, lanes_block, rows_block, tile, tiled
 
 
 @tiled
@@ -646,7 +646,7 @@ def _forward(plan, block, y):
     """y = the plan's x, zero-padded at (pt, pl), cross-correlated with its w: the forward, and
     the stride-1 input grad (_Plan.full_correlation)."""
     if plan.nchw and plan.stride == 1 and (plan.kh * plan.kl < _PIXEL_DEPTH or plan.cout < plan.blk.lanes):
-        blk = plan.blk   # output channels along the rows, pixels along the lanes
+        blk = rows_block(block, plan.cout)   # output channels along the rows, pixels along the lanes
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
