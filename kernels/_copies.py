@@ -41,21 +41,21 @@ def _transpose_8(typingctx, s, s0, ls, d, d0, ld):
     def codegen(context, builder, signature, args):
         sv, s0v, lsv, dv, d0v, ldv = args
         i64, f32 = ir.IntType(64), ir.FloatType()
-        run = ir.VectorType(f32, _B).as_pointer()
+        run = ir.VectorType(f32, TRANSPOSE_BLOCK).as_pointer()
         s0_, ls_, d0_, ld_ = [context.cast(builder, v, t, types.int64)
                               for v, t in zip((s0v, lsv, d0v, ldv), [signature.args[k] for k in (1, 2, 4, 5)])]
         sdata = context.make_array(signature.args[0])(context, builder, sv).data
         ddata = context.make_array(signature.args[3])(context, builder, dv).data
         rows = [builder.load(builder.bitcast(builder.gep(sdata, [builder.add(s0_, builder.mul(ir.Constant(i64, i), ls_))]),
-                                             run), align=4) for i in range(_B)]
-        for j, value in transposed(builder, rows, _B, _B):
+                                             run), align=4) for i in range(TRANSPOSE_BLOCK)]
+        for j, value in transposed(builder, rows, TRANSPOSE_BLOCK, TRANSPOSE_BLOCK):
             builder.store(value, builder.bitcast(builder.gep(ddata, [builder.add(d0_, builder.mul(ir.Constant(i64, j), ld_))]),
                                                  run), align=4)
         return context.get_dummy_value()
     return types.none(s, s0, ls, d, d0, ld), codegen
 
 
-_B = 8
+TRANSPOSE_BLOCK = 8   # the transposes' register block: 8 x 8 floats
 
 
 @helper
@@ -64,10 +64,10 @@ def transpose(s, s0, ls, d, d0, ld, rows, cols):
     (_transpose_8), a row's last block overlapping the one before when cols is no multiple of 8
     (it writes those floats again, alike); rows past the last multiple of 8, and all of them when
     cols < 8, element by element."""
-    r8 = rows - rows % _B if cols >= _B else 0
-    for i0 in range(0, r8, _B):
-        for j0 in range(0, cols, _B):
-            j = min(j0, cols - _B)
+    r8 = rows - rows % TRANSPOSE_BLOCK if cols >= TRANSPOSE_BLOCK else 0
+    for i0 in range(0, r8, TRANSPOSE_BLOCK):
+        for j0 in range(0, cols, TRANSPOSE_BLOCK):
+            j = min(j0, cols - TRANSPOSE_BLOCK)
             _transpose_8(s, uint64(s0 + i0 * ls + j), ls, d, uint64(d0 + j * ld + i0), ld)
     for i in range(r8, rows):   # the ragged rows
         for j in range(cols):

@@ -46,7 +46,7 @@ import numpy as np
 from numba import prange, uint64
 
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
-from ._copies import copy, prefetch_write, transpose
+from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, rows_block, tile, tiled
 
@@ -116,10 +116,9 @@ def _forward_bands(x, pt, pl, wk, band, y):
     (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration copies the input
     rows of `band` output rows of an image channels-last into a block of its own (8 x 8
     transposes in registers, the band sized to stay in cache), 8 channels at a time down all the
-    band's rows, so each plane is read on in one run rather than a row of every plane in turn
-    (the forward 0.95-0.98x the time where a band holds part of each plane, cifar conv2 and mnist
-    conv2; 1.00-1.02x where it holds them whole). It runs _forward_nhwc's pixel blocks on that
-    block, each block stored transposed into y's planes (P floats a run per channel, whole
+    band's rows, so that each plane is read in one run: x comes from memory at each band, with no
+    arithmetic to hide it (docs/performance.md, session 22). It runs _forward_nhwc's pixel blocks
+    on that copy, each block stored transposed into y's planes (P floats a run per channel, whole
     blocks by _tile's in-register transpose). Broadcasting the pixels from x's planes instead (one
     plane per reduction step, 10 floats of each line used by a block) took 1.15-1.53x the NHWC
     forward's time on the seed models' 32/64-channel layers, this 1.02-1.41x (1.02-1.21 but on
@@ -138,10 +137,10 @@ def _forward_bands(x, pt, pl, wk, band, y):
         xb = np.empty((oh1 - oh0 + kh_ - 1) * wp * c, np.float32)   # padded rows oh0 .. oh1 + KH - 2
         if padded:
             xb[:] = 0.0
-        for c0 in range(0, c, 8):
+        for c0 in range(0, c, TRANSPOSE_BLOCK):
             for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):
                 transpose(xf, ((b * c + c0) * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c + c0, c,
-                          min(8, c - c0), cols)
+                          min(TRANSPOSE_BLOCK, c - c0), cols)
         q0, oh, ow = oh0 * ow_, oh0, 0
         while q0 < oh1 * ow_:
             pn, last = _pixel_block(q0, oh1 * ow_, oh, ow, ow_, P)
@@ -634,7 +633,8 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     `workspace` (a kernels.Workspace kept by the caller) holds the scratch between calls;
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
-    block's lanes (kernels.isa_info()["wide"]).
+    block's lanes (kernels.isa_info()["wide"]), or, for NCHW forwards with output channels along
+    the rows (the first layers), a block of fewer rows when that pads them less (_tile.rows_block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     y = out_buffer(out, plan.y_shape)
@@ -669,7 +669,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK, or
     the wide block where the axis along the lanes is whole blocks of it: C_in for the stride-1
     input grad (a forward with C_in outputs), C_out (NHWC) or KW*C_in (NCHW) for the weight grad
-    of layers past the first.
+    of layers past the first; the stride-1 NCHW input grad of few C_in picks its rows as the
+    forward does (_tile.rows_block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk

@@ -147,14 +147,15 @@ def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypa
     shorter (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
     3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more than the top and left;
     2x1 pads only the bottom), and 12 channels of 6 columns (transposed ragged: no 8 x 8 block
-    fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4 ragged), against PyTorch.
-    Each band's scratch comes back dirty (dirty_malloc), so padding the kernel leaves unzeroed
-    shows."""
+    fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4 ragged); 67 output channels,
+    past a block of lanes for every block shape (fewer run _forward_shifted instead), against
+    PyTorch. Each band's scratch comes back dirty (dirty_malloc), so padding the kernel leaves
+    unzeroed shows."""
     from kernels import conv
     monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
     for c, h, w_, kernel in ((32, 9, 11, (3, 3)), (32, 9, 11, (2, 4)), (32, 9, 11, (2, 1)),
                              (12, 5, 6, (3, 3)), (12, 5, 10, (3, 3))):
-        x, w = f32(rng, 9, c, h, w_), f32(rng, *kernel, c, 19)
+        x, w = f32(rng, 9, c, h, w_), f32(rng, *kernel, c, 67)
         y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
         close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=c * kernel[0] * kernel[1])
 
