@@ -371,7 +371,8 @@ def rows_block(spec, n):
     6 x 16 runs C_out = 32 as eight 4 x 16 blocks rather than six with the last a third full, and
     8 accumulators still cover the FMAs' latency on two pipes of 4 cycles (Zen 3 and 4): mnist
     conv1's and cifar conv1's NCHW forward and input grad 0.89-0.95x the time (emulated AVX2);
-    AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time
+    AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time;
+    dense's backward by slabs, rows over a block's 16 inputs, 0.86-0.94x on emulated AVX2
     (docs/performance.md, session 22)."""
     blk = block(spec)
     if spec is not None or _isa.isa_info()["block_source"] == "env":

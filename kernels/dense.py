@@ -22,7 +22,7 @@ from numba import prange, uint64
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, transpose
 from ._jit import kernel
-from ._tile import J, P, aligned, block as block_of, lanes_block, panels, tile, tiled
+from ._tile import J, P, aligned, block as block_of, lanes_block, panels, rows_block, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
@@ -260,7 +260,9 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
 
 def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple,
-    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide block)."""
+    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide block;
+    by slabs, its blocks take fewer rows where that pads the J inputs of a block less:
+    _tile.rows_block)."""
     x, w = _check(x, w)
     dy = f32("dy", dy, 2)
     if dy.shape != (x.shape[0], w.shape[1]):
@@ -277,8 +279,9 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     n, i, o = x.shape[0], x.shape[1], w.shape[1]
     if n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
         chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())   # two per thread, for the balance
-        _backward_slabs[blk](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
-                             dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))
+        rows = rows_block(block, blk.lanes)   # its blocks' rows run over J inputs: AVX2's 16 as 4 x 16, not 6 + 6 + 4
+        _backward_slabs[rows](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
+                              dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))
     else:
         _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
         _product(blk, ws, "dense.dy", x.T, dy, dw)

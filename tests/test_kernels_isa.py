@@ -137,9 +137,10 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     """rows_block: with no block asked for, the machine's block with as few as two thirds of its
     rows where that pads the rows less (ties keep the most rows); an asked-for block, and any block
     PROFILER_KERNEL_BLOCK set, as it is. conv2d's NCHW forwards with output channels along the rows
-    (first layers) and the input grads that run them (few C_in) take it, with results identical to
-    the machine's block (each output's reduction runs in the same order whatever the rows)."""
-    from kernels import _tile, conv
+    (first layers), the input grads that run them (few C_in) and dense's backward by slabs (rows
+    over a block's J inputs) take it, with results identical to the machine's block (each
+    output's reduction runs in the same order whatever the rows)."""
+    from kernels import _tile, conv, dense
     for machine, picks in (("6x16", {32: "4x16", 36: "6x16", 35: "5x16", 7: "4x16", 1: "4x16", 6: "6x16"}),
                            ("8x32", {32: "8x32", 20: "7x32", 18: "6x32", 64: "8x32"})):
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, block_source="isa"))
@@ -154,6 +155,7 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
         chosen.append(_tile.rows_block(spec, n).name)
         return _tile.block(chosen[-1])
     monkeypatch.setattr(conv, "rows_block", spy)
+    monkeypatch.setattr(dense, "rows_block", spy)
     x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
     dy = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
     y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
@@ -161,6 +163,12 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     assert chosen == ["4x16", "4x16"]   # the forward's 32 outputs; the input grad's 3 (a forward too)
     np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block="6x16"))
     np.testing.assert_array_equal(dx, K.conv2d_backward(x, w, dy, layout="NCHW", padding="same", block="6x16")[0])
+    chosen.clear()
+    a, b, d = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 300), (300, 32), (64, 32)))
+    grads = K.dense_backward(a, b, d)   # by slabs: a batch of 64 against 32 outputs
+    assert chosen == ["4x16"]
+    for got, want in zip(grads, K.dense_backward(a, b, d, block="6x16")):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.slow
