@@ -365,20 +365,22 @@ def lanes_block(spec, n):
 
 
 def rows_block(spec, n):
-    """The Block of a product with n rows (output channels along a block's rows): block(spec); with
-    `spec` None and the block not set by PROFILER_KERNEL_BLOCK, the machine's block with as few as
-    two thirds of its rows where that pads the n rows less (ties keep the most rows). AVX2's
-    6 x 16 runs C_out = 32 as eight 4 x 16 blocks rather than six with the last a third full, and
-    8 accumulators still cover the FMAs' latency on two pipes of 4 cycles (Zen 3 and 4): mnist
-    conv1's and cifar conv1's NCHW forward and input grad 0.89-0.95x the time (emulated AVX2);
-    AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time;
-    dense's backward by slabs, rows over a block's 16 inputs, 0.86-0.94x on emulated AVX2
+    """The Block of a product with n rows (output channels, or inputs, along a block's rows):
+    block(spec); with `spec` None and the block not set by PROFILER_KERNEL_BLOCK, the machine's
+    block with as few as two thirds of its rows where that pads the n rows at least a tenth less
+    (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so
+    each costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six
+    with the last a third full (mnist conv1's and cifar conv1's NCHW forward and input grad,
+    0.89-0.95x the time; dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but
+    keeps 6 x 16 for 64 (NCHW weight grads of 64 channels in 4 x 16: 1.05-1.09x the time).
+    AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time
     (docs/performance.md, session 22)."""
     blk = block(spec)
     if spec is not None or _isa.isa_info()["block_source"] == "env":
         return blk
-    fewest = min(range(blk.rows, -(-2 * blk.rows // 3) - 1, -1), key=lambda p: -(-n // p) * p)   # ties: the most rows
-    return blk if fewest == blk.rows else block((fewest, blk.lanes))
+    padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
+    fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
+    return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk
 
 
 class Tiled:
