@@ -78,21 +78,28 @@ def test_256_bit_code_on_an_avx512_host_has_no_wide_block(monkeypatch):
     assert (_isa.isa_info()["block"], _isa.isa_info()["wide"]) == ("6x16", None)
 
 
+def _record_blocks(monkeypatch, chooser):
+    """The names of the blocks that _tile's `chooser` (lanes_block or rows_block) picks for conv
+    and dense from now on, in order (each pick also runs)."""
+    from kernels import _tile, conv, dense
+    chosen, choose = [], getattr(_tile, chooser)
+
+    def spy(spec, n):
+        chosen.append(choose(spec, n).name)
+        return _tile.block(chosen[-1])
+    for module in (conv, dense):
+        monkeypatch.setattr(module, chooser, spy)
+    return chosen
+
+
 def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(monkeypatch, rng):
     """With a wide block (AVX-512's 6 x 64), conv2d's pixel-block forwards (the stride-1 input
     grad's among them: C_in outputs), its deep weight grads and dense's forward run it when no
     block is asked for and the axis along the lanes is whole blocks of them; an asked-for block,
     axes that would leave lanes idle, and NCHW forwards of shallow reductions or fewer outputs
     than lanes (pixels along the lanes) keep theirs. Results as with the default block."""
-    from kernels import _tile, conv, dense
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
-    chosen = []
-
-    def spy(spec, n):
-        chosen.append(_tile.lanes_block(spec, n).name)
-        return _tile.block(chosen[-1])
-    monkeypatch.setattr(conv, "lanes_block", spy)
-    monkeypatch.setattr(dense, "lanes_block", spy)
+    chosen = _record_blocks(monkeypatch, "lanes_block")
     x = rng.standard_normal((2, 9, 9, 8)).astype(np.float32)
     for cout, want in ((64, "6x64"), (128, "6x64"), (96, K.BLOCK)):
         w = rng.standard_normal((3, 3, 8, cout)).astype(np.float32)
@@ -141,7 +148,7 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     (first layers), the input grads that run them (few C_in) and dense's backward by slabs (rows
     over a block's J inputs) take it, with results identical to the machine's block (each
     output's reduction runs in the same order whatever the rows)."""
-    from kernels import _tile, conv, dense
+    from kernels import _tile
     for machine, picks in (("6x16", {32: "4x16", 16: "4x16", 7: "4x16", 1: "4x16", 10: "5x16", 6: "6x16",
                                      36: "6x16", 64: "6x16", 35: "6x16"}),
                            ("8x32", {32: "8x32", 20: "7x32", 18: "6x32", 10: "6x32", 64: "8x32", 63: "8x32"})):
@@ -151,13 +158,7 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, block_source="env"))
         assert {_tile.rows_block(None, n).name for n in picks} == {machine}
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, block_source="isa"))
-    chosen = []
-
-    def spy(spec, n):
-        chosen.append(_tile.rows_block(spec, n).name)
-        return _tile.block(chosen[-1])
-    monkeypatch.setattr(conv, "rows_block", spy)
-    monkeypatch.setattr(dense, "rows_block", spy)
+    chosen = _record_blocks(monkeypatch, "rows_block")
     x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
     dy = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
     y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
