@@ -9,8 +9,9 @@ optional `out=` buffers so a training step need not allocate.
 importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by default; conv2d's
 pixel-block forwards (its stride-1 input grad among them), its deep weight grads and dense's
 forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64) when the axis along their lanes is
-whole blocks of it, and NCHW forwards with output channels along the rows use a block of fewer
-rows when that pads them less (AVX2's 4 x 16 for 32 channels).
+whole blocks of it; NCHW forwards with output channels along the rows (first layers) and dense's
+backward by slabs use a block of fewer rows when that pads them less (AVX2's 4 x 16 for 32
+channels and for a block's 16 inputs).
 """
 
 import importlib
