@@ -5,7 +5,7 @@ import torch.nn as nn
 
 from profiler.workloads import scenarios
 
-from .timing import interleaved, medians, middle_half, set_threads
+from .timing import interleaved, medians, middle_half, set_threads, spread_cell
 
 
 def torch_model(name):
@@ -76,5 +76,5 @@ def markdown(rows):
     out = ["| threads | model | layout | per | ours ms | torch ms | ours/torch | its rounds' middle half |",
            "|---|---|---|---|---:|---:|---:|---:|"]
     out += [f"| {r['threads']} | {r['model']} | {r['layout']} | {r['unit']} | {r['ours_ms']:.2f} | {r['torch_ms']:.2f} | "
-            f"{r['ours_over_torch']:.2f} | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} |" for r in rows]
+            f"{r['ours_over_torch']:.2f} | {spread_cell(r['spread'])} |" for r in rows]
     return "\n".join(out)

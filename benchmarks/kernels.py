@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import kernels as K
 
-from .timing import interleaved, medians, middle_half, set_threads
+from .timing import interleaved, medians, middle_half, set_threads, spread_cell
 
 CONVS = [  # name, N, C, H, W, C_out, padding
     ("mnist conv1 128x28x28 1->32", 128, 1, 28, 28, 32, "valid"),
@@ -138,6 +138,6 @@ def markdown(rows):
         nchw = f"{r['nchw_over_nhwc']:.2f}" if "nchw_over_nhwc" in r else "-"
         numpy_rate = f"{r['numpy_rate']:.1f} {r['unit']}" if r["numpy_rate"] else "-"
         out.append(f"| {r['threads']} | {r['kernel']} | {r['layout']} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
-                   f"{r['torch_over_ours']:.2f} | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} | {r['rate']:.1f} {r['unit']} | "
+                   f"{r['torch_over_ours']:.2f} | {spread_cell(r['spread'])} | {r['rate']:.1f} {r['unit']} | "
                    f"{nchw} | {numpy_rate} |")
     return "\n".join(out)

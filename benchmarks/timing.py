@@ -58,6 +58,11 @@ def middle_half(times, num, den):
     return tuple(float(q) for q in np.percentile(ratios, (25, 75)))
 
 
+def spread_cell(spread):
+    """A middle_half as a table cell: "0.95-1.02"."""
+    return f"{spread[0]:.2f}-{spread[1]:.2f}"
+
+
 def set_threads(n):
     """Same thread count for torch, numba and numpy's BLAS."""
     import numba

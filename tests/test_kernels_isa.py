@@ -97,7 +97,8 @@ def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(mon
     grad's among them: C_in outputs), its deep weight grads and dense's forward run it when no
     block is asked for and the axis along the lanes is whole blocks of them; an asked-for block,
     axes that would leave lanes idle, and NCHW forwards of shallow reductions or fewer outputs
-    than lanes (pixels along the lanes) keep theirs. Results as with the default block."""
+    than lanes (pixels along the lanes, their rows from rows_block) keep theirs. Results as with
+    the default block."""
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
     chosen = _record_blocks(monkeypatch, "lanes_block")
     x = rng.standard_normal((2, 9, 9, 8)).astype(np.float32)
