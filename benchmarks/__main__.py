@@ -81,6 +81,19 @@ def _thp_mode():
         return "unknown"
 
 
+def _vcpu_scheduling():
+    """This VM's guest-kernel settings on where threads run, "" where it has none: the vCPU packing
+    and halt polling that leave a woken worker queued behind its caller (benchmarks/timing.py)."""
+    found = []
+    for path, keep in (("/proc/sys/kernel/sched_vcpu_pack", lambda text: [f"kernel.sched_vcpu_pack={text.strip()}"]),
+                       ("/proc/cmdline", lambda text: [w for w in text.split() if w.startswith("haltpoll.")])):
+        try:
+            found += keep(Path(path).read_text())
+        except OSError:
+            pass
+    return ", ".join(found)
+
+
 def _merge(old, parts):
     """Keep the sections of an earlier full run that this (--only) run did not redo, in the
     usual order; the header (machine, date) is this run's."""
@@ -105,6 +118,8 @@ def main(args, chosen):
                     "| kernel rows' buffers | ours and PyTorch read the same arrays (allocated by PyTorch, on a 64-byte "
                     "line; conv weights, laid out differently, and the bias vector are each library's own) and write "
                     "the same `out=`; each allocates the results it returns |"]
+    if scheduling := _vcpu_scheduling():
+        parts[-1:-1] = [f"| vCPU scheduling | {scheduling} |"]
     if args.emulate:
         shown = {k: v for k, v in EMULATE[args.emulate].items() if k != "NUMBA_CPU_FEATURES"}
         parts[-1:-1] = [f"| emulating {args.emulate} | {_assignments(shown)} |"]

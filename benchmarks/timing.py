@@ -2,16 +2,20 @@
 slows all of them alike; we report medians, the ratios between them, and the spread of each
 ratio taken round by round (middle_half).
 
-Each turn first waits `settle` seconds, then makes one untimed call, then times a burst of calls
-lasting at least `burst` seconds. The wait is for the thread pools of the candidate before,
-which spin on their cores for a while after their work (torch's libgomp, OpenBLAS): a candidate
-timed while they spin shares the cores with them. After one 2-thread conv2d call torch's threads
-burnt 9.5-9.9 ms of CPU time during a sleep of 10-100 ms (the Zen 5 VM), and one untimed call
-(~1.4 ms) did not cover that: our 2-thread cifar conv2 forward timed 1.81-1.97 ms in turns after
-torch's against 1.37-1.52 after a copy of itself, 1.23-1.42 with a 20 ms wait
-(docs/performance.md). The untimed call then wakes the candidate's own pool, asleep after the
-wait. The order rotates round by round: the first candidate of a round measured 5-10% slower
-than an identical second one here.
+Each turn first waits `settle` seconds, then makes untimed calls for `warm` seconds (at least
+one), then times a burst of calls lasting at least `burst` seconds. The wait is for the thread
+pools of the candidate before, which spin on their cores for a while after their work (torch's
+libgomp, OpenBLAS): a candidate timed while they spin shares the cores with them. After one
+2-thread conv2d call torch's threads burnt 9.5-9.9 ms of CPU time during a sleep of 10-100 ms (the
+Zen 5 VM), and one untimed call (~1.4 ms) did not cover that: our 2-thread cifar conv2 forward
+timed 1.81-1.97 ms in turns after torch's against 1.37-1.52 after a copy of itself, 1.23-1.42 with
+a 20 ms wait (docs/performance.md). The untimed calls then wake the candidate's own pool, asleep
+after the wait, and let it spread over the cores: on the project's VMs a worker woken after an
+idle spell can wait ~10 ms queued behind the caller on the caller's vCPU, and with one untimed
+call a 2-thread broadcast_add ran at 1-thread speed in 56-75% of its 5 ms bursts (none with 20 ms
+of untimed calls; docs/performance.md). The bursts time a loop's steady state, ops back to back,
+as in a training step. The order rotates round by round: the first candidate of a round measured
+5-10% slower than an identical second one here.
 """
 
 import os
@@ -21,9 +25,10 @@ import numpy as np
 
 
 SETTLE_S = 0.03   # three times the spin measured above
+WARM_S = 0.02   # twice the longest queueing of a woken worker measured above
 
 
-def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S):
+def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S, warm=WARM_S):
     """{name: [seconds per call in each round]} for {name: fn}, each fn called in bursts, in turn."""
     calls = {}
     for _ in range(warmup):
@@ -37,7 +42,10 @@ def interleaved(fns, rounds=20, warmup=2, burst=0.02, settle=SETTLE_S):
         for name in names[r % len(names):] + names[:r % len(names)]:   # each candidate first in turn
             fn = fns[name]
             time.sleep(settle)
+            start = time.perf_counter()
             fn()
+            while time.perf_counter() - start < warm:
+                fn()
             start = time.perf_counter()
             for _ in range(calls[name]):
                 fn()
