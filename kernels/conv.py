@@ -542,6 +542,13 @@ def _row_panels(blk, ws, name, w):
 class _Plan:
     """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
+    # the workspace buffer x_nhwc packs into. The input grad's full correlation packs dy into a
+    # buffer of its own: the two packs split the buffer over the threads at different offsets (a
+    # band of images holds C_in or C_out floats a pixel), so one shared buffer moved much of it
+    # between the cores' caches each backward (2 threads: each pack 0.25 ms against 0.04-0.05
+    # on cifar conv3's NHWC backward, docs/performance.md)
+    padded = "conv2d.xp"
+
     def __init__(self, x, w, layout, stride, padding, workspace, blk):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
         self.blk = block_of(blk)
@@ -561,7 +568,7 @@ class _Plan:
         correlated with w flipped and C_in, C_out swapped (a KH*KW*C_out-deep reduction)."""
         q = object.__new__(_Plan)
         q.x, q.w = dy, self.w[::-1, ::-1].transpose(0, 1, 3, 2)
-        q.blk, q.nchw, q.stride, q.ws = self.blk, self.nchw, 1, self.ws
+        q.blk, q.nchw, q.stride, q.ws, q.padded = self.blk, self.nchw, 1, self.ws, "conv2d.dy_full"
         q._geometry(self.n, self.cout, self.oh, self.ow, self.kh, self.kw, self.c, self.h, self.wd,
                     self.kh - 1 - self.pt, self.kw - 1 - self.pl)
         return q
@@ -594,7 +601,7 @@ class _Plan:
 
     def x_nhwc(self, slack=0):
         """The padded input as NHWC (a transposed copy for NCHW)."""
-        return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, "conv2d.xp", slack)
+        return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded, slack)
 
     def dyp(self, dy, blk):
         """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""

@@ -277,6 +277,18 @@ def test_conv2d_workspace_and_out_buffers_are_reused(rng):
     close(y, ref.conv2d(x, w, "NCHW", 1, "valid"), scale=27)
 
 
+def test_conv2d_backward_packs_x_and_dy_into_buffers_of_their_own(rng):
+    """The NHWC backward's weight grad reads x padded and its input grad (a full correlation) dy
+    padded, each packed into a workspace buffer of its own: x's pack is still whole afterwards. In
+    one shared buffer the two packs split it over the threads at different offsets, and at 2
+    threads it moved between the cores' caches on every backward (docs/performance.md)."""
+    x, w, dy = f32(rng, 2, 6, 6, 8), f32(rng, 3, 3, 8, 16), f32(rng, 2, 6, 6, 16)
+    ws = K.Workspace()
+    K.conv2d_backward(x, w, dy, layout="NHWC", padding="same", workspace=ws, block="8x32")
+    x_padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0))).ravel()
+    assert any(np.array_equal(b[:x_padded.size], x_padded) for b in ws._buffers.values() if b.size >= x_padded.size)
+
+
 @given(n=st.integers(1, 4), c=st.integers(1, 6), h=st.integers(1, 7), w=st.integers(1, 7),
        strided=st.booleans(), seed=st.integers(0, 2**31))
 @pytest.mark.parametrize("layout", LAYOUTS)
