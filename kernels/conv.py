@@ -17,8 +17,9 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
 - input grad:   stride 1: the forward on dy padded by K-1-pad with w flipped and C_in, C_out
                 swapped (a full correlation: a 9*C_out-deep reduction per block), in either
                 layout through the forward's own kernels (_Plan.full_correlation). C_in below a
-                quarter of the lanes (first layers): with 32 lanes, each output pixel's whole patch
-                gradient at once (_backward_input_patches, both layouts); else, and with stride > 1, a scatter,
+                quarter of the lanes (first layers): each output pixel's whole patch gradient at
+                once (_backward_input_patches, both layouts); with stride > 1 (and NHWC images
+                of fewer pixels than lanes), a scatter,
                 dxp[b, i, ow*s*C + t] += sum_n dy[b, oh, ow, n] * w[kh, t, n] for oh*s + kh = i,
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively. The stride-1 forward of reductions at least 64 deep, with outputs that fill a
@@ -382,9 +383,9 @@ def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
     """Stride 1, the first layers' input grad (C_in under a quarter of the lanes): every output
     pixel's whole patch gradient (its KH*KW*C_in values) computed at once, then added into dx
     where the patch sits. The full correlation's blocks run over C_in (mnist conv1: 1 of 8 rows
-    used) and the scatter's lanes over KW*C_in (3 or 9 of 32); the patch fills 9 or 27 (AVX-512,
-    8 x 32, 1 thread: mnist conv1's backward 0.33x the time in NCHW, 0.66x in NHWC; cifar conv1's
-    0.50-0.57x and 0.68-0.70x).
+    used) and the scatter's lanes over KW*C_in (3 or 9 of 16 or 32); the patch fills 9 or 27
+    (1 thread, AVX-512's 8 x 32: mnist conv1's backward 0.33x the time in NCHW, 0.66x in NHWC,
+    cifar conv1's 0.50-0.57x and 0.68-0.70x; emulated AVX2's 6 x 16: 0.48x, 0.80x, 0.85x, 0.90x).
     NCHW: zt (patch element, output pixel) = wt (KH*KW*C, N) @ dy's planes, blocks of P patch
     elements x J consecutive output pixels (dy read in place, whole-lane stores: the last block of
     an image starts J before its end, so no lane reads past dy), an image at a time; each patch
@@ -483,10 +484,9 @@ def _unpack(src, pt, pl, nchw, h, w, dst):
 
 
 # Stride-1 input grads go through the full correlation unless C_in fills under a quarter of the
-# lanes (the first layers: C_in 1 and 3): then, with 32 or more lanes, through whole patch
-# gradients (_backward_input_patches); with fewer, NHWC's through the scatter, whose lanes run over
-# KW*C_in (on AVX-512 it ran mnist conv1's and cifar conv1's backward 1.8-2.6x faster than the
-# full correlation, before the patch gradients)
+# lanes (the first layers: C_in 1 and 3), then through whole patch gradients
+# (_backward_input_patches). The full correlation would run 1 or 3 output channels along a
+# block's rows, the scatter KW*C_in along its lanes (3 or 9 of 16)
 _SCATTER_MIN = 4
 
 
@@ -699,7 +699,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     if not need_dx:
         return None, dw
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
-    if stride == 1 and blk.lanes >= 32 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:
+    if stride == 1 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:
         # NCHW's blocks need an image of at least J output pixels (a block never starts before its first)
         wt = plan.w.reshape(-1, cout)   # (KH*KW*C, N)
         wt = wt if plan.nchw else _lanes(blk, plan.ws, "conv2d.wt", wt.T)

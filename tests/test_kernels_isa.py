@@ -146,9 +146,10 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     rows where that pads the rows at least a tenth less (the fewest padded rows, ties keeping the
     most rows: 64 rows stay 6 x 16, 66 against 4 x 16's 64); an asked-for block, and any block
     PROFILER_KERNEL_BLOCK set, as it is. conv2d's NCHW forwards with output channels along the rows
-    (first layers), the input grads that run them (few C_in) and dense's backward by slabs (rows
-    over a block's J inputs) take it, with results identical to the machine's block (each
-    output's reduction runs in the same order whatever the rows)."""
+    (first layers), the input grads that run them (C_in under a block of lanes, from a quarter of
+    it: fewer go by patch gradients) and dense's backward by slabs (rows over a block's J inputs)
+    take it, with results identical to the machine's block (each output's reduction runs in the
+    same order whatever the rows)."""
     from kernels import _tile
     for machine, picks in (("6x16", {32: "4x16", 16: "4x16", 7: "4x16", 1: "4x16", 10: "5x16", 6: "6x16",
                                      36: "6x16", 64: "6x16", 35: "6x16"}),
@@ -161,12 +162,13 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, block_source="isa"))
     chosen = _record_blocks(monkeypatch, "rows_block")
     x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
+    x10, w10 = rng.standard_normal((2, 10, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 10, 32)).astype(np.float32)
     dy = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
     y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
-    dx, _ = K.conv2d_backward(x, w, dy, layout="NCHW", padding="same")
-    assert chosen == ["4x16", "4x16"]   # the forward's 32 outputs; the input grad's 3 (a forward too)
+    dx, _ = K.conv2d_backward(x10, w10, dy, layout="NCHW", padding="same")
+    assert chosen == ["4x16", "5x16"]   # the forward's 32 outputs; the input grad's 10 (a forward too)
     np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block="6x16"))
-    np.testing.assert_array_equal(dx, K.conv2d_backward(x, w, dy, layout="NCHW", padding="same", block="6x16")[0])
+    np.testing.assert_array_equal(dx, K.conv2d_backward(x10, w10, dy, layout="NCHW", padding="same", block="6x16")[0])
     chosen.clear()
     a, b, d = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 300), (300, 32), (64, 32)))
     grads = K.dense_backward(a, b, d)   # by slabs: a batch of 64 against 32 outputs
