@@ -370,8 +370,8 @@ def rows_block(spec, n):
     block with as few as two thirds of its rows where that pads the n rows at least a tenth less
     (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so
     each costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six
-    with the last a third full (mnist conv1's and cifar conv1's NCHW forward and input grad,
-    0.89-0.95x the time; dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but
+    with the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the
+    time; dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but
     keeps 6 x 16 for 64 (NCHW weight grads of 64 channels in 4 x 16: 1.05-1.09x the time).
     AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time
     (docs/performance.md, session 22)."""

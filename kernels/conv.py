@@ -385,7 +385,8 @@ def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
     where the patch sits. The full correlation's blocks run over C_in (mnist conv1: 1 of 8 rows
     used) and the scatter's lanes over KW*C_in (3 or 9 of 16 or 32); the patch fills 9 or 27
     (1 thread, AVX-512's 8 x 32: mnist conv1's backward 0.33x the time in NCHW, 0.66x in NHWC,
-    cifar conv1's 0.50-0.57x and 0.68-0.70x; emulated AVX2's 6 x 16: 0.48x, 0.80x, 0.85x, 0.90x).
+    cifar conv1's 0.50-0.57x and 0.68-0.70x; emulated AVX2's 6 x 16, the same four: 0.48x, 0.80x,
+    0.85x and 0.90x).
     NCHW: zt (patch element, output pixel) = wt (KH*KW*C, N) @ dy's planes, blocks of P patch
     elements x J consecutive output pixels (dy read in place, whole-lane stores: the last block of
     an image starts J before its end, so no lane reads past dy), an image at a time; each patch
@@ -483,11 +484,13 @@ def _unpack(src, pt, pl, nchw, h, w, dst):
                     copy(sf, ((b * hs + pt + ih) * ws + pl + iw) * cs, df, ((b * dh + ih) * dw_ + iw) * c, c)
 
 
-# Stride-1 input grads go through the full correlation unless C_in fills under a quarter of the
-# lanes (the first layers: C_in 1 and 3), then through whole patch gradients
-# (_backward_input_patches). The full correlation would run 1 or 3 output channels along a
-# block's rows, the scatter KW*C_in along its lanes (3 or 9 of 16)
-_SCATTER_MIN = 4
+def _few_inputs(c, blk):
+    """Whether C_in fills under a quarter of the block's lanes (the first layers: C_in 1 and 3).
+    Their stride-1 input grads go by whole patch gradients (_backward_input_patches), whose 9 or
+    27 patch elements fill a block: the full correlation would run 1 or 3 output channels along its
+    rows, the scatter KW*C_in (3 or 9) along its lanes. Images of fewer pixels than lanes, which
+    the patches' NCHW blocks cannot take, go by the full correlation (NCHW) or the scatter (NHWC)."""
+    return 4 * c < blk.lanes
 
 
 def _shapes(x_shape, w_shape, layout, stride, padding):
@@ -543,9 +546,9 @@ class _Plan:
     """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
     # the workspace buffer x_nhwc packs into. The input grad's full correlation packs dy into a
-    # buffer of its own: the two packs split the buffer over the threads at different offsets (a
-    # band of images holds C_in or C_out floats a pixel), so one shared buffer moved much of it
-    # between the cores' caches each backward (2 threads: each pack 0.25 ms against 0.04-0.05
+    # buffer of its own: each pack splits its buffer over the threads by images, and an image is
+    # C_in floats a pixel in one and C_out in the other, so one shared buffer moved much of itself
+    # between the cores' caches on every backward (2 threads: each pack 0.25 ms against 0.04-0.05
     # on cifar conv3's NHWC backward, docs/performance.md)
     padded = "conv2d.xp"
 
@@ -676,8 +679,9 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK, or
     the wide block where the axis along the lanes is whole blocks of it: C_in for the stride-1
     input grad (a forward with C_in outputs), C_out (NHWC) or KW*C_in (NCHW) for the weight grad
-    of layers past the first; the stride-1 NCHW input grad of few C_in picks its rows as the
-    forward does (_tile.rows_block).
+    of layers past the first; the stride-1 NCHW input grad of C_in under a block of lanes picks
+    its rows as the forward does (_tile.rows_block), unless C_in is under a quarter of them
+    (_few_inputs: whole patch gradients).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk
@@ -699,13 +703,13 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     if not need_dx:
         return None, dw
     kh, kw, kl, cout = plan.kh, plan.kw, plan.kl, plan.cout
-    if stride == 1 and plan.c * _SCATTER_MIN < blk.lanes and plan.oh * plan.ow >= blk.lanes:
+    if stride == 1 and _few_inputs(plan.c, blk) and plan.oh * plan.ow >= blk.lanes:
         # NCHW's blocks need an image of at least J output pixels (a block never starts before its first)
         wt = plan.w.reshape(-1, cout)   # (KH*KW*C, N)
         wt = wt if plan.nchw else _lanes(blk, plan.ws, "conv2d.wt", wt.T)
         _backward_input_patches[blk](plan.macs(), dy, plan.nchw, wt, (kh, kw), (plan.pt, plan.pl), dx)
         return dx, dw
-    if stride == 1 and (plan.nchw or plan.c * _SCATTER_MIN >= blk.lanes):
+    if stride == 1 and (plan.nchw or not _few_inputs(plan.c, blk)):
         # a full correlation through the forward's kernels: a deep reduction instead of the scatter's short one
         return _forward(plan.full_correlation(dy), block, dx), dw
     dyp = plan.dyp(dy, blk)

@@ -170,6 +170,9 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block="6x16"))
     np.testing.assert_array_equal(dx, K.conv2d_backward(x10, w10, dy, layout="NCHW", padding="same", block="6x16")[0])
     chosen.clear()
+    K.conv2d_backward(x, w, dy, layout="NCHW", padding="same")
+    assert chosen == []   # the input grad of 3 channels goes by patch gradients, not a forward
+    chosen.clear()
     a, b, d = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 300), (300, 32), (64, 32)))
     grads = K.dense_backward(a, b, d)   # by slabs: a batch of 64 against 32 outputs
     assert chosen == ["4x16"]
