@@ -85,12 +85,14 @@ def _vcpu_scheduling():
     """This VM's guest-kernel settings on where threads run, "" where it has none: the vCPU packing
     and halt polling that leave a woken worker queued behind its caller (benchmarks/timing.py)."""
     found = []
-    for path, keep in (("/proc/sys/kernel/sched_vcpu_pack", lambda text: [f"kernel.sched_vcpu_pack={text.strip()}"]),
-                       ("/proc/cmdline", lambda text: [w for w in text.split() if w.startswith("haltpoll.")])):
-        try:
-            found += keep(Path(path).read_text())
-        except OSError:
-            pass
+    try:
+        found.append("kernel.sched_vcpu_pack=" + Path("/proc/sys/kernel/sched_vcpu_pack").read_text().strip())
+    except OSError:
+        pass
+    try:
+        found += [word for word in Path("/proc/cmdline").read_text().split() if word.startswith("haltpoll.")]
+    except OSError:
+        pass
     return ", ".join(found)
 
 
