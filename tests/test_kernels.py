@@ -320,6 +320,17 @@ def test_broadcast_add_2d_and_large_reductions(layout, rng):
     np.testing.assert_array_equal(K.broadcast_add_forward(big, bias, layout=layout, out=big), expect)   # in place
 
 
+@pytest.mark.parametrize("c, hw", [(1, 1), (3, 7), (8, 8), (9, 15), (17, 40), (64, 576), (65, 23)])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_broadcast_add_forward_every_row_width(layout, c, hw, rng):
+    """Rows of every width along the contiguous axis (NCHW's planes, NHWC's channels: whole vectors
+    and the floats after them), out of place and in place, exact against numpy."""
+    x, b = ref.to_layout(f32(rng, 3, c, hw, 1), layout), f32(rng, c)
+    expect = x + (b[:, None, None] if layout == "NCHW" else b)
+    np.testing.assert_array_equal(K.broadcast_add_forward(x, b, layout=layout), expect)
+    np.testing.assert_array_equal(K.broadcast_add_forward(x, b, layout=layout, out=x), expect)
+
+
 @pytest.mark.parametrize("c", [1, 3, 10, 16, 17, 32, 34, 63, 64, 65, 100, 1030])
 @pytest.mark.parametrize("rows", [1, 7, 300, 5000])
 def test_broadcast_add_backward_every_row_width(c, rows, rng):

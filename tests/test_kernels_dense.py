@@ -2,6 +2,8 @@
 (kernels/dense.py, _backward_slabs: a batch of at least a quarter of the outputs) and as two
 products, whose transposed result (dx.T) _tile stores a whole block at a time."""
 
+import re
+
 import numba
 import numpy as np
 import pytest
@@ -109,6 +111,25 @@ def test_the_block_function_is_compiled_into_its_caller(shape, rng):
     assert names and all(name in blk.tile.inspect_asm(sig) for sig, name in names.items())
     code = matmul.inspect_asm(matmul.signatures[0])
     assert not [name for name in names.values() if name in code]
+
+
+@pytest.mark.parametrize("shape, width", [("6x16", 16), ("8x32", 32), ("5x24", 8), ("3x48", 16)])
+def test_the_block_multiplies_in_vectors_a_power_of_two_wide(shape, width, rng):
+    """_fma_rows multiplies a row of J lanes as runs a power of two wide (_runs): LLVM compiled
+    vectors of 24, 40 or 48 floats into code 3.8-17x slower than runs of 8 or 16 (docs/performance.md,
+    session 24). Compiled afresh, the block function's LLVM IR holds FMAs of that width only."""
+    from kernels import _jit, dense
+    from kernels._tile import block
+    blk = block(shape)
+    matmul = _jit._compiled(dense._matmul.fn, blk.env, f"inspected {blk.name}", cache=False, parallel=True)
+    m, k, n = 13, 7, 2 * blk.lanes + 5
+    a, b = f32(rng, m, k), f32(rng, k, n)
+    out = np.zeros((m, n), np.float32)
+    panels = dense._packed(blk, K.Workspace(), "b", b).reshape(-1)
+    matmul(a.reshape(-1), k, 1, panels, k, blk.lanes, k, m, n, out.reshape(-1), n, 1, dense._group(blk, m, n))
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    code = "".join(blk.tile.inspect_llvm(sig) for sig in blk.tile.signatures)
+    assert set(re.findall(r"llvm\.fma\.v(\d+)f32", code)) == {str(width)}
 
 
 @pytest.mark.parametrize("rows,lanes", [(8, 32), (6, 16), (5, 24), (12, 32), (14, 32), (16, 16), (4, 8), (1, 16),
