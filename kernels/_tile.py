@@ -54,10 +54,13 @@ def _block(typingctx, size):
 
 
 def _runs(j_):
-    """(w, offsets): a row of J lanes as runs of w lanes, w a power of two (8 or 16 where J is not
-    one). LLVM compiled J-wide vectors of other widths into slow code: cifar conv3's forward, 1
-    thread, AVX-512, took 9.5-49 ms with blocks 3 x 24, 4 x 24, 4 x 40, 7 x 40 and 4 x 48, and
-    2.4-3.2 ms as runs (8 x 32: 1.9-2.0 ms; those blocks also pad C_out = 64 to 72, 80 or 96)."""
+    """(w, offsets): a row of J lanes as runs of w lanes, w a power of two: J itself where it is
+    one, else the largest power of two up to 16 that divides J (J is a multiple of 8). LLVM
+    compiled J-wide vectors of other widths into slow code: cifar conv3's forward, 1 thread,
+    AVX-512, took 9.5-49 ms with blocks 3 x 24, 4 x 24, 4 x 40, 7 x 40 and 4 x 48, and 2.2-3.4 ms
+    as runs. Runs of 16 with a last one of 8 (fewer accumulators: 7 x 40 needs 35 ymm as runs of 8)
+    took 0.77-1.34x the time of these on the 24- and 40-lane blocks (docs/performance.md,
+    session 24)."""
     w = j_ if j_ & (j_ - 1) == 0 else min(16, j_ & -j_)
     return w, range(0, j_, w)
 
@@ -65,13 +68,13 @@ def _runs(j_):
 @intrinsic
 def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     """acc[p*J:(p+1)*J] += a[ao + row(min(p, pn-1))] * b[bo:bo+J] for p < P, written as P
-    broadcasts and P J-wide vector FMAs on one J-wide load of b. row(p) = p*sap for an integer
-    sap; for sap = (s, col0, width, jump) the rows are positions col0, col0 + 1, ... of lines
-    `width` long, p*s plus `jump` once past the line's end (col0 + pn <= 2*width: at most one
-    line end per block): a block of output pixels running on from one image row to the next,
-    with no rows left idle at the end of a line. Emitted as vector IR rather than
-    left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across the rows
-    instead, with gathers and scatters on the accumulator (30-50x slower).
+    broadcasts and P*J/w vector FMAs w lanes wide on J/w loads of b (_runs: w = J when J is a power
+    of two). row(p) = p*sap for an integer sap; for sap = (s, col0, width, jump) the rows are
+    positions col0, col0 + 1, ... of lines `width` long, p*s plus `jump` once past the line's end
+    (col0 + pn <= 2*width: at most one line end per block): a block of output pixels running on
+    from one image row to the next, with no rows left idle at the end of a line. Emitted as vector
+    IR rather than left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across
+    the rows instead, with gathers and scatters on the accumulator (30-50x slower).
 
     Each row's start, a + row(min(p, pn-1)), passes through an empty inline asm that LLVM cannot
     see through (readnone, so it is hoisted out of the reduction loop): the rows are then P scalar
@@ -101,8 +104,8 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
                                    for v, t in zip((aov, sapv, pnv, bov), types_)]
         adata = context.make_array(signature.args[1])(context, builder, av).data
         bdata = context.make_array(signature.args[5])(context, builder, bv).data
-        brows = [builder.load(builder.bitcast(builder.gep(bdata, [builder.add(bo64, ir.Constant(i64, o))]), vec.as_pointer()),
-                              align=4) for o in offsets]
+        brows = [builder.load(builder.bitcast(builder.gep(bdata, [builder.add(bo64, ir.Constant(i64, o))]),
+                                              vec.as_pointer()), align=4) for o in offsets]
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{w}f32")
         last = builder.sub(pn64, ir.Constant(i64, 1))
         zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w)

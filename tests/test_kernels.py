@@ -322,9 +322,9 @@ def test_broadcast_add_2d_and_large_reductions(layout, rng):
 
 @pytest.mark.parametrize("c, hw", [(1, 1), (3, 7), (8, 8), (9, 15), (17, 40), (64, 576), (65, 23)])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_broadcast_add_forward_every_row_width(layout, c, hw, rng):
-    """Rows of every width along the contiguous axis (NCHW's planes, NHWC's channels: whole vectors
-    and the floats after them), out of place and in place, exact against numpy."""
+def test_broadcast_add_forward_rows_of_many_widths(layout, c, hw, rng):
+    """Rows of 1 to 576 floats along the contiguous axis (NCHW's planes, NHWC's channels: whole
+    vectors and the floats after them), out of place and in place, exact against numpy."""
     x, b = ref.to_layout(f32(rng, 3, c, hw, 1), layout), f32(rng, c)
     expect = x + (b[:, None, None] if layout == "NCHW" else b)
     np.testing.assert_array_equal(K.broadcast_add_forward(x, b, layout=layout), expect)

@@ -89,14 +89,9 @@ def test_backward_transposed_blocks_match_a_float64_reference(n, i, o, block, rn
     check_backward(x, w, dy, block, K.Workspace())
 
 
-@pytest.mark.parametrize("shape", ["6x16", "8x32"])
-def test_the_block_function_is_compiled_into_its_caller(shape, rng):
-    """_tile marks itself alwaysinline for LLVM (_inlined): the parallel loop nest of a product
-    holds the block's code rather than a call to it. Without it LLVM leaves the call in numba's
-    parallel loop bodies, passing ~48 arguments a block, mostly through the stack (the first
-    layers' forwards 1.04-1.42x slower, docs/performance.md). Compiled afresh: numba shows no code
-    it read from its cache. The block function's own symbols (numba's mangled names) must be
-    absent, and are first found in its own code, so the check cannot pass for want of a match."""
+def _fresh_product(shape, rng):
+    """(block, dense's parallel product for it compiled afresh, so that numba shows its code rather
+    than code it read from its cache), after one call checked against numpy."""
     from kernels import _jit, dense
     from kernels._tile import block
     blk = block(shape)
@@ -107,6 +102,18 @@ def test_the_block_function_is_compiled_into_its_caller(shape, rng):
     panels = dense._packed(blk, K.Workspace(), "b", b).reshape(-1)
     matmul(a.reshape(-1), k, 1, panels, k, blk.lanes, k, m, n, out.reshape(-1), n, 1, dense._group(blk, m, n))
     np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    return blk, matmul
+
+
+@pytest.mark.parametrize("shape", ["6x16", "8x32"])
+def test_the_block_function_is_compiled_into_its_caller(shape, rng):
+    """_tile marks itself alwaysinline for LLVM (_inlined): the parallel loop nest of a product
+    holds the block's code rather than a call to it. Without it LLVM leaves the call in numba's
+    parallel loop bodies, passing ~48 arguments a block, mostly through the stack (the first
+    layers' forwards 1.04-1.42x slower, docs/performance.md). The block function's own symbols
+    (numba's mangled names) must be absent, and are first found in its own code, so the check
+    cannot pass for want of a match."""
+    blk, matmul = _fresh_product(shape, rng)
     names = {sig: blk.tile.overloads[sig].fndesc.mangled_name for sig in blk.tile.signatures}
     assert names and all(name in blk.tile.inspect_asm(sig) for sig, name in names.items())
     code = matmul.inspect_asm(matmul.signatures[0])
@@ -117,17 +124,8 @@ def test_the_block_function_is_compiled_into_its_caller(shape, rng):
 def test_the_block_multiplies_in_vectors_a_power_of_two_wide(shape, width, rng):
     """_fma_rows multiplies a row of J lanes as runs a power of two wide (_runs): LLVM compiled
     vectors of 24, 40 or 48 floats into code 3.8-17x slower than runs of 8 or 16 (docs/performance.md,
-    session 24). Compiled afresh, the block function's LLVM IR holds FMAs of that width only."""
-    from kernels import _jit, dense
-    from kernels._tile import block
-    blk = block(shape)
-    matmul = _jit._compiled(dense._matmul.fn, blk.env, f"inspected {blk.name}", cache=False, parallel=True)
-    m, k, n = 13, 7, 2 * blk.lanes + 5
-    a, b = f32(rng, m, k), f32(rng, k, n)
-    out = np.zeros((m, n), np.float32)
-    panels = dense._packed(blk, K.Workspace(), "b", b).reshape(-1)
-    matmul(a.reshape(-1), k, 1, panels, k, blk.lanes, k, m, n, out.reshape(-1), n, 1, dense._group(blk, m, n))
-    np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    session 24). The block function's LLVM IR holds FMAs of that width only."""
+    blk, _ = _fresh_product(shape, rng)
     code = "".join(blk.tile.inspect_llvm(sig) for sig in blk.tile.signatures)
     assert set(re.findall(r"llvm\.fma\.v(\d+)f32", code)) == {str(width)}
 
