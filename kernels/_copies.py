@@ -46,11 +46,14 @@ def _transpose_8(typingctx, s, s0, ls, d, d0, ld):
                               for v, t in zip((s0v, lsv, d0v, ldv), [signature.args[k] for k in (1, 2, 4, 5)])]
         sdata = context.make_array(signature.args[0])(context, builder, sv).data
         ddata = context.make_array(signature.args[3])(context, builder, dv).data
-        rows = [builder.load(builder.bitcast(builder.gep(sdata, [builder.add(s0_, builder.mul(ir.Constant(i64, i), ls_))]),
-                                             run), align=4) for i in range(TRANSPOSE_BLOCK)]
+
+        def at(data, start, k, stride):   # the run k strides past start
+            offset = builder.add(start, builder.mul(ir.Constant(i64, k), stride))
+            return builder.bitcast(builder.gep(data, [offset]), run)
+
+        rows = [builder.load(at(sdata, s0_, i, ls_), align=4) for i in range(TRANSPOSE_BLOCK)]
         for j, value in transposed(builder, rows, TRANSPOSE_BLOCK, TRANSPOSE_BLOCK):
-            builder.store(value, builder.bitcast(builder.gep(ddata, [builder.add(d0_, builder.mul(ir.Constant(i64, j), ld_))]),
-                                                 run), align=4)
+            builder.store(value, at(ddata, d0_, j, ld_), align=4)
         return context.get_dummy_value()
     return types.none(s, s0, ls, d, d0, ld), codegen
 

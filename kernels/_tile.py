@@ -216,7 +216,8 @@ def _transpose_plan(rows, lanes):
             if first % (2 * g):
                 continue
             b = next(v for v in live if key(v) == (first + g, lanes_a))
-            merged = [m for t in range(0, width, g) for m in list(range(t, t + g)) + list(range(width + t, width + t + g))]
+            merged = [m for t in range(0, width, g)
+                      for m in list(range(t, t + g)) + list(range(width + t, width + t + g))]
             for half in (merged[:width], merged[width:]):
                 shuffles.append((a, b, half))
                 labels.append([(labels[a] + labels[b])[m] for m in half])
@@ -275,8 +276,8 @@ def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
         o0_, soj_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sojv), signature.args[2:4])]
         odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[4], types.boolean)
-        rows_ = [builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), row_t.as_pointer()), align=4)
-                 for p in range(p_)]
+        rows_ = [builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), row_t.as_pointer()),
+                              align=4) for p in range(p_)]
         for j, value in transposed(builder, rows_, p_, j_):
             optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, builder.mul(ir.Constant(i64, j), soj_))]),
                                    run_t.as_pointer())

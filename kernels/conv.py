@@ -148,8 +148,9 @@ def _forward_bands(x, pt, pl, wk, band, y):
             kh0, kh1 = max(0, pt - last), min(kh_, pt + h - oh)   # kernel rows that reach x's rows
             x0 = ((oh - oh0 + kh0) * wp + ow) * c
             for n0 in range(0, n, J):
-                tile(xb, x0, (c, ow, ow_, (wp - ow_) * c), pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
-                     (1, max(0, kh1 - kh0), kl), yf, (b * n + n0) * pixels + q0, 1, pixels, min(J, n - n0), False)
+                tile(xb, x0, (c, ow, ow_, (wp - ow_) * c), pn, (0, wp * c, 1),
+                     wf, kh0 * kl * np_ + n0, (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl),
+                     yf, (b * n + n0) * pixels + q0, 1, pixels, min(J, n - n0), False)
             q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
 
 
@@ -418,7 +419,8 @@ def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
                 kh, kw, ci = e // (kw_ * c), e // c % kw_, e % c
                 o0, o1 = max(0, pl - kw), min(ow_, w + pl - kw)   # output columns whose patch column is in x
                 for oh in range(max(0, pt - kh), min(oh_, h + pt - kh)):
-                    _add(zt, e * pixels + oh * ow_ + o0, dxf, ((b * c + ci) * h + oh + kh - pt) * w + o0 + kw - pl, o1 - o0)
+                    _add(zt, e * pixels + oh * ow_ + o0,
+                         dxf, ((b * c + ci) * h + oh + kh - pt) * w + o0 + kw - pl, o1 - o0)
             continue
         z = np.empty(ow_ * lp, np.float32)
         for oh in range(oh_):

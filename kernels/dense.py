@@ -278,7 +278,8 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     no_overlap("out[2] (db)", db, inputs)
     n, i, o = x.shape[0], x.shape[1], w.shape[1]
     if n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
-        chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())   # two per thread, for the balance
+        # two chunks per thread, for the balance
+        chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())
         rows = rows_block(block, blk.lanes)   # its blocks' rows run over J inputs: AVX2's 16 as 4 x 16, not 6 + 6 + 4
         _backward_slabs[rows](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
                               dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))
