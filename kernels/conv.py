@@ -46,6 +46,7 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
+from . import _isa
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
@@ -243,14 +244,18 @@ _AHEAD = 2
 
 
 @tiled
-def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
+def _backward_weight(xf, x_shape, data, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
-    with J floats of slack at the end) and dy in the layout's own order (NHWC dy with channels
-    padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its
-    blocks accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each
-    on cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 8-15% faster at 1 thread;
-    in NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
-    groups, each summed into its own part in parallel, then added.
+    with J floats of slack at the end; its rows data[0]:data[1] and columns data[2]:data[3] are
+    x, the rest zero padding) and dy in the layout's own order (NHWC dy with channels padded to
+    J). Summed over bands of output pixels, each band's x and dy kept in cache while its blocks
+    accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each on
+    cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 8-15% faster at 1 thread; in
+    NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
+    groups, each summed into its own part in parallel, then added. Each block sums only over the
+    output pixels whose windows put some of its patch elements on x rather than on the padding
+    (_spans): on 'same' layers the others add zeros (cifar conv3: 2 output rows of 15 for each
+    kernel row but the middle one, 1 column of 15 for the blocks of one kernel column).
 
     The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
     channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
@@ -265,39 +270,71 @@ def _backward_weight(xf, x_shape, dy, nchw, s, parts, dw):
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
     band = max(1, (1024 if nchw else 64) // ow_)
+    rows_on = _spans(kh_, 1, 1, oh_, data[0], data[1], s)   # by kernel row
+    cols_on = _spans(kl, J if nchw else P, c, ow_, data[2], data[3], s)   # by block of patch elements
     df = dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for oh0 in range(0, oh_, band):
-                rows = min(band, oh_ - oh0)
                 for kh in range(kh_):
-                    x0 = (b * hp + oh0 * s + kh) * wp * c
+                    oh1, oh2 = _within(rows_on[kh, 0], rows_on[kh, 1], oh0, min(oh_, oh0 + band))
+                    x0 = (b * hp + oh1 * s + kh) * wp * c
                     if nchw:
                         for n0 in range(0, n, P):
-                            for t0 in range(0, kl, J):
-                                tile(df, ((b * n + n0) * oh_ + oh0) * ow_, oh_ * ow_, min(P, n - n0), (0, ow_, 1),
-                                     xf, x0 + t0, (0, s * wp * c, s * c), (1, rows, ow_),
-                                     part, (kh * n + n0) * lanes + t0, lanes, 1, J, True)
+                            for i in range(cols_on.shape[0]):
+                                t0, ow1, ow2 = i * J, cols_on[i, 0], cols_on[i, 1]
+                                tile(df, ((b * n + n0) * oh_ + oh1) * ow_ + ow1, oh_ * ow_, min(P, n - n0),
+                                     (0, ow_, 1), xf, x0 + ow1 * s * c + t0, (0, s * wp * c, s * c),
+                                     (1, oh2 - oh1, ow2 - ow1), part, (kh * n + n0) * lanes + t0, lanes, 1, J, True)
                     else:
-                        for t0 in range(0, kl, P):
+                        for i in range(cols_on.shape[0]):
+                            t0, ow1, ow2 = i * P, cols_on[i, 0], cols_on[i, 1]
                             for n0 in range(0, n, J):
-                                tile(xf, x0 + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
-                                     df, (b * oh_ + oh0) * ow_ * n + n0, (0, ow_ * n, n), (1, rows, ow_),
-                                     part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
+                                tile(xf, x0 + ow1 * s * c + t0, 1, min(P, kl - t0), (0, s * wp * c, s * c),
+                                     df, ((b * oh_ + oh1) * ow_ + ow1) * n + n0, (0, ow_ * n, n),
+                                     (1, oh2 - oh1, ow2 - ow1), part, (kh * kl + t0) * lanes + n0, lanes, 1, J, True)
     _sum_parts(parts, nchw, dw)
 
 
+@helper
+def _span(k0, k1, o_, d0, d1, s):
+    """(lo, hi): the outputs lo <= o < hi of o_ (rows or columns, stride s) whose windows read x's
+    rows or columns d0:d1 of the padded input at some kernel offset k0 <= k <= k1: o*s + k in
+    [d0, d1). Empty (lo = hi) when there are none."""
+    lo = min(o_, max(0, -((k1 - d0) // s)))   # ceil((d0 - k1) / s)
+    return lo, max(lo, min(o_, (d1 - 1 - k0) // s + 1))
+
+
+@helper
+def _spans(k_, step, per, o_, d0, d1, s):
+    """_span of each block of `step` elements 0, step, ... < k_, `per` elements to a kernel
+    offset (KW*C patch elements, C to a column), once a call: the divisions cost a block's loop
+    about what skipping saves there."""
+    spans = np.empty(((k_ + step - 1) // step, 2), np.int64)
+    for i in range(spans.shape[0]):
+        spans[i, 0], spans[i, 1] = _span(i * step // per, (min(k_, (i + 1) * step) - 1) // per, o_, d0, d1, s)
+    return spans
+
+
+@helper
+def _within(lo, hi, o0, o1):
+    """lo:hi clipped to o0:o1, empty at o0 or o1 when they do not meet."""
+    lo = min(o1, max(o0, lo))
+    return lo, max(lo, min(o1, hi))
+
+
 @tiled
-def _backward_weight_shallow(xf, x_shape, dy, nchw, run_on, s, parts, dw):
+def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
     """The first layers' weight grad with 32 lanes (_shallow): _backward_weight's NHWC blocks (P
     patch elements x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at
     a time into a channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along
     KW*C (mnist conv1: 3 of 32 lanes), and, run_on, blocks of patch elements e = kh*KW*C + t
-    running on over kernel rows (cifar conv1's 27 in 4 blocks of 8, not 6). A kernel apart from
-    _backward_weight, so that one's compiled loops (AVX2's, and the deeper layers') stay as they
-    were measured."""
+    running on over kernel rows (with _shallow_block's P = KW*C, one kernel row a block). Each
+    block sums over the output pixels whose windows put some of its patch elements on x, as in
+    _backward_weight. A kernel apart from _backward_weight, so that one's compiled loops (AVX2's,
+    and the deeper layers') stay as they were measured."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
@@ -305,6 +342,21 @@ def _backward_weight_shallow(xf, x_shape, dy, nchw, run_on, s, parts, dw):
         bsz, oh_, ow_, n = dy.shape
     groups, kh_, kl, lanes = parts.shape
     band = max(1, 64 // ow_)
+    # each block of patch elements e0 .. e0 + pn - 1 (from kernel row kh, element t0): e0, pn, kh,
+    # t0, and the output rows and columns it sums over (_span of the kernel rows, and of the
+    # columns, its elements reach)
+    count = (kh_ * kl + P - 1) // P if run_on else kh_ * ((kl + P - 1) // P)
+    blocks = np.empty((count, 8), np.int64)
+    e0 = 0
+    for i in range(count):
+        kh, t0 = e0 // kl, e0 % kl
+        pn = min(P, kh_ * kl - e0) if run_on else min(P, kl - t0)
+        kh1 = (e0 + pn - 1) // kl
+        kw0, kw1 = (t0 // c, (t0 + pn - 1) // c) if kh1 == kh else (0, (kl - 1) // c)
+        blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3] = e0, pn, kh, t0
+        blocks[i, 4], blocks[i, 5] = _span(kh, kh1, oh_, data[0], data[1], s)
+        blocks[i, 6], blocks[i, 7] = _span(kw0, kw1, ow_, data[2], data[3], s)
+        e0 += pn
     df = dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
@@ -317,15 +369,16 @@ def _backward_weight_shallow(xf, x_shape, dy, nchw, run_on, s, parts, dw):
                 if nchw:
                     transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
                     d, d0, dn = dyt, 0, lanes
-                x0 = (b * hp + oh0 * s) * wp * c   # the band's first window row
-                e0 = 0
-                while e0 < kh_ * kl:
-                    kh, t0 = e0 // kl, e0 % kl
-                    pn = min(P, kh_ * kl - e0) if run_on else min(P, kl - t0)
+                for i in range(count):
+                    e0, pn, kh, t0, ow1, ow2 = blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3], blocks[i, 6], \
+                        blocks[i, 7]
+                    oh1, oh2 = _within(blocks[i, 4], blocks[i, 5], oh0, oh0 + rows)
+                    x0 = (b * hp + oh1 * s + kh) * wp * c + ow1 * s * c + t0
+                    y0 = d0 + ((oh1 - oh0) * ow_ + ow1) * dn
                     for n0 in range(0, n, J):
-                        tile(xf, x0 + kh * wp * c + t0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
-                             d, d0 + n0, (0, ow_ * dn, dn), (1, rows, ow_), part, e0 * lanes + n0, lanes, 1, J, True)
-                    e0 += pn
+                        tile(xf, x0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
+                             d, y0 + n0, (0, ow_ * dn, dn), (1, oh2 - oh1, ow2 - ow1), part, e0 * lanes + n0, lanes, 1,
+                             J, True)
     _sum_parts(parts, False, dw)
 
 
@@ -337,6 +390,22 @@ def _shallow(blk, kl):
     form measured no faster in session 5). 16-lane blocks (AVX2) keep their blocks, as measured
     on the Zen 3."""
     return blk.lanes >= 32 and 2 * kl <= blk.lanes
+
+
+# the most floats a shallow weight-grad block holds: 28 of AVX-512's 32 registers as accumulators
+_SHALLOW_FLOATS = 28 * 16
+
+
+def _shallow_block(block, blk, kl):
+    """The first layers' weight-grad block: one kernel row of patch elements (KW*C_in rows) by
+    blk's lanes, so no row of a block idles (the machine's 8 x 32 used 3 of its 8 rows on mnist
+    conv1, ran cifar conv1's 27 as 8 + 8 + 8 + 3): with no block asked for or set by
+    PROFILER_KERNEL_BLOCK, and while the rows fit in registers (_SHALLOW_FLOATS). mnist conv1's
+    weight grad took 0.45x the time in 3 x 32, cifar conv1's 0.83x in 9 x 32 (1 thread, AVX-512;
+    docs/performance.md, session 25)."""
+    if block is not None or _isa.isa_info()["block_source"] == "env" or kl * blk.lanes > _SHALLOW_FLOATS:
+        return blk
+    return block_of((kl, blk.lanes))
 
 
 @helper
@@ -614,23 +683,25 @@ class _Plan:
 
 
 def _weight_grad(plan, dy, block, dw):
-    """dw for the plan's x and dy. The first layers' (_shallow) run the plan's block; the others
+    """dw for the plan's x and dy. The first layers' (_shallow) run _shallow_block; the others
     the wide block when its lanes' axis is whole blocks of it: C_out in NHWC, KW*C_in in NCHW
     (6 x 64 against 8 x 32 on the Zen 4: NHWC's 64-channel layers 1.04-1.17x faster, NCHW's
     KW*C_in of 192 1.02-1.05x; of 96, one and a half blocks, 0.75-0.85x)."""
     kh, kl, cout, nchw = plan.kh, plan.kl, plan.cout, plan.nchw
     shallow = _shallow(plan.blk, kl)
-    blk = plan.blk if shallow else lanes_block(block, kl if nchw else cout)
+    blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
     groups = max(1, min(plan.n, numba.get_num_threads()))
     xf = plan.x_nhwc(slack=blk.lanes if nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if nchw else plan.dyp(dy, blk)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
+    data = (plan.pt, plan.pt + plan.h, plan.pl, plan.pl + plan.wd)   # x's rows and columns in the padded input
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
-        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, dyl, nchw, kl >= blk.rows, plan.stride, parts,
-                                      dw.reshape(kh, kl, cout))
+        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, data, dyl, nchw, kl >= blk.rows, plan.stride,
+                                      parts, dw.reshape(kh, kl, cout))
     else:
-        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, dyl, nchw, plan.stride, parts, dw.reshape(kh, kl, cout))
+        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, data, dyl, nchw, plan.stride, parts,
+                              dw.reshape(kh, kl, cout))
 
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):

@@ -181,7 +181,7 @@ def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=n * h * h)
 
 
-@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("block", BLOCKS + [None])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("c,kh,kw,padding", [(1, 3, 3, "valid"), (3, 3, 3, "same"), (3, 2, 2, "valid"),
                                              (2, 3, 5, "same"), (1, 5, 1, "same"), (3, 5, 5, "same"),
@@ -193,7 +193,8 @@ def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
     the NCHW weight grad over dy transposed by bands, the weight grad's blocks of patch elements
     running on over kernel rows (KW*C_in from 8: 9, 10 and 15 here), the input grad by whole
     patches (up to 75 values: more than one block of lanes), each with rows that are not a
-    multiple of the lanes (26 and 37 pixels), against PyTorch, with and without the input grad."""
+    multiple of the lanes (26 and 37 pixels), against PyTorch, with and without the input grad.
+    No block (None) runs the machine's choices: on AVX-512, weight-grad blocks of KW*C_in rows."""
     for n, h, w_, cout in [(5, 28, 28, 32), (3, 19, 37, 40)]:
         x, w = f32(rng, n, c, h, w_), f32(rng, kh, kw, c, cout)
         xt, wt, yt = torch_conv(x, w, 1, padding)
@@ -223,18 +224,21 @@ def test_conv2d_backward_can_skip_the_input_gradient(layout, rng):
 
 # Compiled in a fresh numba cache: prints the instructions of every straight-line machine-code loop
 # with FMAs (the reduction steps) of the 8 x 32 weight grads (16 input channels, and 3: the first
-# layers' kernel), serial and parallel, both layouts run.
+# layers' kernel, also in 9 x 32, the block it takes on AVX-512), serial and parallel, both layouts run.
 _REDUCTION_LOOPS = r"""
 import re, sys, numpy as np, kernels as K
 from kernels import conv
 rng = np.random.default_rng(0)
-for c in (16, 3):
+for c, blocks in ((16, ["8x32"]), (3, ["8x32", "9x32"])):
     for layout, x in (("NHWC", rng.standard_normal((2, 20, 20, c))), ("NCHW", rng.standard_normal((2, c, 20, 20)))):
         x = x.astype(np.float32)
         w = rng.standard_normal((3, 3, c, 32)).astype(np.float32)
         dy = rng.standard_normal(K.conv2d_output_shape(x.shape, w.shape, layout=layout)).astype(np.float32)
-        K.conv2d_backward(x, w, dy, layout=layout, need_dx=False, block="8x32")
-for k in (conv._backward_weight[conv.block_of("8x32")], conv._backward_weight_shallow[conv.block_of("8x32")]):
+        for block in blocks:
+            K.conv2d_backward(x, w, dy, layout=layout, need_dx=False, block=block)
+for tiled, block in ((conv._backward_weight, "8x32"), (conv._backward_weight_shallow, "8x32"),
+                     (conv._backward_weight_shallow, "9x32")):
+    k = tiled[conv.block_of(block)]
     for twin in (k.serial, k.parallel):
         if not twin.signatures:   # the size picks one twin: compile the other for the same arguments
             twin.compile(next(iter((k.serial if twin is k.parallel else k.parallel).signatures)))
@@ -246,7 +250,7 @@ for k in (conv._backward_weight[conv.block_of("8x32")], conv._backward_weight_sh
                 start = labels.get(l.split()[-1], i) if jumps[i] else i
                 body = lines[start:i]
                 if start < i and not any(jumps[start:i]) and any("vfmadd" in b for b in body):
-                    print(k.__name__, " ; ".join(body))
+                    print(f"{k.__name__}[{block}]", " ; ".join(body))
 """
 
 
@@ -260,7 +264,8 @@ def test_the_weight_grads_reduction_loops_take_no_address_apart(tmp_path):
                           env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     loops = proc.stdout.splitlines()
-    assert {loop.split()[0] for loop in loops} == {"_backward_weight", "_backward_weight_shallow"}, loops
+    assert {loop.split()[0] for loop in loops} == {"_backward_weight[8x32]", "_backward_weight_shallow[8x32]",
+                                                  "_backward_weight_shallow[9x32]"}, loops
     bad = [loop for loop in loops if re.search(r"vmovq|vpextr|vextract", loop)]
     assert not bad, bad[0]
 

@@ -180,6 +180,33 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
         np.testing.assert_array_equal(got, want)
 
 
+def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng):
+    """_shallow_block: with no block asked for, the first layers' weight grad (KW*C_in at most
+    half of 32 or more lanes) runs blocks of KW*C_in rows, one kernel row each, while they fit in
+    registers (14 rows of 32 lanes); an asked-for block, and any block PROFILER_KERNEL_BLOCK set,
+    as it is. conv2d_backward takes it, with results identical to the machine's block (each
+    output's sum runs over the same pixels in the same order whatever the rows)."""
+    from kernels import _tile, conv
+    machine = _tile.block("8x32")
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="isa"))
+    picks = {3: "3x32", 9: "9x32", 14: "14x32", 15: "8x32", 16: "8x32"}
+    assert {kl: conv._shallow_block(None, machine, kl).name for kl in picks} == picks
+    assert conv._shallow_block("8x32", machine, 3).name == "8x32"
+    chosen, choose = [], conv._shallow_block
+    monkeypatch.setattr(conv, "_shallow_block", lambda *a: chosen.append(choose(*a).name) or choose(*a))
+    x, dy = rng.standard_normal((2, 1, 9, 11)).astype(np.float32), rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
+    for layout in ("NCHW", "NHWC"):
+        xl, dyl = ref.to_layout(x, layout), ref.to_layout(dy, layout)
+        chosen.clear()
+        _, dw = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same", need_dx=False)
+        _, dw_machine = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same", need_dx=False, block="8x32")
+        assert chosen == ["3x32", "8x32"]
+        np.testing.assert_array_equal(dw, dw_machine)
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="env"))
+    assert choose(None, machine, 3).name == "8x32"
+
+
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
