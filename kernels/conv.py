@@ -383,27 +383,29 @@ def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
 
 
 def _shallow(blk, kl):
-    """Whether KW*C_in (kl) fills at most half of a block's 32 or more lanes (the first layers:
-    3 and 9 of 32), where the weight grad runs _backward_weight_shallow: NCHW's with dy transposed
-    by bands (mnist conv1's 1.7x faster at 1 thread), and blocks of patch elements running on
-    over kernel rows when kl >= P (cifar conv1's 1.2-1.3x faster; on the 32/64-channel layers that
-    form measured no faster in session 5). 16-lane blocks (AVX2) keep their blocks, as measured
-    on the Zen 3."""
-    return blk.lanes >= 32 and 2 * kl <= blk.lanes
+    """Whether KW*C_in (kl) is at most 16, or half of a wider block's lanes (the first layers: 3
+    and 9), where the weight grad runs _backward_weight_shallow: NCHW's with dy transposed by
+    bands (mnist conv1's 1.7x faster at 1 thread, 32 lanes), and blocks of patch elements
+    running on over kernel rows when kl >= P (cifar conv1's 1.2-1.3x faster; on the 32/64-channel
+    layers that form measured no faster in session 5). 16-lane blocks took it in session 25:
+    emulated AVX2, their weight grads ran in 0.40-0.89x the time (docs/performance.md)."""
+    return 2 * kl <= max(32, blk.lanes)
 
 
-# the most floats a shallow weight-grad block holds: 28 of AVX-512's 32 registers as accumulators
-_SHALLOW_FLOATS = 28 * 16
+# the most floats a shallow weight-grad block holds in accumulators, by the machine block's lanes:
+# 28 of AVX-512's 32 registers (32 lanes: 512-bit vectors), 12 of AVX2's 16 (16 lanes)
+_SHALLOW_FLOATS = {32: 28 * 16, 16: 12 * 8}
 
 
 def _shallow_block(block, blk, kl):
     """The first layers' weight-grad block: one kernel row of patch elements (KW*C_in rows) by
     blk's lanes, so no row of a block idles (the machine's 8 x 32 used 3 of its 8 rows on mnist
     conv1, ran cifar conv1's 27 as 8 + 8 + 8 + 3): with no block asked for or set by
-    PROFILER_KERNEL_BLOCK, and while the rows fit in registers (_SHALLOW_FLOATS). mnist conv1's
-    weight grad took 0.45x the time in 3 x 32, cifar conv1's 0.83x in 9 x 32 (1 thread, AVX-512;
-    docs/performance.md, session 25)."""
-    if block is not None or _isa.isa_info()["block_source"] == "env" or kl * blk.lanes > _SHALLOW_FLOATS:
+    PROFILER_KERNEL_BLOCK, and while the rows fit in registers (_SHALLOW_FLOATS: cifar conv1's 9
+    rows on AVX2 do not, and run on in 6 x 16). mnist conv1's weight grad took 0.45x the time in
+    3 x 32, cifar conv1's 0.83x in 9 x 32 (1 thread, AVX-512; docs/performance.md, session 25)."""
+    if block is not None or _isa.isa_info()["block_source"] == "env" \
+            or kl * blk.lanes > _SHALLOW_FLOATS.get(blk.lanes, 0):
         return blk
     return block_of((kl, blk.lanes))
 

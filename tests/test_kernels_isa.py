@@ -181,20 +181,24 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
 
 
 def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng):
-    """_shallow_block: with no block asked for, the first layers' weight grad (KW*C_in at most
-    half of 32 or more lanes) runs blocks of KW*C_in rows, one kernel row each, while they fit in
-    registers (14 rows of 32 lanes); an asked-for block, and any block PROFILER_KERNEL_BLOCK set,
-    as it is. conv2d_backward takes it, with results identical to the machine's block (each
-    output's sum runs over the same pixels in the same order whatever the rows)."""
+    """_shallow_block: with no block asked for, the first layers' weight grad (KW*C_in up to 16)
+    runs blocks of KW*C_in rows, one kernel row each, while they fit in registers (14 rows of 32
+    lanes, 6 of 16); an asked-for block, and any block PROFILER_KERNEL_BLOCK set, as it is.
+    conv2d_backward takes it, with results identical to the machine's block (each output's sum
+    runs over the same pixels in the same order whatever the rows)."""
     from kernels import _tile, conv
+    for name, picks in (("8x32", {3: "3x32", 9: "9x32", 14: "14x32", 15: "8x32", 16: "8x32"}),
+                        ("6x16", {3: "3x16", 4: "4x16", 6: "6x16", 7: "6x16", 9: "6x16", 16: "6x16"})):
+        machine = _tile.block(name)
+        monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=name, block_source="isa"))
+        assert {kl: conv._shallow_block(None, machine, kl).name for kl in picks} == picks
+        assert conv._shallow_block(name, machine, 3).name == name
+        assert conv._shallow(machine, 16) and not conv._shallow(machine, 17)
     machine = _tile.block("8x32")
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="isa"))
-    picks = {3: "3x32", 9: "9x32", 14: "14x32", 15: "8x32", 16: "8x32"}
-    assert {kl: conv._shallow_block(None, machine, kl).name for kl in picks} == picks
-    assert conv._shallow_block("8x32", machine, 3).name == "8x32"
     chosen, choose = [], conv._shallow_block
     monkeypatch.setattr(conv, "_shallow_block", lambda *a: chosen.append(choose(*a).name) or choose(*a))
-    x, dy = rng.standard_normal((2, 1, 9, 11)).astype(np.float32), rng.standard_normal((2, 32, 9, 11)).astype(np.float32)
+    x, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 1, 9, 11), (2, 32, 9, 11)))
     w = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
     for layout in ("NCHW", "NHWC"):
         xl, dyl = ref.to_layout(x, layout), ref.to_layout(dy, layout)
@@ -210,8 +214,8 @@ def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng)
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
-    AVX2's block, and conv2d, dense and broadcast_add agree with a float64 reference. Its speed
-    can only be measured on an AVX2 machine."""
+    AVX2's block, and conv2d (forwards, first layers' weight grads), dense and broadcast_add agree
+    with a float64 reference. Its speed can only be measured on an AVX2 machine."""
     code = """
 import numpy as np, kernels as K
 from tests import reference as ref
@@ -223,6 +227,13 @@ for layout in ("NCHW", "NHWC"):
     xl = ref.to_layout(x, layout)
     y = K.conv2d_forward(xl, w, layout=layout, padding="same")
     np.testing.assert_allclose(y, ref.conv2d(xl, w, layout, 1, "same"), rtol=1e-4, atol=1e-4)
+    for xc in (xl, xl[:, :1] if layout == "NCHW" else xl[..., :1]):   # first layers' weight grads: 3 and 1 channels
+        wc = w[:, :, :xc.shape[1 if layout == "NCHW" else 3]]
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+        _, dw = K.conv2d_backward(np.ascontiguousarray(xc), wc, dy, layout=layout, padding="same", need_dx=False)
+        v = rng.standard_normal(wc.shape)   # conv is linear in w: <dw, v> = <conv(x, v), dy>
+        np.testing.assert_allclose((dw * v).sum(), (ref.conv2d(xc, v, layout, 1, "same") * dy).sum(),
+                                   rtol=0, atol=1e-5 * np.abs(dw * v).sum())
 a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
 np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
 for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
