@@ -60,7 +60,8 @@ def _conv_cases(rng):
                        lambda xl=xl, wt=wt, dyl=dyl, layout=layout, ws=ws, pad=pad: K.conv2d_backward(
                            xl, wt, dyl, layout=layout, padding=pad, workspace=ws, need_dx=False),
                        lambda tx=tx, twl=twl, tdy=tdy, padding=padding: torch.ops.aten.convolution_backward(
-                           tdy, tx, twl, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1, [False, True, False]))
+                           tdy, tx, twl, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1,
+                           [False, True, False]))
 
 
 def _bias_cases(rng):

@@ -31,9 +31,10 @@ memory). The others (the first layers' forwards, the input grads of layers with 
 use blocks of output channels x consecutive output pixels over each image's column-shifted planes
 (_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch
 elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8 blocks
-(_copies.transpose) at 2-3x a plain copy's time (with 32 lanes, the first layers' weight grad
-transposes dy by bands instead: their KW*C_in fills few lanes). With stride > 1 the forward and
-input grad go through NHWC copies.
+(_copies.transpose) at 2-3x a plain copy's time (the first layers' weight grad transposes dy by
+bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in patch elements).
+Each weight-grad block sums only over the output pixels whose windows reach x, not its padding.
+With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (weights are copied padded; dy when C_out is not a multiple of 16; x's copies), so no load runs
@@ -254,8 +255,8 @@ def _backward_weight(xf, x_shape, data, dy, nchw, s, parts, dw):
     NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
     groups, each summed into its own part in parallel, then added. Each block sums only over the
     output pixels whose windows put some of its patch elements on x rather than on the padding
-    (_spans): on 'same' layers the others add zeros (cifar conv3: 2 output rows of 15 for each
-    kernel row but the middle one, 1 column of 15 for the blocks of one kernel column).
+    (_spans): on 'same' layers the others add zeros (cifar conv3: 1 output row of 15 for kernel
+    rows 0 and 2, 1 column of 15 for the blocks within kernel column 0 or 2).
 
     The vector lanes need a contiguous operand: NHWC blocks are 6 patch elements x 16 output
     channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
@@ -300,9 +301,9 @@ def _backward_weight(xf, x_shape, data, dy, nchw, s, parts, dw):
 
 @helper
 def _span(k0, k1, o_, d0, d1, s):
-    """(lo, hi): the outputs lo <= o < hi of o_ (rows or columns, stride s) whose windows read x's
-    rows or columns d0:d1 of the padded input at some kernel offset k0 <= k <= k1: o*s + k in
-    [d0, d1). Empty (lo = hi) when there are none."""
+    """(lo, hi): the outputs o < o_ (rows or columns, stride s) from the first to the last whose
+    window reads x's rows or columns d0:d1 of the padded input at some kernel offset k0 <= k <= k1
+    (o*s + k in [d0, d1)). Empty (lo = hi) when there are none."""
     lo = min(o_, max(0, -((k1 - d0) // s)))   # ceil((d0 - k1) / s)
     return lo, max(lo, min(o_, (d1 - 1 - k0) // s + 1))
 
@@ -310,8 +311,8 @@ def _span(k0, k1, o_, d0, d1, s):
 @helper
 def _spans(k_, step, per, o_, d0, d1, s):
     """_span of each block of `step` elements 0, step, ... < k_, `per` elements to a kernel
-    offset (KW*C patch elements, C to a column), once a call: the divisions cost a block's loop
-    about what skipping saves there."""
+    offset (KW*C patch elements, C to a column), once a call: computed per block, the integer
+    divisions took about what skipping saved on the first layers' short blocks (session 25)."""
     spans = np.empty(((k_ + step - 1) // step, 2), np.int64)
     for i in range(spans.shape[0]):
         spans[i, 0], spans[i, 1] = _span(i * step // per, (min(k_, (i + 1) * step) - 1) // per, o_, d0, d1, s)
@@ -327,14 +328,14 @@ def _within(lo, hi, o0, o1):
 
 @tiled
 def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
-    """The first layers' weight grad with 32 lanes (_shallow): _backward_weight's NHWC blocks (P
-    patch elements x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at
-    a time into a channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along
-    KW*C (mnist conv1: 3 of 32 lanes), and, run_on, blocks of patch elements e = kh*KW*C + t
-    running on over kernel rows (with _shallow_block's P = KW*C, one kernel row a block). Each
-    block sums over the output pixels whose windows put some of its patch elements on x, as in
-    _backward_weight. A kernel apart from _backward_weight, so that one's compiled loops (AVX2's,
-    and the deeper layers') stay as they were measured."""
+    """The first layers' weight grad (_shallow): _backward_weight's NHWC blocks (P patch elements
+    x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at a time into a
+    channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along KW*C (mnist
+    conv1: 3 of 32 lanes), and, run_on, blocks of patch elements e = kh*KW*C + t running on over
+    kernel rows (with _shallow_block's P = KW*C, one kernel row a block). Each block sums over the
+    output pixels whose windows put some of its patch elements on x, as in _backward_weight. A
+    kernel apart from _backward_weight, so that one's compiled loops, the deeper layers', stay as
+    they were measured."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
@@ -370,9 +371,9 @@ def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
                     transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
                     d, d0, dn = dyt, 0, lanes
                 for i in range(count):
-                    e0, pn, kh, t0, ow1, ow2 = blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3], blocks[i, 6], \
-                        blocks[i, 7]
+                    e0, pn, kh, t0 = blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3]
                     oh1, oh2 = _within(blocks[i, 4], blocks[i, 5], oh0, oh0 + rows)
+                    ow1, ow2 = blocks[i, 6], blocks[i, 7]
                     x0 = (b * hp + oh1 * s + kh) * wp * c + ow1 * s * c + t0
                     y0 = d0 + ((oh1 - oh0) * ow_ + ow1) * dn
                     for n0 in range(0, n, J):

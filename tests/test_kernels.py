@@ -212,6 +212,27 @@ def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=dw_scale)
 
 
+def test_weight_grad_spans_are_exactly_the_outputs_that_reach_x():
+    """_span / _spans / _within against brute force: for every stride 1-4, kernel offsets k0..k1,
+    and x's rows d0:d1 inside a padded axis, the span runs from the first to the last output
+    whose window reaches x at one of those offsets (so the weight grads skip just the padding's
+    outputs: an empty span when none reach it), and _within clips it to a band."""
+    from kernels import conv
+    for s in range(1, 5):
+        for o_ in range(1, 8):
+            for d0 in range(0, 4):
+                for d1 in range(d0 + 1, d0 + 9):
+                    for k0 in range(0, 5):
+                        for k1 in range(k0, 6):
+                            hits = [o for o in range(o_) if any(d0 <= o * s + k < d1 for k in range(k0, k1 + 1))]
+                            lo, hi = conv._span.py_func(k0, k1, o_, d0, d1, s)
+                            assert (lo, hi) == ((hits[0], hits[-1] + 1) if hits else (lo, lo)), (s, o_, d0, d1, k0, k1)
+                            assert 0 <= lo <= hi <= o_
+    spans = conv._spans.py_func(7, 3, 2, 5, 1, 4, 1)   # blocks of 3 elements, 2 to an offset
+    assert spans.tolist() == [list(conv._span.py_func(k0, k1, 5, 1, 4, 1)) for k0, k1 in ((0, 1), (1, 2), (3, 3))]
+    assert [conv._within.py_func(2, 6, o0, o0 + 3) for o0 in (0, 3, 6)] == [(2, 3), (3, 6), (6, 6)]
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_conv2d_backward_can_skip_the_input_gradient(layout, rng):
     x, w = ref.to_layout(f32(rng, 2, 3, 8, 8), layout), f32(rng, 3, 3, 3, 4)

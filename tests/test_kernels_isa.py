@@ -197,14 +197,21 @@ def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng)
     machine = _tile.block("8x32")
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="isa"))
     chosen, choose = [], conv._shallow_block
-    monkeypatch.setattr(conv, "_shallow_block", lambda *a: chosen.append(choose(*a).name) or choose(*a))
-    x, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((2, 1, 9, 11), (2, 32, 9, 11)))
+
+    def spy(*args):
+        chosen.append(choose(*args).name)
+        return choose(*args)
+    monkeypatch.setattr(conv, "_shallow_block", spy)
+    x = rng.standard_normal((2, 1, 9, 11)).astype(np.float32)
     w = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
-    for layout in ("NCHW", "NHWC"):
-        xl, dyl = ref.to_layout(x, layout), ref.to_layout(dy, layout)
+    for layout, stride in (("NCHW", 1), ("NHWC", 1), ("NCHW", 2), ("NHWC", 2)):
+        xl = ref.to_layout(x, layout)
+        dy = rng.standard_normal(K.conv2d_output_shape(xl.shape, w.shape, layout=layout, stride=stride, padding="same"))
+        dy = dy.astype(np.float32)
         chosen.clear()
-        _, dw = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same", need_dx=False)
-        _, dw_machine = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same", need_dx=False, block="8x32")
+        _, dw = K.conv2d_backward(xl, w, dy, layout=layout, stride=stride, padding="same", need_dx=False)
+        _, dw_machine = K.conv2d_backward(xl, w, dy, layout=layout, stride=stride, padding="same", need_dx=False,
+                                          block="8x32")
         assert chosen == ["3x32", "8x32"]
         np.testing.assert_array_equal(dw, dw_machine)
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="env"))
@@ -227,13 +234,14 @@ for layout in ("NCHW", "NHWC"):
     xl = ref.to_layout(x, layout)
     y = K.conv2d_forward(xl, w, layout=layout, padding="same")
     np.testing.assert_allclose(y, ref.conv2d(xl, w, layout, 1, "same"), rtol=1e-4, atol=1e-4)
-    for xc in (xl, xl[:, :1] if layout == "NCHW" else xl[..., :1]):   # first layers' weight grads: 3 and 1 channels
-        wc = w[:, :, :xc.shape[1 if layout == "NCHW" else 3]]
-        dy = rng.standard_normal(y.shape).astype(np.float32)
-        _, dw = K.conv2d_backward(np.ascontiguousarray(xc), wc, dy, layout=layout, padding="same", need_dx=False)
-        v = rng.standard_normal(wc.shape)   # conv is linear in w: <dw, v> = <conv(x, v), dy>
-        np.testing.assert_allclose((dw * v).sum(), (ref.conv2d(xc, v, layout, 1, "same") * dy).sum(),
-                                   rtol=0, atol=1e-5 * np.abs(dw * v).sum())
+    for c in (3, 1):   # first layers' weight grads, against sums over the zero-padded input
+        xc, wc = x[:, :c], w[:, :, :c]
+        dy = rng.standard_normal((4, 20, 12, 13)).astype(np.float32)
+        _, dw = K.conv2d_backward(ref.to_layout(xc, layout), wc, ref.to_layout(dy, layout), layout=layout,
+                                  padding="same", need_dx=False)
+        xp = np.pad(xc.astype(float), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        want = [[np.einsum("bchw,bnhw->cn", xp[:, :, i:i + 12, j:j + 13], dy) for j in range(3)] for i in range(3)]
+        np.testing.assert_allclose(dw, np.array(want), rtol=1e-4, atol=1e-3)
 a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
 np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
 for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
