@@ -389,7 +389,7 @@ def _shallow(blk, kl):
     bands (mnist conv1's 1.7x faster at 1 thread, 32 lanes), and blocks of patch elements
     running on over kernel rows when kl >= P (cifar conv1's 1.2-1.3x faster; on the 32/64-channel
     layers that form measured no faster in session 5). 16-lane blocks took it in session 25:
-    emulated AVX2, their weight grads ran in 0.40-0.89x the time (docs/performance.md)."""
+    emulated AVX2, their weight grads ran in 0.37-0.87x the time (docs/performance.md)."""
     return 2 * kl <= max(32, blk.lanes)
 
 
