@@ -379,6 +379,12 @@ def lanes_block(spec, n):
     return block(spec)
 
 
+def machine_chosen(spec):
+    """Whether the block is the machine's own, for a product to reshape to its sizes: none asked
+    for, and none set by PROFILER_KERNEL_BLOCK (a block the user names runs as named)."""
+    return spec is None and _isa.isa_info()["block_source"] != "env"
+
+
 def rows_block(spec, n):
     """The Block of a product with n rows (output channels, or inputs, along a block's rows):
     block(spec); with `spec` None and the block not set by PROFILER_KERNEL_BLOCK, the machine's
@@ -391,7 +397,7 @@ def rows_block(spec, n):
     AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time
     (docs/performance.md, session 22)."""
     blk = block(spec)
-    if spec is not None or _isa.isa_info()["block_source"] == "env":
+    if not machine_chosen(spec):
         return blk
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows

@@ -47,11 +47,10 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
-from . import _isa
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
-from ._tile import J, P, block as block_of, lanes_block, rows_block, tile, tiled
+from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
 
 
 @tiled
@@ -405,8 +404,7 @@ def _shallow_block(block, blk, kl):
     PROFILER_KERNEL_BLOCK, and while the rows fit in registers (_SHALLOW_FLOATS: cifar conv1's 9
     rows on AVX2 do not, and run on in 6 x 16). mnist conv1's weight grad took 0.45x the time in
     3 x 32, cifar conv1's 0.83x in 9 x 32 (1 thread, AVX-512; docs/performance.md, session 25)."""
-    if block is not None or _isa.isa_info()["block_source"] == "env" \
-            or kl * blk.lanes > _SHALLOW_FLOATS.get(blk.lanes, 0):
+    if not machine_chosen(block) or kl * blk.lanes > _SHALLOW_FLOATS.get(blk.lanes, 0):
         return blk
     return block_of((kl, blk.lanes))
 
