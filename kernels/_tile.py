@@ -65,6 +65,56 @@ def _runs(j_):
     return w, range(0, j_, w)
 
 
+def _is_row_step(t):
+    """Whether a row step's type is an integer s or a (s, col0, width, jump) tuple of them."""
+    return isinstance(t, types.Integer) or (isinstance(t, types.BaseTuple) and len(t) == 4
+                                            and all(isinstance(e, types.Integer) for e in t))
+
+
+def _row_offsets(context, builder, step_type, step):
+    """p (an i64 value) -> the offset of row p for a row step: p*s for an integer s; for
+    (s, col0, width, jump), rows at positions col0, col0 + 1, ... of lines `width` long, p*s plus
+    `jump` once past the line's end (at most one line end per block). Each row's offset is
+    computed apart, not as a chain through the rows (which a block's first loads would wait on)."""
+    i64 = ir.IntType(64)
+    if isinstance(step_type, types.Integer):
+        s = context.cast(builder, step, step_type, types.int64)
+        return lambda p: builder.mul(p, s)
+    s, col, width, jump = [context.cast(builder, builder.extract_value(step, i), step_type[i], types.int64)
+                           for i in range(4)]
+
+    def at(p):
+        end = builder.icmp_signed(">=", builder.add(col, p), width)
+        return builder.add(builder.mul(p, s), builder.select(end, jump, ir.Constant(i64, 0)))
+    return at
+
+
+@intrinsic
+def _row_at(typingctx, step, p):
+    """The offset of row p for a row step (_row_offsets), in numba code."""
+    if not (_is_row_step(step) and isinstance(p, types.Integer)):
+        raise TypingError("_row_at needs a row step and an integer")
+
+    def codegen(context, builder, signature, args):
+        return _row_offsets(context, builder, signature.args[0], args[0])(
+            context.cast(builder, args[1], signature.args[1], types.int64))
+    return types.int64(step, p), codegen
+
+
+@intrinsic
+def _unit_rows(typingctx, step):
+    """Whether a row step puts the rows one float apart: an integer 1 (lines never do here)."""
+    if not _is_row_step(step):
+        raise TypingError("_unit_rows needs a row step")
+
+    def codegen(context, builder, signature, args):
+        if isinstance(signature.args[0], types.BaseTuple):
+            return ir.Constant(ir.IntType(1), 0)
+        return builder.icmp_signed("==", context.cast(builder, args[0], signature.args[0], types.int64),
+                                   ir.Constant(ir.IntType(64), 1))
+    return types.boolean(step), codegen
+
+
 @intrinsic
 def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     """acc[p*J:(p+1)*J] += a[ao + row(min(p, pn-1))] * b[bo:bo+J] for p < P, written as P
@@ -84,8 +134,7 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     weight grad on AVX-512, 8 x 32: 1.8-2x slower on cifar10-cnn's and mnist-cnn's layers)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
         raise TypingError("_fma_rows needs constant rows and lanes")
-    lines = isinstance(sap, types.BaseTuple)
-    if lines and not (len(sap) == 4 and all(isinstance(t, types.Integer) for t in sap)):
+    if not _is_row_step(sap):
         raise TypingError("_fma_rows needs sap as an integer or (s, col0, width, jump)")
     p_, j_ = rows.literal_value, lanes.literal_value
 
@@ -94,14 +143,9 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         i64, f32 = ir.IntType(64), ir.FloatType()
         w, offsets = _runs(j_)
         vec = ir.VectorType(f32, w)
-        types_ = signature.args[2:5] + (signature.args[6],)
-        if lines:
-            sap_t = signature.args[3]
-            sap64, col, width, jump = [context.cast(builder, builder.extract_value(sapv, i), sap_t[i], types.int64)
-                                       for i in range(4)]
-            sapv, types_ = sap64, types_[:1] + (types.int64,) + types_[2:]
-        ao64, sap64, pn64, bo64 = [context.cast(builder, v, t, types.int64)
-                                   for v, t in zip((aov, sapv, pnv, bov), types_)]
+        ao64, pn64, bo64 = [context.cast(builder, v, t, types.int64)
+                            for v, t in zip((aov, pnv, bov), (signature.args[2], signature.args[4], signature.args[6]))]
+        row_at = _row_offsets(context, builder, signature.args[3], sapv)
         adata = context.make_array(signature.args[1])(context, builder, av).data
         bdata = context.make_array(signature.args[5])(context, builder, bv).data
         brows = [builder.load(builder.bitcast(builder.gep(bdata, [builder.add(bo64, ir.Constant(i64, o))]),
@@ -113,11 +157,7 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         for p in range(p_):
             pc = ir.Constant(i64, p)
             pm = builder.select(builder.icmp_signed("<", pc, pn64), pc, last)
-            offset = builder.mul(pm, sap64)
-            if lines:   # each row apart, not a chain through the rows that a block's first loads wait on
-                end = builder.icmp_signed(">=", builder.add(col, pm), width)
-                offset = builder.add(offset, builder.select(end, jump, ir.Constant(i64, 0)))
-            row = builder.asm(opaque, "", "=r,0", [builder.gep(adata, [offset])], False)
+            row = builder.asm(opaque, "", "=r,0", [builder.gep(adata, [row_at(pm)])], False)
             row.attributes.add("readnone")
             aval = builder.load(builder.gep(row, [ao64]), align=4)
             splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vec, ir.Undefined), aval,
@@ -132,27 +172,29 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
 
 @intrinsic
 def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
-    """out[o0 + p*sop : +J] (+)= acc[p*J : (p+1)*J] for p < pn, one J-wide vector store per row.
-    As a loop, LLVM made each row's store a call to memcpy (the length being a variable), which
-    cost more than the arithmetic on short reductions (mnist conv1's 9-step blocks)."""
-    if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
-        raise TypingError("_store_rows needs constant rows and lanes")
+    """out[o0 + row(p) : +J] (+)= acc[p*J : (p+1)*J] for p < pn, one J-wide vector store per row,
+    row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM made each row's store a call
+    to memcpy (the length being a variable), which cost more than the arithmetic on short
+    reductions (mnist conv1's 9-step blocks)."""
+    if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)
+            and _is_row_step(sop)):
+        raise TypingError("_store_rows needs a row step and constant rows and lanes")
     p_, j_ = rows.literal_value, lanes.literal_value
 
     def codegen(context, builder, signature, args):
         accp, outv, o0v, sopv, pnv, accum = args[:6]
         i64 = ir.IntType(64)
         vec = ir.VectorType(ir.FloatType(), j_)
-        o0_, sop_, pn_ = [context.cast(builder, v, t, types.int64)
-                          for v, t in zip((o0v, sopv, pnv), signature.args[2:5])]
+        o0_, pn_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((o0v, 2), (pnv, 4))]
+        row_at = _row_offsets(context, builder, signature.args[3], sopv)
         odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[5], types.boolean)
         for p in range(p_):
-            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, p), pn_)):
+            pc = ir.Constant(i64, p)
+            with builder.if_then(builder.icmp_signed("<", pc, pn_)):
                 value = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), vec.as_pointer()),
                                      align=4)
-                optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, builder.mul(ir.Constant(i64, p), sop_))]),
-                                       vec.as_pointer())
+                optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, row_at(pc))]), vec.as_pointer())
                 total = builder.fadd(builder.load(optr, align=4), value)
                 builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()
@@ -290,12 +332,12 @@ def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
 def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate):
     """One P x J block of a product, held in registers over the whole reduction:
 
-        out[o0 + p*sop + j*soj] (+)= sum over r < counts of a[a0 + row(p) + r . a_steps] * b[b0 + r . b_steps + j]
+        out[o0 + row(sop, p) + j*soj] (+)= sum over r < counts of a[a0 + row(sap, p) + r . a_steps] * b[b0 + r . b_steps + j]
 
     for p < pn, j < jn, with r = (r1, r2, r3) a three-level reduction and a_steps, b_steps its
-    strides; row(p) = p*sap, or with sap = (s, col0, width, jump) rows that run on over a line
-    end (_fma_rows). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned indices
-    spare numba's negative-index fix-up, which would block vectorisation.
+    strides; row(s, p) = p*s, or with s = (s, col0, width, jump) rows that run on over a line end
+    (_row_offsets). Rows p >= pn repeat row pn - 1 (so nothing is read past the data); unsigned
+    indices spare numba's negative-index fix-up, which would block vectorisation.
     """
     _inlined()
     n1, n2, n3 = counts
@@ -310,7 +352,7 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
                 _fma_rows(acc, a, ao, sap, pn, b, bo, P, J)
     if soj == 1 and jn == J:
         _store_rows(acc, out, o0, sop, pn, accumulate, P, J)
-    elif sop == 1 and pn == P and jn == J:   # a whole block whose rows are the result's columns
+    elif _unit_rows(sop) and pn == P and jn == J:   # a whole block whose rows are the result's columns
         _store_cols(acc, out, o0, soj, accumulate, P, J)
     else:   # a partial block, element by element from a copy (acc itself is read at fixed places only)
         part = _block(PJ)   # its zeroing, overwritten at once, LLVM drops
@@ -318,12 +360,12 @@ def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn
         if soj == 1:   # separate loop so the contiguous store stays vectorised
             for p in range(pn):
                 for j in range(jn):
-                    o = uint64(o0 + p * sop + j)
+                    o = uint64(o0 + _row_at(sop, p) + j)
                     out[o] = out[o] + part[p * J + j] if accumulate else part[p * J + j]
         else:
             for p in range(pn):
                 for j in range(jn):
-                    o = uint64(o0 + p * sop + j * soj)
+                    o = uint64(o0 + _row_at(sop, p) + j * soj)
                     out[o] = out[o] + part[p * J + j] if accumulate else part[p * J + j]
 
 

@@ -33,7 +33,9 @@ use blocks of output channels x consecutive output pixels over each image's colu
 elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8 blocks
 (_copies.transpose) at 2-3x a plain copy's time (the first layers' weight grad transposes dy by
 bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in patch elements).
-Each weight-grad block sums only over the output pixels whose windows reach x, not its padding.
+Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
+the NHWC forward's blocks (and so the NHWC input grads') skip the kernel rows, and from 64 deep the
+kernel columns, that read only padding (_forward_nhwc).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -54,30 +56,75 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 
 
 @tiled
-def _forward_nhwc(xp, wk, s, rows, y):
+def _forward_nhwc(xp, wk, s, data, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
-    Blocks are P consecutive output pixels of an image, running on from one output row to the next
-    (row blocks left P - OW % P rows idle at each row's end: cifar conv4's 13-pixel rows used 81%
-    of the rows, mnist conv2's 26-pixel input grad rows 81%). Only xp's rows rows[0]:rows[1] hold
-    data (the others are zero padding): a block sums over the kernel rows that reach them from any
-    of its output rows (the input grad of a 'valid' layer, a full correlation over dy padded by
-    KH - 1 rows, skips 2 of 15 rows' worth of work on cifar conv4)."""
+    Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
+    padding), and no block sums over a kernel row, or from _COLUMN_DEPTH deep a kernel column,
+    that reads only padding:
+    - the output columns whose windows lie wholly on x's columns (_inner) run in blocks of P
+      consecutive output pixels of an image, running on from one output row to the next (row
+      blocks left P - OW % P rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of
+      the rows, mnist conv2's 26-pixel input grad rows 81%), each over the kernel rows that reach
+      x from any of its output rows (the input grad of a 'valid' layer, a full correlation over dy
+      padded by KH - 1 rows, skips 2 of 15 rows' worth of work on cifar conv4);
+    - each of the others in blocks of P output rows down its column, over its kernel columns that
+      reach x (cifar conv3's 'same' forward: 2 of 15 columns a third shorter; cifar conv4's input
+      grad: 4 of 15 columns, a third or two thirds shorter)."""
     bsz, hp, wp, c = xp.shape
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
+    kw_ = kl // c
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    pixels, per_line, lines = _pixel_lines(oh_, ow_, P)
-    for it in prange(bsz * lines):
-        b, q0, end, oh, ow = _pixel_line(it, lines, per_line, pixels, ow_, P)
-        while q0 < end:
-            pn, last = _pixel_block(q0, end, oh, ow, ow_, P)
-            kh0, kh1 = max(0, rows[0] - last * s), min(kh_, rows[1] - oh * s)
-            x0 = (b * hp + oh * s + kh0) * wp * c + ow * s * c
-            pixel_rows = (s * c, ow, ow_, (wp - ow_) * s * c)   # a row end moves on to the next s rows of x
+    a, e = _inner(kw_, ow_, data[2], data[3], s, P) if kh_ * kl >= _COLUMN_DEPTH else (0, ow_)
+    width = e - a
+    pixels, per_line, lines = _pixel_lines(oh_, width, P)
+    down = (oh_ + P - 1) // P   # blocks down each outer column
+    steps = lines + (ow_ - width) * down
+    for it in prange(bsz * steps):
+        b, k = it // steps, it % steps
+        if k >= lines:   # a block of output rows down an outer column
+            col, oh = (k - lines) // down, (k - lines) % down * P
+            ow = col if col < a else e + col - a
+            pn = min(P, oh_ - oh)
+            kh0, kh1 = max(0, data[0] - (oh + pn - 1) * s), min(kh_, data[1] - oh * s)
+            kw0, kw1 = max(0, data[2] - ow * s), min(kw_, data[3] - ow * s)
+            x0 = (b * hp + oh * s + kh0) * wp * c + (ow * s + kw0) * c
             for n0 in range(0, n, J):
-                tile(xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
-                     (1, max(0, kh1 - kh0), kl), yf, (b * pixels + q0) * n + n0, n, 1, min(J, n - n0), False)
-            q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
+                tile(xf, x0, s * wp * c, pn, (0, wp * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
+                     (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yf, ((b * oh_ + oh) * ow_ + ow) * n + n0, ow_ * n,
+                     1, min(J, n - n0), False)
+            continue
+        q0, end, oh, ow = _pixel_line(k, per_line, pixels, width, P)
+        while q0 < end:
+            pn, last = _pixel_block(q0, end, oh, ow, width, P)
+            kh0, kh1 = max(0, data[0] - last * s), min(kh_, data[1] - oh * s)
+            x0 = (b * hp + oh * s + kh0) * wp * c + (a + ow) * s * c
+            pixel_rows = (s * c, ow, width, (wp - width) * s * c)   # a row end moves on to the next s rows of x
+            for n0 in range(0, n, J):
+                product = (xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
+                           (1, max(0, kh1 - kh0), kl), yf, ((b * oh_ + oh) * ow_ + a + ow) * n + n0)
+                if width == ow_:   # y's rows of pixels run on as one: a step per row, no line end to test for
+                    tile(*product, n, 1, min(J, n - n0), False)
+                else:
+                    tile(*product, (n, ow, width, (ow_ - width) * n), 1, min(J, n - n0), False)
+            q0, oh, ow = _next_pixel(q0, pn, oh, ow, width)
+
+
+# the reduction depth from which the NHWC forward skips padding columns: the outer columns' blocks
+# save a third of a kernel row's depth or more, but the run-on blocks' stores then test for line
+# ends, ~40 integer operations a block (mnist conv1's forward, 9 deep: 1.11-1.17x the time with
+# those stores; docs/performance.md, session 26)
+_COLUMN_DEPTH = 64
+
+
+@helper
+def _inner(k_, o_, d0, d1, s, p):
+    """(lo, hi): the outputs o < o_ (columns, stride s) whose windows of k_ lie wholly on x's
+    columns d0:d1 of the padded input; all of them when fewer than p would (a block's worth:
+    shorter runs would leave the blocks short)."""
+    lo = min(o_, -(-d0 // s))   # ceil(d0 / s)
+    hi = max(lo, min(o_, (d1 - k_) // s + 1))
+    return (lo, hi) if hi - lo >= p else (0, o_)
 
 
 @helper
@@ -90,11 +137,10 @@ def _pixel_lines(oh_, ow_, p):
 
 
 @helper
-def _pixel_line(it, lines, per_line, pixels, ow_, p):
-    """(image, first pixel, end, its row, its column) of parallel iteration `it`."""
-    b, line = it // lines, it % lines
+def _pixel_line(line, per_line, pixels, ow_, p):
+    """(first pixel, end, its row, its column) of an image's line."""
     q0 = line * per_line * p
-    return b, q0, min(pixels, q0 + per_line * p), q0 // ow_, q0 % ow_
+    return q0, min(pixels, q0 + per_line * p), q0 // ow_, q0 % ow_
 
 
 @helper
@@ -670,6 +716,11 @@ class _Plan:
         return flat if slack else buf
 
     @property
+    def data(self):
+        """x's rows and columns in the padded input: (top, bottom, left, right), ends exclusive."""
+        return self.pt, self.pt + self.h, self.pl, self.pl + self.wd
+
+    @property
     def xp_shape(self):
         """The padded input's shape as NHWC: exactly the rows and columns the windows read."""
         return (self.n, self.hp, self.wp, self.c)
@@ -696,12 +747,11 @@ def _weight_grad(plan, dy, block, dw):
     dyl = dy if nchw else plan.dyp(dy, blk)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
-    data = (plan.pt, plan.pt + plan.h, plan.pl, plan.pl + plan.wd)   # x's rows and columns in the padded input
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
-        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, data, dyl, nchw, kl >= blk.rows, plan.stride,
-                                      parts, dw.reshape(kh, kl, cout))
+        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, plan.data, dyl, nchw, kl >= blk.rows,
+                                      plan.stride, parts, dw.reshape(kh, kl, cout))
     else:
-        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, data, dyl, nchw, plan.stride, parts,
+        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, plan.data, dyl, nchw, plan.stride, parts,
                               dw.reshape(kh, kl, cout))
 
 
@@ -739,7 +789,7 @@ def _forward(plan, block, y):
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, (plan.pt, plan.pt + plan.h), yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y

@@ -233,6 +233,50 @@ def test_weight_grad_spans_are_exactly_the_outputs_that_reach_x():
     assert [conv._within.py_func(2, 6, o0, o0 + 3) for o0 in (0, 3, 6)] == [(2, 3), (3, 6), (6, 6)]
 
 
+def test_inner_columns_are_exactly_those_whose_windows_lie_on_x():
+    """_inner against brute force: for every stride 1-4, kernel width 1-5 and x's columns d0:d1
+    of a padded axis, the output columns whose windows read only x (the NHWC forward's run-on
+    blocks; the others, in blocks down their column, sum over fewer kernel columns), or all of
+    them when fewer than a block's worth would be."""
+    from kernels import conv
+    for s in range(1, 5):
+        for k_ in range(1, 6):
+            for o_ in range(1, 12):
+                wp = (o_ - 1) * s + k_
+                for d0 in range(0, 4):
+                    for d1 in range(d0 + 1, wp + 1):
+                        whole = [o for o in range(o_) if d0 <= o * s and o * s + k_ <= d1]
+                        for p in (1, 3, 6):
+                            want = (whole[0], whole[-1] + 1) if len(whole) >= p else (0, o_)
+                            assert conv._inner.py_func(k_, o_, d0, d1, s, p) == want, (s, k_, o_, d0, d1, p)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
+    """The NHWC forward (and so the NHWC input grads and strided NCHW forwards) of a reduction at
+    least _COLUMN_DEPTH deep reads none of the padded input's columns outside x when x's rows are
+    wider than a block: with NaN in those columns the result is still the convolution over zero
+    padding. 'same' 3x3, 2x4 (two columns on the right, one on the left) and 3x5 at strides 1
+    and 2, C_in 8 (3x3x8 = 72 deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
+    from kernels import conv
+    blk = conv.block_of(block)
+    for (kh, kw), s, cout in (((3, 3), 1, 20), ((2, 4), 1, 70), ((3, 3), 2, 20), ((3, 5), 2, 70)):
+        x, w = f32(rng, 2, 9, 23, 8), f32(rng, kh, kw, 8, cout)   # NHWC
+        want = ref.conv2d(x, w, "NHWC", s, "same")
+        oh, ow = want.shape[1:3]
+        pt = ((oh - 1) * s + kh - 9) // 2
+        pl = ((ow - 1) * s + kw - 23) // 2
+        hp, wp = (oh - 1) * s + kh, (ow - 1) * s + kw
+        xp = np.zeros((2, hp, wp, 8), np.float32)
+        xp[:, :, :pl] = np.nan
+        xp[:, :, pl + 23:] = np.nan
+        xp[:, pt:pt + 9, pl:pl + 23] = x
+        wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(kh, kw * 8, -1)
+        y = np.empty(want.shape, np.float32)
+        conv._forward_nhwc[blk](0, xp, wk, s, (pt, pt + 9, pl, pl + 23), y)
+        close(y, want, scale=kh * kw * 8)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_conv2d_backward_can_skip_the_input_gradient(layout, rng):
     x, w = ref.to_layout(f32(rng, 2, 3, 8, 8), layout), f32(rng, 3, 3, 3, 4)
