@@ -119,12 +119,12 @@ def _unit_rows(typingctx, step):
 def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     """acc[p*J:(p+1)*J] += a[ao + row(min(p, pn-1))] * b[bo:bo+J] for p < P, written as P
     broadcasts and P*J/w vector FMAs w lanes wide on J/w loads of b (_runs: w = J when J is a power
-    of two). row(p) = p*sap for an integer sap; for sap = (s, col0, width, jump) the rows are
-    positions col0, col0 + 1, ... of lines `width` long, p*s plus `jump` once past the line's end
-    (col0 + pn <= 2*width: at most one line end per block): a block of output pixels running on
-    from one image row to the next, with no rows left idle at the end of a line. Emitted as vector
-    IR rather than left to LLVM's vectorisers: on AVX-512 they vectorised blocks of 32 lanes across
-    the rows instead, with gathers and scatters on the accumulator (30-50x slower).
+    of two). row(p) = p*sap for an integer sap, or with sap = (s, col0, width, jump) positions
+    col0, col0 + 1, ... of lines `width` long (_row_offsets; col0 + pn <= 2*width): a block of
+    output pixels running on from one image row to the next, with no rows left idle at the end of
+    a line. Emitted as vector IR rather than left to LLVM's vectorisers: on AVX-512 they vectorised
+    blocks of 32 lanes across the rows instead, with gathers and scatters on the accumulator
+    (30-50x slower).
 
     Each row's start, a + row(min(p, pn-1)), passes through an empty inline asm that LLVM cannot
     see through (readnone, so it is hoisted out of the reduction loop): the rows are then P scalar
