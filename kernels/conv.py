@@ -34,8 +34,9 @@ elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8
 (_copies.transpose) at 2-3x a plain copy's time (the first layers' weight grad transposes dy by
 bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
-the NHWC forward's blocks (and so the NHWC input grads') skip the kernel rows, and from 64 deep the
-kernel columns, that read only padding (_forward_nhwc).
+the NHWC forward's blocks (and so the NHWC stride-1 input grads past the first layers', and the
+strided forwards') skip the kernel rows, and from 64 deep the kernel columns, that read only
+padding (_forward_nhwc).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -111,9 +112,9 @@ def _forward_nhwc(xp, wk, s, data, y):
 
 
 # the reduction depth from which the NHWC forward skips padding columns: the outer columns' blocks
-# save a third of a kernel row's depth or more, but the run-on blocks' stores then test for line
-# ends, ~40 integer operations a block (mnist conv1's forward, 9 deep: 1.11-1.17x the time with
-# those stores; docs/performance.md, session 26)
+# save a kernel column's share of their depth or more, but the run-on blocks' stores then test for
+# line ends, ~40 integer operations a block (mnist conv1's forward, 9 deep: 1.11-1.17x the time
+# with those stores; docs/performance.md, session 26)
 _COLUMN_DEPTH = 64
 
 

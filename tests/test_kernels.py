@@ -253,12 +253,14 @@ def test_inner_columns_are_exactly_those_whose_windows_lie_on_x():
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
-    """The NHWC forward (and so the NHWC input grads and strided NCHW forwards) of a reduction at
-    least _COLUMN_DEPTH deep reads none of the padded input's columns outside x when x's rows are
-    wider than a block: with NaN in those columns the result is still the convolution over zero
-    padding. 'same' 3x3, 2x4 (two columns on the right, one on the left) and 3x5 at strides 1
+    """The NHWC forward (and so the NHWC stride-1 input grads past the first layers and the strided
+    forwards) of a reduction at least _COLUMN_DEPTH deep reads none of the padded input's columns
+    outside x when at least a block's worth of output columns have windows wholly on x (here 20
+    or 21 of 23 at stride 1, 10 of 12 at stride 2): with NaN in those columns the result is still the
+    convolution over zero padding, from the serial and the parallel kernel. 'same' 3x3, 2x4 (two columns on the right, one on the left) and 3x5 at strides 1
     and 2, C_in 8 (3x3x8 = 72 deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
     from kernels import conv
+    from kernels._jit import PARALLEL_MIN
     blk = conv.block_of(block)
     for (kh, kw), s, cout in (((3, 3), 1, 20), ((2, 4), 1, 70), ((3, 3), 2, 20), ((3, 5), 2, 70)):
         x, w = f32(rng, 2, 9, 23, 8), f32(rng, kh, kw, 8, cout)   # NHWC
@@ -272,9 +274,10 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
         xp[:, :, pl + 23:] = np.nan
         xp[:, pt:pt + 9, pl:pl + 23] = x
         wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(kh, kw * 8, -1)
-        y = np.empty(want.shape, np.float32)
-        conv._forward_nhwc[blk](0, xp, wk, s, (pt, pt + 9, pl, pl + 23), y)
-        close(y, want, scale=kh * kw * 8)
+        for size in (0, PARALLEL_MIN):   # the serial and the parallel twin
+            y = np.empty(want.shape, np.float32)
+            conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23), y)
+            close(y, want, scale=kh * kw * 8)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
