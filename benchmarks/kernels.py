@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels as K
+from kernels._tile import blocks_used
 
 from .timing import interleaved, medians, middle_half, set_threads, spread_cell
 
@@ -114,12 +115,15 @@ def run(threads=(1, 2), rounds=20):
     for n in threads:
         with set_threads(n):
             for name, group in kernels.items():
-                fns = {}
+                fns, blocks = {}, {}
                 for case in group:
                     layout, ours, theirs = case[1], case[4], case[5]
                     fns[(layout, "ours")], fns[(layout, "torch")] = ours, theirs
                     if len(case) > 6:
                         fns[(layout, "numpy")] = case[6]
+                    with blocks_used() as used:
+                        ours()
+                    blocks[layout] = ", ".join(sorted(used)) or "-"
                 times = interleaved(fns, rounds=rounds)
                 t = medians(times)
                 for _, layout, work, unit, *_ in group:
@@ -128,7 +132,8 @@ def run(threads=(1, 2), rounds=20):
                                  "torch_ms": t[(layout, "torch")] * 1e3, "rate": work / t[(layout, "ours")] / 1e9,
                                  "unit": unit, "torch_over_ours": t[(layout, "torch")] / t[(layout, "ours")],
                                  "spread": middle_half(times, (layout, "torch"), (layout, "ours")),
-                                 "numpy_rate": work / numpy_s / 1e9 if numpy_s else None})
+                                 "numpy_rate": work / numpy_s / 1e9 if numpy_s else None,
+                                 "blocks": blocks[layout]})
     by_key = {(r["threads"], r["kernel"], r["layout"]): r for r in rows}
     for r in rows:
         if r["layout"] == "NCHW":
@@ -139,12 +144,12 @@ def run(threads=(1, 2), rounds=20):
 
 def markdown(rows):
     out = ["| threads | kernel | layout | ours ms | torch ms | torch/ours | its rounds' middle half | ours rate | "
-           "NCHW/NHWC (ours) | np.add/np.sum rate |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "NCHW/NHWC (ours) | np.add/np.sum rate | our blocks |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         nchw = f"{r['nchw_over_nhwc']:.2f}" if "nchw_over_nhwc" in r else "-"
         numpy_rate = f"{r['numpy_rate']:.1f} {r['unit']}" if r["numpy_rate"] else "-"
         out.append(f"| {r['threads']} | {r['kernel']} | {r['layout']} | {r['ours_ms']:.3f} | {r['torch_ms']:.3f} | "
                    f"{r['torch_over_ours']:.2f} | {spread_cell(r['spread'])} | {r['rate']:.1f} {r['unit']} | "
-                   f"{nchw} | {numpy_rate} |")
+                   f"{nchw} | {numpy_rate} | {r['blocks']} |")
     return "\n".join(out)

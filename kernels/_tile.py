@@ -20,6 +20,7 @@ shape from the Block it was given. Any shape gives the same results; tests run s
 """
 
 
+import contextlib
 import math
 
 from llvmlite import ir
@@ -446,6 +447,22 @@ def rows_block(spec, n):
     return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk
 
 
+_DISPATCHED = None   # while blocks_used() records: the names of the blocks loop nests ran with
+
+
+@contextlib.contextmanager
+def blocks_used():
+    """Records the blocks that tiled loop nests run with inside the `with`: yields the set of
+    their names ("8x32"), filled as they run. A product may refine the machine's block (the wide
+    block, rows_block, conv's _shallow_block), so benchmarks name each row's blocks from this."""
+    global _DISPATCHED
+    _DISPATCHED = names = set()
+    try:
+        yield names
+    finally:
+        _DISPATCHED = None
+
+
 class Tiled:
     """A loop nest that uses the block shape (globals P, J and tile): one Kernel per Block,
     created on first use."""
@@ -454,6 +471,8 @@ class Tiled:
         self.fn, self.__name__, self._kernels = fn, fn.__name__, {}
 
     def __getitem__(self, blk):
+        if _DISPATCHED is not None:
+            _DISPATCHED.add(blk.name)
         k = self._kernels.get(blk.name)
         if k is None:
             k = self._kernels[blk.name] = Kernel(self.fn, blk.env, blk.name)

@@ -218,6 +218,25 @@ def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng)
     assert choose(None, machine, 3).name == "8x32"
 
 
+def test_blocks_used_names_the_blocks_a_call_ran(monkeypatch, rng):
+    """_tile.blocks_used, which names each benchmark row's blocks: a block asked for; the one a
+    product picks for itself (the first layers' weight grad on an 8 x 32 machine: 3 x 32); none
+    for kernels without a block (broadcast_add); and nothing once the `with` has ended."""
+    from kernels._tile import blocks_used
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", block_source="isa"))
+    x = rng.standard_normal((2, 1, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 1, 32)).astype(np.float32)
+    dy = rng.standard_normal((2, 32, 7, 9)).astype(np.float32)
+    with blocks_used() as forward:
+        K.conv2d_forward(x, w, layout="NCHW", block="5x24")
+    with blocks_used() as weight_grad:
+        K.conv2d_backward(x, w, dy, layout="NCHW", need_dx=False)
+    with blocks_used() as bias:
+        K.broadcast_add_forward(dy, np.ones(32, np.float32), layout="NCHW")
+    K.conv2d_forward(x, w, layout="NCHW", block="6x16")
+    assert (forward, weight_grad, bias) == ({"5x24"}, {"3x32"}, set())
+
+
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
