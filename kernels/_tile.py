@@ -333,7 +333,8 @@ def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
 def _tile(a, a0, sap, pn, a_steps, b, b0, b_steps, counts, out, o0, sop, soj, jn, accumulate):
     """One P x J block of a product, held in registers over the whole reduction:
 
-        out[o0 + row(sop, p) + j*soj] (+)= sum over r < counts of a[a0 + row(sap, p) + r . a_steps] * b[b0 + r . b_steps + j]
+        out[o0 + row(sop, p) + j*soj] (+)= sum over r < counts of
+                                           a[a0 + row(sap, p) + r . a_steps] * b[b0 + r . b_steps + j]
 
     for p < pn, j < jn, with r = (r1, r2, r3) a three-level reduction and a_steps, b_steps its
     strides; row(s, p) = p*s, or with s = (s, col0, width, jump) rows that run on over a line end

@@ -60,14 +60,15 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 def _forward_nhwc(xp, wk, s, data, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
     Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
-    padding), and no block sums over a kernel row, or from _COLUMN_DEPTH deep a kernel column,
-    that reads only padding:
-    - the output columns whose windows lie wholly on x's columns (_inner) run in blocks of P
-      consecutive output pixels of an image, running on from one output row to the next (row
-      blocks left P - OW % P rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of
-      the rows, mnist conv2's 26-pixel input grad rows 81%), each over the kernel rows that reach
-      x from any of its output rows (the input grad of a 'valid' layer, a full correlation over dy
-      padded by KH - 1 rows, skips 2 of 15 rows' worth of work on cifar conv4);
+    padding). A block sums only over the kernel rows that reach x from some of its output pixels,
+    and, from _COLUMN_DEPTH deep, only over the kernel columns that do:
+    - the output columns whose windows lie wholly on x's columns (_inner; all of them under
+      _COLUMN_DEPTH deep, or when fewer than P would) run in blocks of P consecutive output pixels
+      of an image, running on from one output row to the next (row blocks left P - OW % P rows
+      idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
+      26-pixel input grad rows 81%), each over the kernel rows that reach x from any of its output
+      rows (the input grad of a 'valid' layer, a full correlation over dy padded by KH - 1 rows,
+      skips 2 of 15 rows' worth of work on cifar conv4);
     - each of the others in blocks of P output rows down its column, over its kernel columns that
       reach x (cifar conv3's 'same' forward: 2 of 15 columns a third shorter; cifar conv4's input
       grad: 4 of 15 columns, a third or two thirds shorter)."""

@@ -256,9 +256,10 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
     """The NHWC forward (and so the NHWC stride-1 input grads past the first layers and the strided
     forwards) of a reduction at least _COLUMN_DEPTH deep reads none of the padded input's columns
     outside x when at least a block's worth of output columns have windows wholly on x (here 20
-    or 21 of 23 at stride 1, 10 of 12 at stride 2): with NaN in those columns the result is still the
-    convolution over zero padding, from the serial and the parallel kernel. 'same' 3x3, 2x4 (two columns on the right, one on the left) and 3x5 at strides 1
-    and 2, C_in 8 (3x3x8 = 72 deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
+    or 21 of 23 at stride 1, 10 of 12 at stride 2): with NaN in those columns the result is still
+    the convolution over zero padding, from the serial and the parallel kernel. 'same' 3x3, 2x4
+    (two columns on the right, one on the left) and 3x5 at strides 1 and 2, C_in 8 (3x3x8 = 72
+    deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
     from kernels import conv
     from kernels._jit import PARALLEL_MIN
     blk = conv.block_of(block)
