@@ -429,20 +429,27 @@ def machine_chosen(spec):
     return spec is None and _isa.isa_info()["block_source"] != "env"
 
 
-def rows_block(spec, n):
-    """The Block of a product with n rows (output channels, or inputs, along a block's rows):
-    block(spec); with `spec` None and the block not set by PROFILER_KERNEL_BLOCK, the machine's
-    block with as few as two thirds of its rows where that pads the n rows at least a tenth less
-    (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so
-    each costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six
-    with the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the
-    time; dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but
-    keeps 6 x 16 for 64 (NCHW weight grads of 64 channels in 4 x 16: 1.05-1.09x the time).
-    AVX-512's 8 x 32 runs 10, 12 and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time
-    (docs/performance.md, session 22)."""
+def rows_block(spec, n, along=None):
+    """The Block of a product with n rows (output channels, or inputs, along a block's rows) and,
+    when given, `along` positions along its lanes (pixels): block(spec); with `spec` None and the
+    block not set by PROFILER_KERNEL_BLOCK, the machine's block, or its wide block where `along`
+    pads to whole blocks of the wide block's lanes no further than of the machine's, with as few
+    as two thirds of its rows where that pads the n rows at least a tenth less (the fewest padded
+    rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each costs a little
+    more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with the last a third
+    full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time; dense's backward by
+    slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW weight grads of 64
+    channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12 and 20 channels as
+    6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22). Along pixels its
+    6 x 64 runs 32 channels as 4 x 64: the first layers' NCHW forwards, 0.92-0.94x the time of
+    8 x 32 (a broadcast feeds four FMAs, and a block stores four output planes, not eight;
+    docs/performance.md, session 27)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
+    wide = _isa.isa_info()["wide"] and block(_isa.isa_info()["wide"])
+    if wide and along is not None and wide.padded(along) <= blk.padded(along):
+        blk = wide
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
     return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk

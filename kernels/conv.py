@@ -247,7 +247,8 @@ def _forward_shifted(x, pt, pl, wr, y):
                 _shift_plane(xf, (b * c + ci) * h * w, h, w, pt, kw - pl, oh_ + kh_ - 1, ow_, planes,
                              (kw * c + ci) * slot)
         for n0 in range(0, n, P):
-            for q0 in range(0, pixels, J):
+            for q in range(0, pixels, J):
+                q0 = max(0, min(q, pixels - J))   # the last block overlaps the one before: whole-vector stores
                 y0 = (b * n + n0) * pixels + q0
                 _prefetch_rows(yf, y0, min(P, n - n0), pixels, J)
                 tile(wf, n0 * kh_ * kl, 1, min(P, n - n0), (0, kl * P, P), planes, q0, (0, ow_, slot), (1, kh_, kl),
@@ -782,7 +783,8 @@ def _forward(plan, block, y):
     """y = the plan's x, zero-padded at (pt, pl), cross-correlated with its w: the forward, and
     the stride-1 input grad (_Plan.full_correlation)."""
     if plan.nchw and plan.stride == 1 and (plan.kh * plan.kl < _PIXEL_DEPTH or plan.cout < plan.blk.lanes):
-        blk = rows_block(block, plan.cout)   # output channels along the rows, pixels along the lanes
+        # output channels along the rows, each image's pixels along the lanes
+        blk = rows_block(block, plan.cout, plan.oh * plan.ow)
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
         return y
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes

@@ -84,8 +84,8 @@ def _record_blocks(monkeypatch, chooser):
     from kernels import _tile, conv, dense
     chosen, choose = [], getattr(_tile, chooser)
 
-    def spy(spec, n):
-        chosen.append(choose(spec, n).name)
+    def spy(spec, n, *along):
+        chosen.append(choose(spec, n, *along).name)
         return _tile.block(chosen[-1])
     for module in (conv, dense):
         monkeypatch.setattr(module, chooser, spy)
@@ -178,6 +178,34 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     assert chosen == ["4x16"]
     for got, want in zip(grads, K.dense_backward(a, b, d, block="6x16")):
         np.testing.assert_array_equal(got, want)
+
+
+def test_pixels_along_the_lanes_take_the_wide_block_when_they_fill_it_as_well(monkeypatch, rng):
+    """rows_block with `along` (pixels along the lanes): where the machine has a wide block
+    (AVX-512's 6 x 64) and the pixels pad to whole blocks of its lanes no further than of the
+    machine block's, the wide block is the base the rows are fitted to (32 channels as 4 x 64);
+    else the machine's block; without a wide block, or with a block asked for or set by
+    PROFILER_KERNEL_BLOCK, as before. conv2d's NCHW first-layer forwards pass each image's pixels,
+    with results identical to the machine's block."""
+    from kernels import _tile
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", block_source="isa"))
+    picks = {(32, 676): "4x64", (32, 1024): "4x64", (20, 676): "5x64", (64, 1024): "6x64", (32, 900): "8x32",
+             (20, 900): "7x32", (32, 81): "8x32", (32, 100): "4x64", (32, None): "8x32", (20, None): "7x32"}
+    assert {key: _tile.rows_block(None, *key).name for key in picks} == picks
+    assert _tile.rows_block("8x32", 32, 676).name == "8x32"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, block_source="isa"))
+    assert _tile.rows_block(None, 32, 1024).name == "4x16"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide=None, block_source="env"))
+    assert _tile.rows_block(None, 32, 1024).name == "8x32"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", block_source="isa"))
+    chosen = _record_blocks(monkeypatch, "rows_block")
+    w = rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
+    for side, want in ((16, "4x64"), (9, "8x32")):   # 256 pixels: 4 blocks of 64 or 8 of 32; 81: 128 against 96
+        x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+        chosen.clear()
+        y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
+        assert chosen == [want]
+        np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block="8x32"))
 
 
 def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng):
