@@ -441,7 +441,7 @@ def rows_block(spec, n, along=None):
     slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW weight grads of 64
     channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12 and 20 channels as
     6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22). Along pixels its
-    6 x 64 runs 32 channels as 4 x 64: the first layers' NCHW forwards, 0.92-0.94x the time of
+    6 x 64 runs 32 channels as 4 x 64: the first layers' NCHW forwards, 0.91-0.95x the time of
     8 x 32 (a broadcast feeds four FMAs, and a block stores four output planes, not eight;
     docs/performance.md, session 27)."""
     blk = block(spec)

@@ -6,8 +6,8 @@ moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
 registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
 products whose axis along the lanes is whole blocks of 64: pixel-block forwards, the stride-1
-input grad among them, and deep weight grads; below "6" is P and "16" J) reading straight from
-the (padded) input.
+input grad among them, and deep weight grads; 4 x 64 for the first layers' NCHW forwards, pixels
+along the lanes; below "6" is P and "16" J) reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
@@ -232,8 +232,10 @@ def _forward_shifted(x, pt, pl, wr, y):
     pixels, contiguous in both x's planes and y, with no lanes on padding columns and whole-lane
     vector stores (row blocks of mnist conv1's 26-pixel rows stored 26 of 32 lanes one float at a
     time). Every block shape: with AVX2's 6 x 16 (emulated on the AVX-512 host, 1 thread) it took
-    0.49x the row blocks' time on mnist conv1 and 0.78x on cifar conv1. Each block first
-    prefetches the output lines its rows store two blocks on (_prefetch_rows)."""
+    0.49x the row blocks' time on mnist conv1 and 0.78x on cifar conv1. An image's last block
+    overlaps the one before (when the image has J pixels), so every block stores whole vectors:
+    the overlap's outputs are computed twice alike. Each block first prefetches the output lines
+    its rows store two blocks on (_prefetch_rows)."""
     bsz, c, h, w = x.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
@@ -771,7 +773,8 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
     block's lanes (kernels.isa_info()["wide"]), or, for NCHW forwards with output channels along
-    the rows (the first layers), a block of fewer rows when that pads them less (_tile.rows_block).
+    the rows (the first layers), a block of fewer rows when that pads them less, on the wide
+    block's lanes where each image's pixels fill them as well (_tile.rows_block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     y = out_buffer(out, plan.y_shape)
