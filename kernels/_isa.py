@@ -29,7 +29,8 @@ DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
 # forwards 0.90-0.97 of the time, dense forwards 0.79-0.99, NHWC weight grads of 64 channels
 # 0.85-0.96 (session 18); 32 columns (half the lanes idle) 1.8, so those keep the default, and so
 # does dense's backward (0.94-1.25, sessions 15-16). The first layers' NCHW forwards, pixels along
-# the lanes, run it with fewer rows (4 x 64 for 32 channels: 0.91-0.95 of 8 x 32's time, session 27).
+# the lanes, run it with fewer rows where each image's pixels fill its lanes as well as 8 x 32's
+# (4 x 64 for 32 channels: 0.91-0.95 of 8 x 32's time, session 27).
 # AVX2 has no wide block: 16 registers hold no second one.
 WIDE_BLOCKS = {"avx512": (6, 64)}
 MAX_ROWS, MAX_LANES = 32, 128

@@ -447,9 +447,10 @@ def rows_block(spec, n, along=None):
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
-    wide = _isa.isa_info()["wide"]
-    if wide and along is not None and block(wide).padded(along) <= blk.padded(along):
-        blk = block(wide)
+    info = _isa.isa_info()
+    wide = info["wide"] and block(info["wide"])
+    if wide and along is not None and wide.padded(along) <= blk.padded(along):
+        blk = wide
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
     return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk

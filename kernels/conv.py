@@ -6,8 +6,9 @@ moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
 registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
 products whose axis along the lanes is whole blocks of 64: pixel-block forwards, the stride-1
-input grad among them, and deep weight grads; 4 x 64 for the first layers' NCHW forwards, pixels
-along the lanes; below "6" is P and "16" J) reading straight from the (padded) input.
+input grad among them, and deep weight grads; 4 x 64 for the first layers' NCHW forwards of 32
+channels, pixels along the lanes, where each image's pixels fill them as well as 32 lanes; below
+"6" is P and "16" J) reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]
@@ -232,15 +233,16 @@ def _forward_shifted(x, pt, pl, wr, y):
     pixels, contiguous in both x's planes and y, with no lanes on padding columns and whole-lane
     vector stores (row blocks of mnist conv1's 26-pixel rows stored 26 of 32 lanes one float at a
     time). Every block shape: with AVX2's 6 x 16 (emulated on the AVX-512 host, 1 thread) it took
-    0.49x the row blocks' time on mnist conv1 and 0.78x on cifar conv1. An image's last block
-    overlaps the one before (when the image has J pixels), so every block stores whole vectors:
-    the overlap's outputs are computed twice alike. Each block first prefetches the output lines
-    its rows store two blocks on (_prefetch_rows)."""
+    0.49x the row blocks' time on mnist conv1 and 0.78x on cifar conv1. An image of at least J
+    pixels has its last block overlap the one before, so every block stores whole vectors (the
+    overlap's outputs are computed twice alike); an image under J pixels is one partial block,
+    stored element by element. Each block first prefetches the output lines its rows store two
+    blocks on (_prefetch_rows)."""
     bsz, c, h, w = x.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
     pixels, kl = oh_ * ow_, kw_ * c
-    slot = (oh_ + kh_ - 1) * ow_ + J   # J floats of slack: the last block's lanes run past the rows
+    slot = (oh_ + kh_ - 1) * ow_ + J   # J floats of slack: an image under J pixels has lanes past the rows
     xf, wf, yf = x.reshape(-1), wr.reshape(-1), y.reshape(-1)
     for b in prange(bsz):
         planes = np.zeros(kl * slot, np.float32)
