@@ -90,6 +90,8 @@ def machine():
     kernels_block = "{isa} ({cpu}) / {block} ({block_source})".format(**isa)
     if isa["wide"]:
         kernels_block += f"; {isa['wide']} where the axis along the lanes is whole blocks of it"
+    if isa["pixels"]:
+        kernels_block += f"; {isa['pixels']}, its rows fitted to the channels, with pixels along the lanes"
     kernels_block += "; each kernel row names the blocks its calls ran (our blocks)"
     cpu = "unknown"
     try:

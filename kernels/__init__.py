@@ -10,9 +10,9 @@ importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by d
 pixel-block forwards (its stride-1 input grad among them), its deep weight grads and dense's
 forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64) when the axis along their lanes is
 whole blocks of it; NCHW forwards with output channels along the rows (first layers) and dense's
-backward by slabs use a block of fewer rows when that pads them less (AVX2's 4 x 16 for 32
-channels and for a block's 16 inputs), the forwards on the wide block's lanes where each image's
-pixels fill them as well (AVX-512's 4 x 64 for 32 channels).
+backward by slabs use a block of fewer rows when that pads them less (AVX2's 4 x 16 for a block's
+16 inputs), the forwards starting from `isa_info()["pixels"]`, a block of more lanes, where each
+image's pixels fill its lanes about as well (32 channels as 4 x 64 on AVX-512, 4 x 24 on AVX2).
 """
 
 import importlib

@@ -6,11 +6,12 @@ B row and the broadcast; AVX-512 has 32 512-bit registers, where 6 x 16 is only 
 too few independent FMAs to cover two FMA pipes' latency, and 8 x 32 is sixteen (12 x 32 and
 14 x 32, 24 and 28, measured no faster: the seed models' channel counts and row widths are
 multiples of 8, not of 12 or 14). Products whose axis along the lanes is whole blocks of 64
-run a wide block on AVX-512, 6 x 64 (WIDE_BLOCKS). PROFILER_KERNEL_BLOCK=RxL (e.g. 6x16, 8x32)
-overrides the choice, wide block included; any shape computes the right answer on any ISA, only
-the speed differs. The ISA follows what numba compiles for: NUMBA_CPU_NAME / NUMBA_CPU_FEATURES
-when the user set them (e.g. NUMBA_CPU_NAME=haswell with an AVX2 feature list builds the AVX2
-code on an AVX-512 host), else the host CPU as LLVM sees it.
+run a wide block on AVX-512, 6 x 64 (WIDE_BLOCKS); products with each image's pixels along the
+lanes a pixel block, AVX-512's 6 x 64 and AVX2's 4 x 24 (PIXEL_BLOCKS). PROFILER_KERNEL_BLOCK=RxL
+(e.g. 6x16, 8x32) overrides the choice, wide and pixel blocks included; any shape computes the
+right answer on any ISA, only the speed differs. The ISA follows what numba compiles for:
+NUMBA_CPU_NAME / NUMBA_CPU_FEATURES when the user set them (e.g. NUMBA_CPU_NAME=haswell with an
+AVX2 feature list builds the AVX2 code on an AVX-512 host), else the host CPU as LLVM sees it.
 """
 
 import os
@@ -28,11 +29,15 @@ DEFAULT_BLOCKS = {"avx512": (8, 32), "avx2": (6, 16), "other": (6, 16)}
 # 8 x 32 at 1 and 2 threads (docs/performance.md, sessions 15-16 and 18): the 64-channel conv
 # forwards 0.90-0.97 of the time, dense forwards 0.79-0.99, NHWC weight grads of 64 channels
 # 0.85-0.96 (session 18); 32 columns (half the lanes idle) 1.8, so those keep the default, and so
-# does dense's backward (0.94-1.25, sessions 15-16). The first layers' NCHW forwards, pixels along
-# the lanes, run it with fewer rows where each image's pixels fill its lanes as well as 8 x 32's
-# (4 x 64 for 32 channels: 0.91-0.95 of 8 x 32's time, session 27).
-# AVX2 has no wide block: 16 registers hold no second one.
+# does dense's backward (0.94-1.25, sessions 15-16). AVX2 has no wide block: 16 registers hold no
+# second one.
 WIDE_BLOCKS = {"avx512": (6, 64)}
+# the block of products with each image's pixels along the lanes and output channels along the
+# rows (NCHW's first layers' forwards: kernels/_tile.rows_block fits its rows to the channels):
+# fewer rows of more lanes than the default block, so each broadcast feeds more FMAs and a block
+# stores fewer output planes. 32 channels as 4 x 64 took 0.91-0.95 of 8 x 32's time on AVX-512,
+# as 4 x 24 0.90-0.91 of 4 x 16's on emulated AVX2 (docs/performance.md, session 27).
+PIXEL_BLOCKS = {"avx512": (6, 64), "avx2": (4, 24)}
 MAX_ROWS, MAX_LANES = 32, 128
 
 
@@ -72,9 +77,15 @@ def _detect():
     isa = _isa(flags)
     override = os.environ.get(ENV)
     block = parse_block(override) if override else DEFAULT_BLOCKS[isa]
-    wide = None if override else WIDE_BLOCKS.get(isa)   # an override is the one shape for every kernel
-    return {"isa": isa, "cpu": cpu, "block": f"{block[0]}x{block[1]}",
-            "wide": f"{wide[0]}x{wide[1]}" if wide else None, "block_source": "env" if override else "isa"}
+    # an override is the one shape for every kernel
+    wide, pixels = (None, None) if override else (WIDE_BLOCKS.get(isa), PIXEL_BLOCKS.get(isa))
+    return {"isa": isa, "cpu": cpu, "block": _name(block), "wide": _name(wide), "pixels": _name(pixels),
+            "block_source": "env" if override else "isa"}
+
+
+def _name(shape):
+    """'RxL' for a (rows, lanes) shape, None for None."""
+    return f"{shape[0]}x{shape[1]}" if shape else None
 
 
 _INFO = None
@@ -90,13 +101,15 @@ def narrow():
     default block is AVX2's."""
     info = isa_info()
     if info["block_source"] == "isa" and info["isa"] == "avx512":
-        _INFO.update(block="{}x{}".format(*DEFAULT_BLOCKS["avx2"]), wide=None, block_source="isa (256-bit vectors)")
+        _INFO.update(block=_name(DEFAULT_BLOCKS["avx2"]), wide=None, pixels=_name(PIXEL_BLOCKS["avx2"]),
+                     block_source="isa (256-bit vectors)")
 
 
 def isa_info():
     """{"isa": "avx512" | "avx2" | "other", "cpu": LLVM's CPU name, "block": "RxL" (the default
     micro-kernel block), "wide": "RxL" or None (the block of products whose axis along the
-    lanes is whole blocks of it), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
+    lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
+    image's pixels along the lanes), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
     llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:

@@ -173,10 +173,12 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
 
 @intrinsic
 def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
-    """out[o0 + row(p) : +J] (+)= acc[p*J : (p+1)*J] for p < pn, one J-wide vector store per row,
-    row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM made each row's store a call
-    to memcpy (the length being a variable), which cost more than the arithmetic on short
-    reductions (mnist conv1's 9-step blocks)."""
+    """out[o0 + row(p) : +J] (+)= acc[p*J : (p+1)*J] for p < pn, each row stored as _fma_rows loads
+    b, in runs of w lanes (_runs: one J-wide vector when J is a power of two; J-wide stores of 24
+    and 48 lanes made mnist conv1's NCHW forward 2.2-3.1x slower on emulated AVX2, as runs 4 x 24
+    beat 4 x 16: session 27), row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM
+    made each row's store a call to memcpy (the length being a variable), which cost more than the
+    arithmetic on short reductions (mnist conv1's 9-step blocks)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)
             and _is_row_step(sop)):
         raise TypingError("_store_rows needs a row step and constant rows and lanes")
@@ -185,7 +187,8 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     def codegen(context, builder, signature, args):
         accp, outv, o0v, sopv, pnv, accum = args[:6]
         i64 = ir.IntType(64)
-        vec = ir.VectorType(ir.FloatType(), j_)
+        w, offsets = _runs(j_)
+        vec = ir.VectorType(ir.FloatType(), w)
         o0_, pn_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((o0v, 2), (pnv, 4))]
         row_at = _row_offsets(context, builder, signature.args[3], sopv)
         odata = context.make_array(signature.args[1])(context, builder, outv).data
@@ -193,11 +196,14 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
         for p in range(p_):
             pc = ir.Constant(i64, p)
             with builder.if_then(builder.icmp_signed("<", pc, pn_)):
-                value = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), vec.as_pointer()),
-                                     align=4)
-                optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, row_at(pc))]), vec.as_pointer())
-                total = builder.fadd(builder.load(optr, align=4), value)
-                builder.store(builder.select(add, total, value), optr, align=4)
+                row = builder.add(o0_, row_at(pc))
+                for o in offsets:
+                    value = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_ + o)]),
+                                                         vec.as_pointer()), align=4)
+                    at = builder.add(row, ir.Constant(i64, o))
+                    optr = builder.bitcast(builder.gep(odata, [at]), vec.as_pointer())
+                    total = builder.fadd(builder.load(optr, align=4), value)
+                    builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()
     return types.none(acc, out, o0, sop, pn, accumulate, rows, lanes), codegen
 
@@ -218,8 +224,8 @@ def _inlined(typingctx):
 
 @intrinsic
 def _copy_block(typingctx, acc, dst, rows, lanes):
-    """dst[:P*J] = acc[:P*J], P J-wide vector moves at fixed offsets. acc is touched only at fixed
-    offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in registers from
+    """dst[:P*J] = acc[:P*J], vector moves at fixed offsets (in _runs' runs). acc is touched only at
+    fixed offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in registers from
     the block's start to its stores: a loop indexing it (zeroing it, or the partial blocks' element
     stores) makes LLVM store the whole block to the stack after every reduction (16 zmm stores on
     AVX-512's 8 x 32)."""
@@ -229,11 +235,13 @@ def _copy_block(typingctx, acc, dst, rows, lanes):
 
     def codegen(context, builder, signature, args):
         src, dst = args[:2]
-        vec = ir.VectorType(ir.FloatType(), j_)
+        w, offsets = _runs(j_)
+        vec = ir.VectorType(ir.FloatType(), w)
         for p in range(p_):
-            at = [ir.Constant(ir.IntType(64), p * j_)]
-            value = builder.load(builder.bitcast(builder.gep(src, at), vec.as_pointer()), align=4)
-            builder.store(value, builder.bitcast(builder.gep(dst, at), vec.as_pointer()), align=4)
+            for o in offsets:
+                at = [ir.Constant(ir.IntType(64), p * j_ + o)]
+                value = builder.load(builder.bitcast(builder.gep(src, at), vec.as_pointer()), align=4)
+                builder.store(value, builder.bitcast(builder.gep(dst, at), vec.as_pointer()), align=4)
         return context.get_dummy_value()
     return types.none(acc, dst, rows, lanes), codegen
 
@@ -431,26 +439,26 @@ def machine_chosen(spec):
 
 def rows_block(spec, n, along=None):
     """The Block of a product with n rows (output channels, or inputs, along a block's rows) and,
-    when given, `along` positions along its lanes (pixels): block(spec); with `spec` None and the
-    block not set by PROFILER_KERNEL_BLOCK, the machine's block, or its wide block where `along`
-    pads to whole blocks of the wide block's lanes no further than of the machine's, with as few
-    as two thirds of its rows where that pads the n rows at least a tenth less (the fewest padded
-    rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each costs a little
-    more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with the last a third
-    full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time; dense's backward by
-    slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW weight grads of 64
-    channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12 and 20 channels as
-    6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22). Along pixels its
-    6 x 64 runs 32 channels as 4 x 64: the first layers' NCHW forwards, 0.91-0.95x the time of
-    8 x 32 (a broadcast feeds four FMAs, and a block stores four output planes, not eight;
-    docs/performance.md, session 27)."""
+    when given, `along` positions along its lanes (each image's pixels): block(spec); with `spec`
+    None and the block not set by PROFILER_KERNEL_BLOCK, the machine's block, or its pixel block
+    (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 32nd further,
+    with as few as two thirds of its rows where that pads the n rows at least a tenth less (the
+    fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each
+    costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with
+    the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time;
+    dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW
+    weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
+    and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22).
+    The pixel blocks run 32 channels as 4 x 64 (AVX-512: the first layers' NCHW forwards in
+    0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: 0.91-0.97x 4 x 16's). Where they pad the
+    pixels further they lost: 900 pixels in 4 x 64 (960 against 928), 1.02-1.04x; 784 (832
+    against 800), up to 1.06x (docs/performance.md, session 27)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
-    info = _isa.isa_info()
-    wide = info["wide"] and block(info["wide"])
-    if wide and along is not None and wide.padded(along) <= blk.padded(along):
-        blk = wide
+    pixels = _isa.isa_info()["pixels"] and block(_isa.isa_info()["pixels"])
+    if pixels and along is not None and 32 * pixels.padded(along) <= 33 * blk.padded(along):
+        blk = pixels
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
     return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk

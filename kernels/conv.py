@@ -6,8 +6,8 @@ moved 9x the input through memory on top (cifar10-cnn's convs ran at 17-52 GFLOP
 layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J outputs held in
 registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
 products whose axis along the lanes is whole blocks of 64: pixel-block forwards, the stride-1
-input grad among them, and deep weight grads; 4 x 64 for the first layers' NCHW forwards of 32
-channels, pixels along the lanes, where each image's pixels fill them as well as 32 lanes; below
+input grad among them, and deep weight grads; for the first layers' NCHW forwards of 32
+channels, pixels along the lanes, 4 x 64 on AVX-512 and 4 x 24 on AVX2 (_isa.PIXEL_BLOCKS); below
 "6" is P and "16" J) reading straight from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
@@ -775,8 +775,9 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
     block's lanes (kernels.isa_info()["wide"]), or, for NCHW forwards with output channels along
-    the rows (the first layers), a block of fewer rows when that pads them less, on the wide
-    block's lanes where each image's pixels fill them as well (_tile.rows_block).
+    the rows (the first layers), the machine's pixel block (kernels.isa_info()["pixels"]) where
+    each image's pixels fill its lanes about as well, with fewer rows when that pads them less
+    (_tile.rows_block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     y = out_buffer(out, plan.y_shape)

@@ -58,24 +58,27 @@ def test_the_environment_variable_sets_the_block():
     assert proc.returncode != 0 and _isa.ENV in proc.stderr and "'6x17'" in proc.stderr
 
 
-@pytest.mark.parametrize("flags,override,wide", [({"avx512f": True}, None, "6x64"),
-                                                 ({"avx2": True, "fma": True}, None, None),
-                                                 ({}, None, None),
-                                                 ({"avx512f": True}, "8x32", None)])
-def test_the_wide_block_follows_the_isa_and_yields_to_the_override(flags, override, wide, monkeypatch):
+@pytest.mark.parametrize("flags,override,wide,pixels", [({"avx512f": True}, None, "6x64", "6x64"),
+                                                        ({"avx2": True, "fma": True}, None, None, "4x24"),
+                                                        ({}, None, None, None),
+                                                        ({"avx512f": True}, "8x32", None, None)])
+def test_the_wide_and_pixel_blocks_follow_the_isa_and_yield_to_the_override(flags, override, wide, pixels,
+                                                                            monkeypatch):
     monkeypatch.setattr(_isa, "_target", lambda: ("somecpu", flags))
     if override:
         monkeypatch.setenv(_isa.ENV, override)
     else:
         monkeypatch.delenv(_isa.ENV, raising=False)
-    assert _isa._detect()["wide"] == wide
+    info = _isa._detect()
+    assert (info["wide"], info["pixels"]) == (wide, pixels)
 
 
-def test_256_bit_code_on_an_avx512_host_has_no_wide_block(monkeypatch):
+def test_256_bit_code_on_an_avx512_host_has_avx2s_blocks(monkeypatch):
     monkeypatch.setattr(_isa, "_INFO", {"isa": "avx512", "cpu": "somecpu", "block": "8x32", "wide": "6x64",
-                                        "block_source": "isa"})
+                                        "pixels": "6x64", "block_source": "isa"})
     _isa.narrow()
-    assert (_isa.isa_info()["block"], _isa.isa_info()["wide"]) == ("6x16", None)
+    info = _isa.isa_info()
+    assert (info["block"], info["wide"], info["pixels"]) == ("6x16", None, "4x24")
 
 
 def _record_blocks(monkeypatch, chooser):
@@ -159,10 +162,11 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
         assert _tile.rows_block(machine, 32).name == machine
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, block_source="env"))
         assert {_tile.rows_block(None, n).name for n in picks} == {machine}
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, block_source="isa"))
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, pixels=None, block_source="isa"))
     chosen = _record_blocks(monkeypatch, "rows_block")
     x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
-    x10, w10 = rng.standard_normal((2, 10, 9, 9)).astype(np.float32), rng.standard_normal((3, 3, 10, 32)).astype(np.float32)
+    x10 = rng.standard_normal((2, 10, 9, 9)).astype(np.float32)
+    w10 = rng.standard_normal((3, 3, 10, 32)).astype(np.float32)
     dy = rng.standard_normal((2, 32, 9, 9)).astype(np.float32)
     y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
     dx, _ = K.conv2d_backward(x10, w10, dy, layout="NCHW", padding="same")
@@ -180,32 +184,39 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
         np.testing.assert_array_equal(got, want)
 
 
-def test_pixels_along_the_lanes_take_the_wide_block_when_they_fill_it_as_well(monkeypatch, rng):
-    """rows_block with `along` (pixels along the lanes): where the machine has a wide block
-    (AVX-512's 6 x 64) and the pixels pad to whole blocks of its lanes no further than of the
-    machine block's, the wide block is the base the rows are fitted to (32 channels as 4 x 64);
-    else the machine's block; without a wide block, or with a block asked for or set by
-    PROFILER_KERNEL_BLOCK, as before. conv2d's NCHW first-layer forwards pass each image's pixels,
-    with results identical to the machine's block."""
+def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as_little(monkeypatch, rng):
+    """rows_block with `along` (each image's pixels along the lanes): where the machine has a pixel
+    block (AVX-512's 6 x 64, AVX2's 4 x 24) that pads the pixels to whole blocks of its lanes at
+    most a 32nd further than the machine's block, it is the base the rows are fitted to (32
+    channels as 4 x 64 or 4 x 24); else the machine's block; without a pixel block, or with a
+    block asked for or set by PROFILER_KERNEL_BLOCK, as before. conv2d's NCHW first-layer forwards
+    pass each image's pixels, with results identical to the machine's block."""
     from kernels import _tile
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", block_source="isa"))
-    picks = {(32, 676): "4x64", (32, 1024): "4x64", (20, 676): "5x64", (64, 1024): "6x64", (32, 900): "8x32",
-             (20, 900): "7x32", (32, 81): "8x32", (32, 100): "4x64", (32, None): "8x32", (20, None): "7x32"}
-    assert {key: _tile.rows_block(None, *key).name for key in picks} == picks
-    assert _tile.rows_block("8x32", 32, 676).name == "8x32"
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="6x16", wide=None, block_source="isa"))
-    assert _tile.rows_block(None, 32, 1024).name == "4x16"
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide=None, block_source="env"))
-    assert _tile.rows_block(None, 32, 1024).name == "8x32"
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", block_source="isa"))
-    chosen = _record_blocks(monkeypatch, "rows_block")
+    for machine, pixels, picks in (
+            ("8x32", "6x64", {(32, 676): "4x64", (32, 1024): "4x64", (20, 676): "5x64", (64, 1024): "6x64",
+                              (32, 900): "8x32", (32, 784): "8x32", (20, 900): "7x32", (32, 81): "8x32",
+                              (32, 100): "4x64", (32, None): "8x32", (20, None): "7x32"}),
+            ("6x16", "4x24", {(32, 676): "4x24", (32, 1024): "4x24", (16, 900): "4x24", (64, 676): "4x24",
+                              (6, 676): "3x24", (32, 100): "4x16", (32, None): "4x16", (10, None): "5x16"})):
+        monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=pixels, block_source="isa"))
+        assert {key: _tile.rows_block(None, *key).name for key in picks} == picks
+        assert _tile.rows_block(machine, 32, 676).name == machine
+        monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=None, block_source="isa"))
+        assert _tile.rows_block(None, 32, 1024).name == _tile.rows_block(None, 32).name
+        monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=None, block_source="env"))
+        assert _tile.rows_block(None, 32, 1024).name == machine
     w = rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
-    for side, want in ((16, "4x64"), (9, "8x32")):   # 256 pixels: 4 blocks of 64 or 8 of 32; 81: 128 against 96
-        x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
-        chosen.clear()
-        y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
-        assert chosen == [want]
-        np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block="8x32"))
+    # images of 256 pixels: 256 lanes in either block (AVX2: 264 against 256); 81: 128 against 96 (96 each)
+    for machine, pixels, wants in (("8x32", "6x64", {16: "4x64", 9: "8x32"}),
+                                   ("6x16", "4x24", {16: "4x24", 9: "4x24"})):
+        monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=pixels, block_source="isa"))
+        chosen = _record_blocks(monkeypatch, "rows_block")
+        for side, want in wants.items():
+            x = rng.standard_normal((2, 3, side, side)).astype(np.float32)
+            chosen.clear()
+            y = K.conv2d_forward(x, w, layout="NCHW", padding="same")
+            assert chosen == [want]
+            np.testing.assert_array_equal(y, K.conv2d_forward(x, w, layout="NCHW", padding="same", block=machine))
 
 
 def test_first_layers_weight_grads_take_one_kernel_row_a_block(monkeypatch, rng):
@@ -274,7 +285,8 @@ def test_the_avx2_build_compiles_and_is_correct(tmp_path):
 import numpy as np, kernels as K
 from tests import reference as ref
 info = K.isa_info()
-assert (info["isa"], info["block"], info["wide"], K.BLOCK) == ("avx2", "6x16", None, "6x16"), info
+assert (info["isa"], info["block"], info["wide"], info["pixels"]) == ("avx2", "6x16", None, "4x24"), info
+assert K.BLOCK == "6x16"
 rng = np.random.default_rng(0)
 x, w = rng.standard_normal((4, 3, 12, 13)).astype(np.float32), rng.standard_normal((3, 3, 3, 20)).astype(np.float32)
 for layout in ("NCHW", "NHWC"):
@@ -289,6 +301,9 @@ for layout in ("NCHW", "NHWC"):
         xp = np.pad(xc.astype(float), ((0, 0), (0, 0), (1, 1), (1, 1)))
         want = [[np.einsum("bchw,bnhw->cn", xp[:, :, i:i + 12, j:j + 13], dy) for j in range(3)] for i in range(3)]
         np.testing.assert_allclose(dw, np.array(want), rtol=1e-4, atol=1e-3)
+x16 = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)   # 256 pixels: the pixel block, 4 x 24, 24-float runs
+y16 = K.conv2d_forward(x16, w, layout="NCHW", padding="same")
+np.testing.assert_allclose(y16, ref.conv2d(x16, w, "NCHW", 1, "same"), rtol=1e-4, atol=1e-4)
 a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
 np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
 for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
