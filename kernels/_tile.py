@@ -450,7 +450,7 @@ def rows_block(spec, n, along=None):
     weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
     and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22).
     The pixel blocks run 32 channels as 4 x 64 (AVX-512: the first layers' NCHW forwards in
-    0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: 0.91-0.97x 4 x 16's). Where they pad the
+    0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: 0.91-1.01x 4 x 16's). Where they pad the
     pixels further they lost: 900 pixels in 4 x 64 (960 against 928), 1.02-1.04x; 784 (832
     against 800), up to 1.06x (docs/performance.md, session 27)."""
     blk = block(spec)
