@@ -174,9 +174,9 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
 @intrinsic
 def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     """out[o0 + row(p) : +J] (+)= acc[p*J : (p+1)*J] for p < pn, each row stored as _fma_rows loads
-    b, in runs of w lanes (_runs: one J-wide vector when J is a power of two; J-wide stores of 24
-    and 48 lanes made mnist conv1's NCHW forward 2.2-3.1x slower on emulated AVX2, as runs 4 x 24
-    beat 4 x 16: session 27), row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM
+    b, in runs of w lanes (_runs: one J-wide vector when J is a power of two; with J-wide stores
+    of 24 and 48 lanes mnist conv1's NCHW forward took 2.2-3.1x NHWC's time on emulated AVX2, as
+    runs 1.05-1.55x: session 27), row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM
     made each row's store a call to memcpy (the length being a variable), which cost more than the
     arithmetic on short reductions (mnist conv1's 9-step blocks)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)
@@ -225,10 +225,10 @@ def _inlined(typingctx):
 @intrinsic
 def _copy_block(typingctx, acc, dst, rows, lanes):
     """dst[:P*J] = acc[:P*J], vector moves at fixed offsets (in _runs' runs). acc is touched only at
-    fixed offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in registers from
-    the block's start to its stores: a loop indexing it (zeroing it, or the partial blocks' element
-    stores) makes LLVM store the whole block to the stack after every reduction (16 zmm stores on
-    AVX-512's 8 x 32)."""
+    fixed offsets (here, _block, _fma_rows, _store_rows, _store_cols), so LLVM keeps it in
+    registers from the block's start to its stores: a loop indexing it (zeroing it, or the partial
+    blocks' element stores) makes LLVM store the whole block to the stack after every reduction
+    (16 zmm stores on AVX-512's 8 x 32)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)):
         raise TypingError("_copy_block needs constant rows and lanes")
     p_, j_ = rows.literal_value, lanes.literal_value
@@ -441,7 +441,7 @@ def rows_block(spec, n, along=None):
     """The Block of a product with n rows (output channels, or inputs, along a block's rows) and,
     when given, `along` positions along its lanes (each image's pixels): block(spec); with `spec`
     None and the block not set by PROFILER_KERNEL_BLOCK, the machine's block, or its pixel block
-    (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 32nd further,
+    (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 64th further,
     with as few as two thirds of its rows where that pads the n rows at least a tenth less (the
     fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each
     costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with
@@ -450,14 +450,16 @@ def rows_block(spec, n, along=None):
     weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
     and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22).
     The pixel blocks run 32 channels as 4 x 64 (AVX-512: the first layers' NCHW forwards in
-    0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: 0.91-1.01x 4 x 16's). Where they pad the
-    pixels further they lost: 900 pixels in 4 x 64 (960 against 928), 1.02-1.04x; 784 (832
-    against 800), up to 1.06x (docs/performance.md, session 27)."""
+    0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: mnist conv1's 676 pixels, 696 lanes
+    against 688, 0.91-0.92x 4 x 16's time; cifar conv1's 0.97-1.01x). Where they pad the pixels
+    further they lost: 900 pixels in 4 x 64 (960 against 928), 1.02-1.04x; 784 (832 against 800),
+    up to 1.06x (docs/performance.md, session 27)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
-    pixels = _isa.isa_info()["pixels"] and block(_isa.isa_info()["pixels"])
-    if pixels and along is not None and 32 * pixels.padded(along) <= 33 * blk.padded(along):
+    info = _isa.isa_info()
+    pixels = info["pixels"] and block(info["pixels"])
+    if pixels and along is not None and 64 * pixels.padded(along) <= 65 * blk.padded(along):
         blk = pixels
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows

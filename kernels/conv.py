@@ -7,8 +7,9 @@ layer at 17). Now every kernel is the micro-kernel of _tile.py (a block of P x J
 registers over a strided reduction: 6 x 16 on AVX2, 8 x 32 on AVX-512, and 6 x 64 for AVX-512's
 products whose axis along the lanes is whole blocks of 64: pixel-block forwards, the stride-1
 input grad among them, and deep weight grads; for the first layers' NCHW forwards of 32
-channels, pixels along the lanes, 4 x 64 on AVX-512 and 4 x 24 on AVX2 (_isa.PIXEL_BLOCKS); below
-"6" is P and "16" J) reading straight from the (padded) input.
+channels, pixels along the lanes, 4 x 64 on AVX-512 and 4 x 24 on AVX2 where they pad each
+image's pixels about as little (_isa.PIXEL_BLOCKS); below "6" is P and "16" J) reading straight
+from the (padded) input.
 
 NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C + c
 - forward:      y[b, oh, ow, n] = sum_kh,t xp[b, oh*s + kh, ow*s*C + t] * w[kh, t, n]

@@ -187,7 +187,7 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
 def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as_little(monkeypatch, rng):
     """rows_block with `along` (each image's pixels along the lanes): where the machine has a pixel
     block (AVX-512's 6 x 64, AVX2's 4 x 24) that pads the pixels to whole blocks of its lanes at
-    most a 32nd further than the machine's block, it is the base the rows are fitted to (32
+    most a 64th further than the machine's block, it is the base the rows are fitted to (32
     channels as 4 x 64 or 4 x 24); else the machine's block; without a pixel block, or with a
     block asked for or set by PROFILER_KERNEL_BLOCK, as before. conv2d's NCHW first-layer forwards
     pass each image's pixels, with results identical to the machine's block."""
@@ -195,9 +195,10 @@ def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as
     for machine, pixels, picks in (
             ("8x32", "6x64", {(32, 676): "4x64", (32, 1024): "4x64", (20, 676): "5x64", (64, 1024): "6x64",
                               (32, 900): "8x32", (32, 784): "8x32", (20, 900): "7x32", (32, 81): "8x32",
-                              (32, 100): "4x64", (32, None): "8x32", (20, None): "7x32"}),
+                              (32, 100): "4x64", (32, 1296): "8x32", (32, None): "8x32", (20, None): "7x32"}),
             ("6x16", "4x24", {(32, 676): "4x24", (32, 1024): "4x24", (16, 900): "4x24", (64, 676): "4x24",
-                              (6, 676): "3x24", (32, 100): "4x16", (32, None): "4x16", (10, None): "5x16"})):
+                              (6, 676): "3x24", (32, 100): "4x16", (32, 256): "4x16", (32, None): "4x16",
+                              (10, None): "5x16"})):
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=pixels, block_source="isa"))
         assert {key: _tile.rows_block(None, *key).name for key in picks} == picks
         assert _tile.rows_block(machine, 32, 676).name == machine
@@ -208,7 +209,7 @@ def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as
     w = rng.standard_normal((3, 3, 3, 32)).astype(np.float32)
     # images of 256 pixels: 256 lanes in either block (AVX2: 264 against 256); 81: 128 against 96 (96 each)
     for machine, pixels, wants in (("8x32", "6x64", {16: "4x64", 9: "8x32"}),
-                                   ("6x16", "4x24", {16: "4x24", 9: "4x24"})):
+                                   ("6x16", "4x24", {16: "4x16", 9: "4x24"})):
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=pixels, block_source="isa"))
         chosen = _record_blocks(monkeypatch, "rows_block")
         for side, want in wants.items():
@@ -301,9 +302,9 @@ for layout in ("NCHW", "NHWC"):
         xp = np.pad(xc.astype(float), ((0, 0), (0, 0), (1, 1), (1, 1)))
         want = [[np.einsum("bchw,bnhw->cn", xp[:, :, i:i + 12, j:j + 13], dy) for j in range(3)] for i in range(3)]
         np.testing.assert_allclose(dw, np.array(want), rtol=1e-4, atol=1e-3)
-x16 = rng.standard_normal((2, 3, 16, 16)).astype(np.float32)   # 256 pixels: the pixel block, 4 x 24, 24-float runs
-y16 = K.conv2d_forward(x16, w, layout="NCHW", padding="same")
-np.testing.assert_allclose(y16, ref.conv2d(x16, w, "NCHW", 1, "same"), rtol=1e-4, atol=1e-4)
+x28 = rng.standard_normal((2, 3, 28, 28)).astype(np.float32)   # 676 pixels: the pixel block, 4 x 24, 24-float runs
+y28 = K.conv2d_forward(x28, w, layout="NCHW")
+np.testing.assert_allclose(y28, ref.conv2d(x28, w, "NCHW", 1, "valid"), rtol=1e-4, atol=1e-4)
 a, b = rng.standard_normal((70, 600)).astype(np.float32), rng.standard_normal((600, 130)).astype(np.float32)
 np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.astype(float) @ b, rtol=1e-4, atol=1e-3)
 for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
