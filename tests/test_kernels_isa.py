@@ -313,6 +313,9 @@ for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 an
 k = K.conv._forward_nhwc[K.conv.block_of(None)]
 asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
 assert "vfmadd" in asm and "zmm" not in asm
+k = K.conv._forward_shifted[K.conv.block_of("4x24")]   # the 676-pixel forward's block, above
+asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
+assert "vfmadd" in asm and "vextractf128" not in asm   # rows stored in runs of 8 floats, not split 24-float vectors
 print("ok")
 """
     proc = _run(code, NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL, NUMBA_CACHE_DIR=str(tmp_path),
