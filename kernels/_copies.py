@@ -1,6 +1,7 @@
 """Flat-array copies compiled into the kernels (conv's layout changes and padding, dense's slabs
 and panels): numba helpers, each inlined into its callers; the transposes' 8 x 8 register
-blocks (_transpose_8, vector IR); and a prefetch for write."""
+blocks (_transpose_8, vector IR) and the copies' vector runs (_copy_run); and a prefetch for
+write."""
 
 from llvmlite import ir
 from numba import types, uint64
@@ -79,8 +80,39 @@ def transpose(s, s0, ls, d, d0, ld, rows, cols):
 
 @helper
 def copy(s, s0, d, d0, n):
-    """d[d0:d0+n] = s[s0:s0+n] on flat arrays. A loop rather than a slice assignment: numba's
-    array-to-array setitem compiles its shape-mismatch message, ~4 s of string code on a cold
-    start (half the compile time of a conv in both layouts)."""
-    for j in range(n):
-        d[uint64(d0 + j)] = s[uint64(s0 + j)]
+    """d[d0:d0+n] = s[s0:s0+n] on flat arrays (s and d apart), in runs of _RUN floats, one vector
+    load and store each (_copy_run), the last run overlapping the one before; under _RUN floats
+    one by one. LLVM's own loop takes 64 floats a step and copies a shorter run one float at a
+    time; with these runs the 'valid' first layers' NCHW forwards, whose shifted planes are
+    copied in rows of 6-30 floats, took 0.88-0.94x the time (docs/performance.md, session 28). A loop rather than a slice assignment: numba's array-to-array
+    setitem compiles its shape-mismatch message, ~4 s of string code on a cold start (half the
+    compile time of a conv in both layouts)."""
+    if n < _RUN:
+        for j in range(n):
+            d[uint64(d0 + j)] = s[uint64(s0 + j)]
+        return
+    for j0 in range(0, n, _RUN):
+        j = min(j0, n - _RUN)
+        _copy_run(s, uint64(s0 + j), d, uint64(d0 + j))
+
+
+_RUN = 16   # floats a run: one zmm, two ymm
+
+
+@intrinsic
+def _copy_run(typingctx, s, s0, d, d0):
+    """d[d0:d0+_RUN] = s[s0:s0+_RUN]: one vector load and store (a loop of _RUN scalars stays
+    scalar: LLVM cannot tell s and d apart)."""
+    if not (isinstance(s, types.Array) and isinstance(d, types.Array)):
+        raise TypingError("_copy_run needs two arrays")
+
+    def codegen(context, builder, signature, args):
+        sv, s0v, dv, d0v = args
+        run = ir.VectorType(ir.FloatType(), _RUN).as_pointer()
+        s0_, d0_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((s0v, 1), (d0v, 3))]
+        sdata = context.make_array(signature.args[0])(context, builder, sv).data
+        ddata = context.make_array(signature.args[2])(context, builder, dv).data
+        value = builder.load(builder.bitcast(builder.gep(sdata, [s0_]), run), align=4)
+        builder.store(value, builder.bitcast(builder.gep(ddata, [d0_]), run), align=4)
+        return context.get_dummy_value()
+    return types.none(s, s0, d, d0), codegen

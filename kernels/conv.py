@@ -265,9 +265,8 @@ def _shift_plane(xf, x0, h, w, pt, d, rows, ow_, planes, p0):
     """Plane p0 of `rows` rows of ow_ columns (zeros) gets the channel at x0 (h x w) from row pt,
     shifted d columns: planes[p0 + (ih + pt)*ow_ + j] = x[ih, j + d] where 0 <= j + d < w. When
     rows are as wide as x's ('same' padding) that is one run of the whole channel, whose floats
-    that wrapped round a row end are then zeroed: row by row, the runs of 26-32 floats are shorter
-    than the 64 floats LLVM's vector loop takes at a time, so they are copied one by one (cifar
-    conv1's NCHW forward: the copies were ~15% of it)."""
+    that wrapped round a row end are then zeroed (row by row took 1.03x the time on 8 x 8 and
+    12 x 12 images; docs/performance.md, session 28)."""
     j0, j1 = max(0, -d), min(ow_, w - d)   # plane columns inside x
     if ow_ == w and pt + h <= rows:
         k0, k1 = max(0, -d), h * w - max(0, d)

@@ -139,6 +139,19 @@ def test_layout_transposes_of_every_edge(rng):
             np.testing.assert_array_equal(dst, want, err_msg=f"{rows} x {cols}")
 
 
+def test_copies_of_every_length(rng):
+    """_copies.copy: every length up to 70 (one float at a time under a run of 16, whole runs, the
+    last run overlapping the one before) at offsets, the floats around the destination untouched."""
+    from kernels._copies import copy
+    for n in range(71):
+        src = f32(rng, 5 + n + 3)
+        dst = np.full(7 + n + 4, -1.0, np.float32)
+        copy(src, 5, dst, 7, n)
+        want = np.full_like(dst, -1.0)
+        want[7:7 + n] = src[5:5 + n]
+        np.testing.assert_array_equal(dst, want, err_msg=f"{n} floats")
+
+
 @pytest.mark.parametrize("band_bytes", [1, 8000, 1 << 30])
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
