@@ -17,7 +17,7 @@ bias uses broadcast_add on (N, C), the kernel the conv layers use.
 
 import numba
 import numpy as np
-from numba import prange, uint64
+from numba import prange
 
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, transpose
@@ -124,11 +124,7 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
             sw = min(width, i_ - s0)
             for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
                 for j in range(0, sw, J):
-                    if j + J <= sw:   # a whole run inline: `copy` is a call, dearer than 128 bytes
-                        for lane in range(J):
-                            xs[uint64(j * n + k * J + lane)] = xf[uint64(k * i_ + s0 + j + lane)]
-                    else:
-                        copy(xf, k * i_ + s0 + j, xs, j * n + k * J, sw - j)
+                    copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
             for j in range(0, sw, J):   # the slab's blocks of J inputs
                 i0, jn = s0 + j, min(J, sw - j)
                 for n0 in range(0, n, J):   # dxs[b].T = w[i0:i0+jn] @ dy.T, a panel of dy.T over the block's rows
@@ -141,11 +137,7 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
                              dwf, (i0 + r0) * o + n0, o, 1, min(J, o - n0), False)
             for k in range(n):   # dx[k, s0 + b*J : s0 + (b+1)*J] = dxs[b, k, :]
                 for j in range(0, sw, J):
-                    if j + J <= sw:
-                        for lane in range(J):
-                            dxf[uint64(k * i_ + s0 + j + lane)] = dxs[uint64(j * n + k * J + lane)]
-                    else:
-                        copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, sw - j)
+                    copy(dxs, j * n + k * J, dxf, k * i_ + s0 + j, min(J, sw - j))
 
 
 @kernel
