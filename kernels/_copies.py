@@ -10,7 +10,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from ._jit import helper
-from ._tile import transposed
+from ._tile import transposed, vector_at
 
 
 @intrinsic
@@ -41,16 +41,15 @@ def _transpose_8(typingctx, s, s0, ls, d, d0, ld):
 
     def codegen(context, builder, signature, args):
         sv, s0v, lsv, dv, d0v, ldv = args
-        i64, f32 = ir.IntType(64), ir.FloatType()
-        run = ir.VectorType(f32, TRANSPOSE_BLOCK).as_pointer()
+        i64 = ir.IntType(64)
+        run = ir.VectorType(ir.FloatType(), TRANSPOSE_BLOCK)
         s0_, ls_, d0_, ld_ = [context.cast(builder, v, t, types.int64)
                               for v, t in zip((s0v, lsv, d0v, ldv), [signature.args[k] for k in (1, 2, 4, 5)])]
         sdata = context.make_array(signature.args[0])(context, builder, sv).data
         ddata = context.make_array(signature.args[3])(context, builder, dv).data
 
         def at(data, start, k, stride):   # the run k strides past start
-            offset = builder.add(start, builder.mul(ir.Constant(i64, k), stride))
-            return builder.bitcast(builder.gep(data, [offset]), run)
+            return vector_at(builder, data, builder.add(start, builder.mul(ir.Constant(i64, k), stride)), run)
 
         rows = [builder.load(at(sdata, s0_, i, ls_), align=4) for i in range(TRANSPOSE_BLOCK)]
         for j, value in transposed(builder, rows, TRANSPOSE_BLOCK, TRANSPOSE_BLOCK):
@@ -108,11 +107,11 @@ def _copy_run(typingctx, s, s0, d, d0):
 
     def codegen(context, builder, signature, args):
         sv, s0v, dv, d0v = args
-        run = ir.VectorType(ir.FloatType(), _RUN).as_pointer()
+        run = ir.VectorType(ir.FloatType(), _RUN)
         s0_, d0_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((s0v, 1), (d0v, 3))]
         sdata = context.make_array(signature.args[0])(context, builder, sv).data
         ddata = context.make_array(signature.args[2])(context, builder, dv).data
-        value = builder.load(builder.bitcast(builder.gep(sdata, [s0_]), run), align=4)
-        builder.store(value, builder.bitcast(builder.gep(ddata, [d0_]), run), align=4)
+        builder.store(builder.load(vector_at(builder, sdata, s0_, run), align=4), vector_at(builder, ddata, d0_, run),
+                      align=4)
         return context.get_dummy_value()
     return types.none(s, s0, d, d0), codegen

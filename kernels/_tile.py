@@ -66,6 +66,13 @@ def _runs(j_):
     return w, range(0, j_, w)
 
 
+def vector_at(builder, data, offset, vec):
+    """A pointer to the vector type `vec` at data[offset] (LLVM IR; offset an i64 value or an int)."""
+    if isinstance(offset, int):
+        offset = ir.Constant(ir.IntType(64), offset)
+    return builder.bitcast(builder.gep(data, [offset]), vec.as_pointer())
+
+
 def _is_row_step(t):
     """Whether a row step's type is an integer s or a (s, col0, width, jump) tuple of them."""
     return isinstance(t, types.Integer) or (isinstance(t, types.BaseTuple) and len(t) == 4
@@ -149,8 +156,8 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
         row_at = _row_offsets(context, builder, signature.args[3], sapv)
         adata = context.make_array(signature.args[1])(context, builder, av).data
         bdata = context.make_array(signature.args[5])(context, builder, bv).data
-        brows = [builder.load(builder.bitcast(builder.gep(bdata, [builder.add(bo64, ir.Constant(i64, o))]),
-                                              vec.as_pointer()), align=4) for o in offsets]
+        brows = [builder.load(vector_at(builder, bdata, builder.add(bo64, ir.Constant(i64, o)), vec), align=4)
+                 for o in offsets]
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{w}f32")
         last = builder.sub(pn64, ir.Constant(i64, 1))
         zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w)
@@ -165,7 +172,7 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
                                                                   ir.Constant(ir.IntType(32), 0)),
                                            ir.Constant(vec, ir.Undefined), zero_mask)
             for o, brow in zip(offsets, brows):
-                slot = builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_ + o)]), vec.as_pointer())
+                slot = vector_at(builder, accp, p * j_ + o, vec)
                 builder.store(builder.call(fma, [splat, brow, builder.load(slot, align=4)]), slot, align=4)
         return context.get_dummy_value()
     return types.none(acc, a, ao, sap, pn, b, bo, rows, lanes), codegen
@@ -198,10 +205,8 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
             with builder.if_then(builder.icmp_signed("<", pc, pn_)):
                 row = builder.add(o0_, row_at(pc))
                 for o in offsets:
-                    value = builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_ + o)]),
-                                                         vec.as_pointer()), align=4)
-                    at = builder.add(row, ir.Constant(i64, o))
-                    optr = builder.bitcast(builder.gep(odata, [at]), vec.as_pointer())
+                    value = builder.load(vector_at(builder, accp, p * j_ + o, vec), align=4)
+                    optr = vector_at(builder, odata, builder.add(row, ir.Constant(i64, o)), vec)
                     total = builder.fadd(builder.load(optr, align=4), value)
                     builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()
@@ -239,9 +244,8 @@ def _copy_block(typingctx, acc, dst, rows, lanes):
         vec = ir.VectorType(ir.FloatType(), w)
         for p in range(p_):
             for o in offsets:
-                at = [ir.Constant(ir.IntType(64), p * j_ + o)]
-                value = builder.load(builder.bitcast(builder.gep(src, at), vec.as_pointer()), align=4)
-                builder.store(value, builder.bitcast(builder.gep(dst, at), vec.as_pointer()), align=4)
+                value = builder.load(vector_at(builder, src, p * j_ + o, vec), align=4)
+                builder.store(value, vector_at(builder, dst, p * j_ + o, vec), align=4)
         return context.get_dummy_value()
     return types.none(acc, dst, rows, lanes), codegen
 
@@ -327,11 +331,9 @@ def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
         o0_, soj_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sojv), signature.args[2:4])]
         odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[4], types.boolean)
-        rows_ = [builder.load(builder.bitcast(builder.gep(accp, [ir.Constant(i64, p * j_)]), row_t.as_pointer()),
-                              align=4) for p in range(p_)]
+        rows_ = [builder.load(vector_at(builder, accp, p * j_, row_t), align=4) for p in range(p_)]
         for j, value in transposed(builder, rows_, p_, j_):
-            optr = builder.bitcast(builder.gep(odata, [builder.add(o0_, builder.mul(ir.Constant(i64, j), soj_))]),
-                                   run_t.as_pointer())
+            optr = vector_at(builder, odata, builder.add(o0_, builder.mul(ir.Constant(i64, j), soj_)), run_t)
             total = builder.fadd(builder.load(optr, align=4), value)
             builder.store(builder.select(add, total, value), optr, align=4)
         return context.get_dummy_value()
@@ -419,16 +421,17 @@ def block(spec=None):
     return found
 
 
+def _machine_block(kind):
+    """The machine's block of that kind (isa_info()'s "wide" or "pixels"), or None."""
+    name = _isa.isa_info()[kind]
+    return name and block(name)
+
+
 def lanes_block(spec, n):
     """The Block of a product with n columns along its lanes: the machine's wide block
     (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
-    if spec is None:
-        info = _isa.isa_info()
-        wide = info["wide"] and block(info["wide"])
-        if wide and n % wide.lanes == 0:
-            return wide
-        spec = info["block"]
-    return block(spec)
+    wide = spec is None and _machine_block("wide")
+    return wide if wide and n % wide.lanes == 0 else block(spec)
 
 
 def machine_chosen(spec):
@@ -457,9 +460,8 @@ def rows_block(spec, n, along=None):
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
-    info = _isa.isa_info()
-    pixels = info["pixels"] and block(info["pixels"])
-    if pixels and along is not None and 64 * pixels.padded(along) <= 65 * blk.padded(along):
+    pixels = along is not None and _machine_block("pixels")
+    if pixels and 64 * pixels.padded(along) <= 65 * blk.padded(along):
         blk = pixels
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
