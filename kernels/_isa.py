@@ -38,7 +38,7 @@ WIDE_BLOCKS = {"avx512": (6, 64)}
 # stores fewer output planes. 32 channels as 4 x 64 took 0.91-0.95 of 8 x 32's time on AVX-512,
 # as 4 x 24 0.91-0.92 of 4 x 16's on mnist conv1 and 0.97-1.01 on cifar conv1 (emulated AVX2;
 # docs/performance.md, session 27). kernels/_tile.rows_block takes it where it pads each image's
-# pixels at most a 64th more than the default block.
+# pixels at most a 64th more than the default block (an image under its lanes: only less).
 PIXEL_BLOCKS = {"avx512": (6, 64), "avx2": (4, 24)}
 MAX_ROWS, MAX_LANES = 32, 128
 

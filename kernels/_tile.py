@@ -444,8 +444,9 @@ def rows_block(spec, n, along=None):
     """The Block of a product with n rows (output channels, or inputs, along a block's rows) and,
     when given, `along` positions along its lanes (each image's pixels): block(spec); with `spec`
     None and the block not set by PROFILER_KERNEL_BLOCK, the machine's block, or its pixel block
-    (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 64th further,
-    with as few as two thirds of its rows where that pads the n rows at least a tenth less (the
+    (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 64th further
+    (for fewer positions than its lanes, one partial block stored element by element, only where
+    it pads them less), with as few as two thirds of its rows where that pads the n rows at least a tenth less (the
     fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each
     costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with
     the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time;
@@ -456,12 +457,15 @@ def rows_block(spec, n, along=None):
     0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: mnist conv1's 676 pixels, 696 lanes
     against 688, 0.91-0.92x 4 x 16's time; cifar conv1's 0.97-1.01x). Where they pad the pixels
     further they lost: 900 pixels in 4 x 64 (960 against 928), 1.02-1.04x; 784 (832 against 800),
-    up to 1.06x (docs/performance.md, session 27)."""
+    up to 1.06x (docs/performance.md, session 27). On images of 36-54 pixels, 64 lanes either way,
+    8 x 32's two overlapping whole blocks took 0.81-0.92x 4 x 64's time; on 20 pixels AVX2's one
+    partial block of 24 lanes 0.87-0.92x 4 x 16's two of 16 (session 28)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
     pixels = along is not None and _machine_block("pixels")
-    if pixels and 64 * pixels.padded(along) <= 65 * blk.padded(along):
+    if pixels and (64 * pixels.padded(along) <= 65 * blk.padded(along) if along >= pixels.lanes
+                   else pixels.lanes < blk.padded(along)):
         blk = pixels
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows

@@ -187,18 +187,20 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
 def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as_little(monkeypatch, rng):
     """rows_block with `along` (each image's pixels along the lanes): where the machine has a pixel
     block (AVX-512's 6 x 64, AVX2's 4 x 24) that pads the pixels to whole blocks of its lanes at
-    most a 64th further than the machine's block, it is the base the rows are fitted to (32
-    channels as 4 x 64 or 4 x 24); else the machine's block; without a pixel block, or with a
+    most a 64th further than the machine's block (fewer pixels than its lanes: only padded less),
+    it is the base the rows are fitted to (32 channels as 4 x 64 or 4 x 24); else the machine's
+    block; without a pixel block, or with a
     block asked for or set by PROFILER_KERNEL_BLOCK, as before. conv2d's NCHW first-layer forwards
     pass each image's pixels, with results identical to the machine's block."""
     from kernels import _tile
     for machine, pixels, picks in (
             ("8x32", "6x64", {(32, 676): "4x64", (32, 1024): "4x64", (20, 676): "5x64", (64, 1024): "6x64",
                               (32, 900): "8x32", (32, 784): "8x32", (20, 900): "7x32", (32, 81): "8x32",
-                              (32, 100): "4x64", (32, 1296): "8x32", (32, None): "8x32", (20, None): "7x32"}),
+                              (32, 100): "4x64", (32, 1296): "8x32", (32, None): "8x32", (20, None): "7x32",
+                              (32, 64): "4x64", (32, 36): "8x32", (32, 50): "8x32", (32, 20): "8x32"}),
             ("6x16", "4x24", {(32, 676): "4x24", (32, 1024): "4x24", (16, 900): "4x24", (64, 676): "4x24",
                               (6, 676): "3x24", (32, 100): "4x16", (32, 256): "4x16", (32, None): "4x16",
-                              (10, None): "5x16"})):
+                              (10, None): "5x16", (32, 20): "4x24", (32, 12): "4x16", (32, 24): "4x24"})):
         monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block=machine, pixels=pixels, block_source="isa"))
         assert {key: _tile.rows_block(None, *key).name for key in picks} == picks
         assert _tile.rows_block(machine, 32, 676).name == machine
