@@ -92,6 +92,8 @@ def machine():
         kernels_block += f"; {isa['wide']} where the axis along the lanes is whole blocks of it"
     if isa["pixels"]:
         kernels_block += f"; {isa['pixels']}, its rows fitted to the channels, with pixels along the lanes"
+    if isa["half"]:
+        kernels_block += f"; {isa['half']} where its lanes pad the axis along them a tenth less"
     kernels_block += "; each kernel row names the blocks its calls ran (our blocks)"
     cpu = "unknown"
     try:

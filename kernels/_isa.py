@@ -40,6 +40,12 @@ WIDE_BLOCKS = {"avx512": (6, 64)}
 # docs/performance.md, session 27). kernels/_tile.rows_block takes it where it pads each image's
 # pixels at most a 64th more than the default block (an image under its lanes: only less).
 PIXEL_BLOCKS = {"avx512": (6, 64), "avx2": (4, 24)}
+# the block of products whose axis along the lanes pads to at least a tenth fewer floats in blocks
+# of half the default's lanes (kernels/_tile.lanes_block): AVX-512's 8 x 16, one zmm a row, for
+# 48, 80 and 112 channels (8 x 32 padded them to 64, 96 and 128, with the last block of each row
+# stored element by element): torch/ours 0.72-0.91 with 8 x 32, 0.97-1.09 with 8 x 16, 1 thread
+# (docs/performance.md, session 28). AVX2's 6 x 8 took 1.00-1.22x 6 x 16's time on 24 and 40.
+HALF_BLOCKS = {"avx512": (8, 16)}
 MAX_ROWS, MAX_LANES = 32, 128
 
 
@@ -80,9 +86,10 @@ def _detect():
     override = os.environ.get(ENV)
     block = parse_block(override) if override else DEFAULT_BLOCKS[isa]
     # an override is the one shape for every kernel
-    wide, pixels = (None, None) if override else (WIDE_BLOCKS.get(isa), PIXEL_BLOCKS.get(isa))
+    wide, pixels, half = (None, None, None) if override else (WIDE_BLOCKS.get(isa), PIXEL_BLOCKS.get(isa),
+                                                              HALF_BLOCKS.get(isa))
     return {"isa": isa, "cpu": cpu, "block": _name(block), "wide": _name(wide), "pixels": _name(pixels),
-            "block_source": "env" if override else "isa"}
+            "half": _name(half), "block_source": "env" if override else "isa"}
 
 
 def _name(shape):
@@ -103,7 +110,7 @@ def narrow():
     default block is AVX2's."""
     info = isa_info()
     if info["block_source"] == "isa" and info["isa"] == "avx512":
-        _INFO.update(block=_name(DEFAULT_BLOCKS["avx2"]), wide=None, pixels=_name(PIXEL_BLOCKS["avx2"]),
+        _INFO.update(block=_name(DEFAULT_BLOCKS["avx2"]), wide=None, pixels=_name(PIXEL_BLOCKS["avx2"]), half=None,
                      block_source="isa (256-bit vectors)")
 
 
@@ -111,7 +118,9 @@ def isa_info():
     """{"isa": "avx512" | "avx2" | "other", "cpu": LLVM's CPU name, "block": "RxL" (the default
     micro-kernel block), "wide": "RxL" or None (the block of products whose axis along the
     lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
-    image's pixels along the lanes), "block_source": "isa" | "env" | "isa (256-bit vectors)"}. Reads
+    image's pixels along the lanes), "half": "RxL" or None (the block of products whose axis along
+    the lanes pads less in blocks of half the default's lanes), "block_source": "isa" | "env" |
+    "isa (256-bit vectors)"}. Reads
     llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:

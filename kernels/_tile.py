@@ -422,16 +422,24 @@ def block(spec=None):
 
 
 def _machine_block(kind):
-    """The machine's block of that kind (isa_info()'s "wide" or "pixels"), or None."""
+    """The machine's block of that kind (isa_info()'s "wide", "pixels" or "half"), or None."""
     name = _isa.isa_info()[kind]
     return name and block(name)
 
 
 def lanes_block(spec, n):
-    """The Block of a product with n columns along its lanes: the machine's wide block
-    (kernels/_isa.py) when `spec` is None and n is whole blocks of its lanes, else block(spec)."""
-    wide = spec is None and _machine_block("wide")
-    return wide if wide and n % wide.lanes == 0 else block(spec)
+    """The Block of a product with n columns along its lanes: block(spec); with `spec` None, the
+    machine's wide block (kernels/_isa.py) when n is whole blocks of its lanes, or its half block
+    where that pads n to at least a tenth fewer lanes than the machine's block (AVX-512's 8 x 16
+    for 48, 80 and 112 channels: 8 x 32's last block of each row held 16 of its lanes, stored one
+    float at a time; docs/performance.md, session 28)."""
+    blk = block(spec)
+    if spec is not None:
+        return blk
+    wide, half = _machine_block("wide"), _machine_block("half")
+    if wide and n % wide.lanes == 0:
+        return wide
+    return half if half and 10 * half.padded(n) <= 9 * blk.padded(n) else blk
 
 
 def machine_chosen(spec):

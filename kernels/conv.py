@@ -745,7 +745,8 @@ def _weight_grad(plan, dy, block, dw):
     """dw for the plan's x and dy. The first layers' (_shallow) run _shallow_block; the others
     the wide block when its lanes' axis is whole blocks of it: C_out in NHWC, KW*C_in in NCHW
     (6 x 64 against 8 x 32 on the Zen 4: NHWC's 64-channel layers 1.04-1.17x faster, NCHW's
-    KW*C_in of 192 1.02-1.05x; of 96, one and a half blocks, 0.75-0.85x)."""
+    KW*C_in of 192 1.02-1.05x; of 96, one and a half blocks, 0.75-0.85x), or the half block
+    where it pads that axis less (_tile.lanes_block)."""
     kh, kl, cout, nchw = plan.kh, plan.kl, plan.cout, plan.nchw
     shallow = _shallow(plan.blk, kl)
     blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
@@ -774,7 +775,8 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     `workspace` (a kernels.Workspace kept by the caller) holds the scratch between calls;
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
-    block's lanes (kernels.isa_info()["wide"]), or, for NCHW forwards with output channels along
+    block's lanes (kernels.isa_info()["wide"]), or its half block where C_out pads to a tenth
+    fewer lanes in it (kernels.isa_info()["half"]), or, for NCHW forwards with output channels along
     the rows (the first layers), the machine's pixel block (kernels.isa_info()["pixels"]) where
     each image's pixels fill its lanes about as well, with fewer rows when that pads them less
     (_tile.rows_block).

@@ -58,27 +58,27 @@ def test_the_environment_variable_sets_the_block():
     assert proc.returncode != 0 and _isa.ENV in proc.stderr and "'6x17'" in proc.stderr
 
 
-@pytest.mark.parametrize("flags,override,wide,pixels", [({"avx512f": True}, None, "6x64", "6x64"),
-                                                        ({"avx2": True, "fma": True}, None, None, "4x24"),
-                                                        ({}, None, None, None),
-                                                        ({"avx512f": True}, "8x32", None, None)])
-def test_the_wide_and_pixel_blocks_follow_the_isa_and_yield_to_the_override(flags, override, wide, pixels,
-                                                                            monkeypatch):
+@pytest.mark.parametrize("flags,override,wide,pixels,half", [({"avx512f": True}, None, "6x64", "6x64", "8x16"),
+                                                             ({"avx2": True, "fma": True}, None, None, "4x24", None),
+                                                             ({}, None, None, None, None),
+                                                             ({"avx512f": True}, "8x32", None, None, None)])
+def test_the_wide_pixel_and_half_blocks_follow_the_isa_and_yield_to_the_override(flags, override, wide, pixels,
+                                                                                 half, monkeypatch):
     monkeypatch.setattr(_isa, "_target", lambda: ("somecpu", flags))
     if override:
         monkeypatch.setenv(_isa.ENV, override)
     else:
         monkeypatch.delenv(_isa.ENV, raising=False)
     info = _isa._detect()
-    assert (info["wide"], info["pixels"]) == (wide, pixels)
+    assert (info["wide"], info["pixels"], info["half"]) == (wide, pixels, half)
 
 
 def test_256_bit_code_on_an_avx512_host_has_avx2s_blocks(monkeypatch):
     monkeypatch.setattr(_isa, "_INFO", {"isa": "avx512", "cpu": "somecpu", "block": "8x32", "wide": "6x64",
-                                        "pixels": "6x64", "block_source": "isa"})
+                                        "pixels": "6x64", "half": "8x16", "block_source": "isa"})
     _isa.narrow()
     info = _isa.isa_info()
-    assert (info["block"], info["wide"], info["pixels"]) == ("6x16", None, "4x24")
+    assert (info["block"], info["wide"], info["pixels"], info["half"]) == ("6x16", None, "4x24", None)
 
 
 def _record_blocks(monkeypatch, chooser):
@@ -102,7 +102,7 @@ def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(mon
     axes that would leave lanes idle, and NCHW forwards of shallow reductions or fewer outputs
     than lanes (pixels along the lanes, their rows from rows_block) keep theirs. Results as with
     the default block."""
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64"))
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), wide="6x64", half=None))
     chosen = _record_blocks(monkeypatch, "lanes_block")
     x = rng.standard_normal((2, 9, 9, 8)).astype(np.float32)
     for cout, want in ((64, "6x64"), (128, "6x64"), (96, K.BLOCK)):
@@ -182,6 +182,37 @@ def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monk
     assert chosen == ["4x16"]
     for got, want in zip(grads, K.dense_backward(a, b, d, block="6x16")):
         np.testing.assert_array_equal(got, want)
+
+
+def test_products_take_the_half_block_where_it_pads_the_lanes_a_tenth_less(monkeypatch, rng):
+    """With a half block (AVX-512's 8 x 16) and no block asked for, a product whose axis along the
+    lanes pads to at least a tenth fewer lanes in it than in the machine's block runs it (48, 80
+    and 112 channels; 10 dense outputs); whole blocks of the machine's or the wide block's lanes
+    keep those; without a half block, with a block asked for or set by PROFILER_KERNEL_BLOCK, as
+    before. conv2d and dense take it, with results as with the machine's block."""
+    from kernels import _tile
+    picks = {48: "8x16", 80: "8x16", 112: "8x16", 40: "8x16", 10: "8x16", 144: "8x16", 200: "8x32", 32: "8x32",
+             96: "8x32", 64: "6x64", 128: "6x64"}
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half="8x16", block_source="isa"))
+    assert {n: _tile.lanes_block(None, n).name for n in picks} == picks
+    assert _tile.lanes_block("8x32", 48).name == "8x32"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half=None, block_source="isa"))
+    assert _tile.lanes_block(None, 48).name == "8x32"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="4x16", wide=None, half=None, block_source="env"))
+    assert _tile.lanes_block(None, 48).name == "4x16"
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half="8x16", block_source="isa"))
+    chosen = _record_blocks(monkeypatch, "lanes_block")
+    x, w = rng.standard_normal((2, 9, 9, 16)).astype(np.float32), rng.standard_normal((3, 3, 16, 48)).astype(np.float32)
+    for layout, xl in (("NHWC", x), ("NCHW", np.ascontiguousarray(x.transpose(0, 3, 1, 2)))):
+        chosen.clear()
+        y = K.conv2d_forward(xl, w, layout=layout)
+        assert chosen == ["8x16"]
+        np.testing.assert_allclose(y, K.conv2d_forward(xl, w, layout=layout, block="8x32"), rtol=1e-5, atol=1e-4)
+    a, b = rng.standard_normal((70, 300)).astype(np.float32), rng.standard_normal((300, 48)).astype(np.float32)
+    chosen.clear()
+    y = K.dense_forward(a, b, np.zeros(48, np.float32))
+    assert chosen == ["8x16"]
+    np.testing.assert_allclose(y, K.dense_forward(a, b, np.zeros(48, np.float32), block="8x32"), rtol=1e-5, atol=1e-4)
 
 
 def test_pixels_along_the_lanes_take_the_pixel_block_where_it_pads_them_about_as_little(monkeypatch, rng):
@@ -288,7 +319,7 @@ def test_the_avx2_build_compiles_and_is_correct(tmp_path):
 import numpy as np, kernels as K
 from tests import reference as ref
 info = K.isa_info()
-assert (info["isa"], info["block"], info["wide"], info["pixels"]) == ("avx2", "6x16", None, "4x24"), info
+assert (info["isa"], info["block"], info["wide"], info["pixels"], info["half"]) == ("avx2", "6x16", None, "4x24", None), info
 assert K.BLOCK == "6x16"
 rng = np.random.default_rng(0)
 x, w = rng.standard_normal((4, 3, 12, 13)).astype(np.float32), rng.standard_normal((3, 3, 3, 20)).astype(np.float32)
