@@ -93,7 +93,7 @@ def machine():
     if isa["pixels"]:
         kernels_block += f"; {isa['pixels']}, its rows fitted to the channels, with pixels along the lanes"
     if isa["half"]:
-        kernels_block += f"; {isa['half']} where its lanes pad the axis along them a tenth less"
+        kernels_block += f"; {isa['half']} where its lanes pad the axis along them at least a tenth less"
     kernels_block += "; each kernel row names the blocks its calls ran (our blocks)"
     cpu = "unknown"
     try:

@@ -31,13 +31,20 @@ def prefetch_write(typingctx, a, i):
     return types.none(a, i), codegen
 
 
+def _flat_f32(*arrays):
+    """Whether each is a contiguous 1-d float32 array: the vector runs are float vectors at
+    element offsets."""
+    return all(isinstance(a, types.Array) and a.dtype == types.float32 and a.ndim == 1 and a.layout == "C"
+               for a in arrays)
+
+
 @intrinsic
 def _transpose_8(typingctx, s, s0, ls, d, d0, ld):
     """d[d0 + j*ld + i] = s[s0 + i*ls + j] for i, j < 8: eight 8-float loads, transposed in
     registers (_tile.transposed), eight 8-float stores. As a loop of scalars LLVM's SLP
     vectorizer made it 1.8-4.2x slower (conv inputs of 15- to 32-pixel rows, AVX-512)."""
-    if not (isinstance(s, types.Array) and isinstance(d, types.Array)):
-        raise TypingError("_transpose_8 needs two arrays")
+    if not _flat_f32(s, d):
+        raise TypingError("_transpose_8 needs two contiguous flat float32 arrays")
 
     def codegen(context, builder, signature, args):
         sv, s0v, lsv, dv, d0v, ldv = args
@@ -83,9 +90,10 @@ def copy(s, s0, d, d0, n):
     load and store each (_copy_run), the last run overlapping the one before; under _RUN floats
     one by one. LLVM's own loop takes 64 floats a step and copies a shorter run one float at a
     time; with these runs the 'valid' first layers' NCHW forwards, whose shifted planes are
-    copied in rows of 6-30 floats, took 0.88-0.94x the time (docs/performance.md, session 28). A loop rather than a slice assignment: numba's array-to-array
-    setitem compiles its shape-mismatch message, ~4 s of string code on a cold start (half the
-    compile time of a conv in both layouts)."""
+    copied in rows of 6-30 floats, took 0.88-0.94x the time (docs/performance.md, session 28).
+    A loop rather than a slice assignment: numba's array-to-array setitem compiles its
+    shape-mismatch message, ~4 s of string code on a cold start (half the compile time of a conv
+    in both layouts)."""
     if n < _RUN:
         for j in range(n):
             d[uint64(d0 + j)] = s[uint64(s0 + j)]
@@ -102,8 +110,8 @@ _RUN = 16   # floats a run: one zmm, two ymm
 def _copy_run(typingctx, s, s0, d, d0):
     """d[d0:d0+_RUN] = s[s0:s0+_RUN]: one vector load and store (a loop of _RUN scalars stays
     scalar: LLVM cannot tell s and d apart)."""
-    if not (isinstance(s, types.Array) and isinstance(d, types.Array)):
-        raise TypingError("_copy_run needs two arrays")
+    if not _flat_f32(s, d):
+        raise TypingError("_copy_run needs two contiguous flat float32 arrays")
 
     def codegen(context, builder, signature, args):
         sv, s0v, dv, d0v = args

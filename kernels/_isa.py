@@ -41,7 +41,7 @@ WIDE_BLOCKS = {"avx512": (6, 64)}
 # pixels at most a 64th more than the default block (an image under its lanes: only less).
 PIXEL_BLOCKS = {"avx512": (6, 64), "avx2": (4, 24)}
 # the block of products whose axis along the lanes pads to at least a tenth fewer floats in blocks
-# of half the default's lanes (kernels/_tile.lanes_block): AVX-512's 8 x 16, one zmm a row, for
+# of half the default's lanes (kernels/_tile.lanes_block): AVX-512's 8 x 16, one zmm a row, e.g. for
 # 48, 80 and 112 channels (8 x 32 padded them to 64, 96 and 128, with the last block of each row
 # stored element by element): torch/ours 0.72-0.91 with 8 x 32, 0.97-1.09 with 8 x 16, 1 thread
 # (docs/performance.md, session 28). AVX2's 6 x 8 took 1.00-1.22x 6 x 16's time on 24 and 40.
@@ -119,7 +119,7 @@ def isa_info():
     micro-kernel block), "wide": "RxL" or None (the block of products whose axis along the
     lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
     image's pixels along the lanes), "half": "RxL" or None (the block of products whose axis along
-    the lanes pads less in blocks of half the default's lanes), "block_source": "isa" | "env" |
+    the lanes pads to at least a tenth fewer lanes in it), "block_source": "isa" | "env" |
     "isa (256-bit vectors)"}. Reads
     llvmlite only (no numba import); computed once per process."""
     global _INFO

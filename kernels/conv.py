@@ -775,8 +775,8 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     `workspace` (a kernels.Workspace kept by the caller) holds the scratch between calls;
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
-    block's lanes (kernels.isa_info()["wide"]), or its half block where C_out pads to a tenth
-    fewer lanes in it (kernels.isa_info()["half"]), or, for NCHW forwards with output channels along
+    block's lanes (kernels.isa_info()["wide"]), or its half block where C_out pads to at least a
+    tenth fewer lanes in it (kernels.isa_info()["half"]), or, for NCHW forwards with output channels along
     the rows (the first layers), the machine's pixel block (kernels.isa_info()["pixels"]) where
     each image's pixels fill its lanes about as well, with fewer rows when that pads them less
     (_tile.rows_block).
@@ -813,7 +813,8 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
 
     need_dx=False skips the input gradient (a network's first layer has no use for it) and
     returns (None, dw). `block` ("RxL") picks the block shape; the default is kernels.BLOCK, or
-    the wide block where the axis along the lanes is whole blocks of it: C_in for the stride-1
+    the wide block where the axis along the lanes is whole blocks of it, or the half block where
+    it pads that axis to at least a tenth fewer lanes (_tile.lanes_block): C_in for the stride-1
     input grad (a forward with C_in outputs), C_out (NHWC) or KW*C_in (NCHW) for the weight grad
     of layers past the first; the stride-1 NCHW input grad of C_in under a block of lanes picks
     its rows as the forward does (_tile.rows_block), unless C_in is under a quarter of them

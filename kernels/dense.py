@@ -230,8 +230,8 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     """y = x @ w + b, with x (N, I), w (I, O), b (O,). `workspace` (a kernels.Workspace kept by
     the caller) holds the packed operands between calls; `block` ("RxL") picks the micro-kernel's
     block shape (default: the machine's, kernels.BLOCK, or its wide block when O fills that
-    block's lanes, kernels.isa_info()["wide"], or its half block where O pads to a tenth fewer
-    lanes in it, kernels.isa_info()["half"])."""
+    block's lanes, kernels.isa_info()["wide"], or its half block where O pads to at least a tenth
+    fewer lanes in it, kernels.isa_info()["half"])."""
     x, w = _check(x, w)
     b = f32("b", b, 1)
     if b.shape[0] != w.shape[1]:
@@ -253,7 +253,7 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
 
 def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple,
-    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide block;
+    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide or half block;
     by slabs, its blocks take fewer rows where that pads the J inputs of a block less:
     _tile.rows_block)."""
     x, w = _check(x, w)

@@ -189,18 +189,20 @@ def test_products_take_the_half_block_where_it_pads_the_lanes_a_tenth_less(monke
     lanes pads to at least a tenth fewer lanes in it than in the machine's block runs it (48, 80
     and 112 channels; 10 dense outputs); whole blocks of the machine's or the wide block's lanes
     keep those; without a half block, with a block asked for or set by PROFILER_KERNEL_BLOCK, as
-    before. conv2d and dense take it, with results as with the machine's block."""
+    before. conv2d's forwards, weight grads and NHWC input grad and dense's forward take it, with
+    results as with the machine's block."""
     from kernels import _tile
+    avx512 = dict(_isa.isa_info(), block="8x32", wide="6x64", half="8x16", block_source="isa")
     picks = {48: "8x16", 80: "8x16", 112: "8x16", 40: "8x16", 10: "8x16", 144: "8x16", 200: "8x32", 32: "8x32",
              96: "8x32", 64: "6x64", 128: "6x64"}
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half="8x16", block_source="isa"))
+    monkeypatch.setattr(_isa, "_INFO", dict(avx512))
     assert {n: _tile.lanes_block(None, n).name for n in picks} == picks
     assert _tile.lanes_block("8x32", 48).name == "8x32"
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half=None, block_source="isa"))
     assert _tile.lanes_block(None, 48).name == "8x32"
     monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="4x16", wide=None, half=None, block_source="env"))
     assert _tile.lanes_block(None, 48).name == "4x16"
-    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half="8x16", block_source="isa"))
+    monkeypatch.setattr(_isa, "_INFO", dict(avx512))
     chosen = _record_blocks(monkeypatch, "lanes_block")
     x, w = rng.standard_normal((2, 9, 9, 16)).astype(np.float32), rng.standard_normal((3, 3, 16, 48)).astype(np.float32)
     for layout, xl in (("NHWC", x), ("NCHW", np.ascontiguousarray(x.transpose(0, 3, 1, 2)))):
@@ -208,6 +210,17 @@ def test_products_take_the_half_block_where_it_pads_the_lanes_a_tenth_less(monke
         y = K.conv2d_forward(xl, w, layout=layout)
         assert chosen == ["8x16"]
         np.testing.assert_allclose(y, K.conv2d_forward(xl, w, layout=layout, block="8x32"), rtol=1e-5, atol=1e-4)
+    # the backward: the weight grad's lanes along C_out = 48 (NHWC) or KW*C_in = 48 (NCHW), the NHWC
+    # input grad's along C_in = 16 (NCHW's, 16 outputs under 32 lanes, runs output channels along the rows)
+    dy = rng.standard_normal((2, 48, 9, 9)).astype(np.float32)
+    for layout, want in (("NHWC", ["8x16", "8x16"]), ("NCHW", ["8x16"])):
+        xl, dyl = ref.to_layout(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), layout), ref.to_layout(dy, layout)
+        chosen.clear()
+        dx, dw = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same")
+        assert chosen == want
+        dx_base, dw_base = K.conv2d_backward(xl, w, dyl, layout=layout, padding="same", block="8x32")
+        np.testing.assert_allclose(dx, dx_base, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(dw, dw_base, rtol=1e-5, atol=1e-3)
     a, b = rng.standard_normal((70, 300)).astype(np.float32), rng.standard_normal((300, 48)).astype(np.float32)
     chosen.clear()
     y = K.dense_forward(a, b, np.zeros(48, np.float32))
@@ -319,7 +332,7 @@ def test_the_avx2_build_compiles_and_is_correct(tmp_path):
 import numpy as np, kernels as K
 from tests import reference as ref
 info = K.isa_info()
-assert (info["isa"], info["block"], info["wide"], info["pixels"], info["half"]) == ("avx2", "6x16", None, "4x24", None), info
+assert [info[k] for k in ("isa", "block", "wide", "pixels", "half")] == ["avx2", "6x16", None, "4x24", None], info
 assert K.BLOCK == "6x16"
 rng = np.random.default_rng(0)
 x, w = rng.standard_normal((4, 3, 12, 13)).astype(np.float32), rng.standard_normal((3, 3, 3, 20)).astype(np.float32)
