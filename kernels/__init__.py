@@ -10,11 +10,11 @@ importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by d
 pixel-block forwards (its stride-1 input grad among them), its weight grads past the first
 layers' and dense's forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64) when the axis
 along their lanes is whole blocks of it, and `isa_info()["half"]` (AVX-512's 8 x 16) where that
-axis pads to at least a tenth fewer lanes in it (e.g. 48, 80, 112 channels); NCHW forwards with output
-channels along the rows (first layers) and dense's backward by slabs use a block of fewer rows
-when that pads them less (AVX2's 4 x 16 for a block's 16 inputs), the forwards starting from
-`isa_info()["pixels"]`, a block of more lanes, where each image's pixels fill its lanes about as
-well (32 channels as 4 x 64 on AVX-512, 4 x 24 on AVX2).
+axis pads to at least a tenth fewer lanes in it (e.g. 48, 80, 112 channels); NCHW forwards with
+output channels along the rows (first layers) and dense's backward by slabs use a block of fewer
+rows when that pads them less (AVX2's 4 x 16 for a block's 16 inputs), the forwards starting
+from `isa_info()["pixels"]`, a block of more lanes, where each image's pixels fill its lanes
+about as well (32 channels as 4 x 64 on AVX-512, 4 x 24 on AVX2).
 """
 
 import importlib

@@ -41,10 +41,10 @@ WIDE_BLOCKS = {"avx512": (6, 64)}
 # pixels at most a 64th more than the default block (an image under its lanes: only less).
 PIXEL_BLOCKS = {"avx512": (6, 64), "avx2": (4, 24)}
 # the block of products whose axis along the lanes pads to at least a tenth fewer floats in blocks
-# of half the default's lanes (kernels/_tile.lanes_block): AVX-512's 8 x 16, one zmm a row, e.g. for
-# 48, 80 and 112 channels (8 x 32 padded them to 64, 96 and 128, with the last block of each row
-# stored element by element): torch/ours 0.72-0.91 with 8 x 32, 0.97-1.09 with 8 x 16, 1 thread
-# (docs/performance.md, session 28). AVX2's 6 x 8 took 1.00-1.22x 6 x 16's time on 24 and 40.
+# of half the default's lanes (kernels/_tile.lanes_block): AVX-512's 8 x 16, one zmm a row, e.g.
+# for 48, 80 and 112 channels (8 x 32 padded them to 64, 96 and 128, with the last block of each
+# row stored element by element): torch/ours 0.72-0.91 with 8 x 32, 0.94-1.09 with 8 x 16, 1
+# thread (docs/performance.md, session 28). AVX2's 6 x 8 took 1.00-1.22x 6 x 16's time on 24 and 40.
 HALF_BLOCKS = {"avx512": (8, 16)}
 MAX_ROWS, MAX_LANES = 32, 128
 
@@ -110,8 +110,8 @@ def narrow():
     default block is AVX2's."""
     info = isa_info()
     if info["block_source"] == "isa" and info["isa"] == "avx512":
-        _INFO.update(block=_name(DEFAULT_BLOCKS["avx2"]), wide=None, pixels=_name(PIXEL_BLOCKS["avx2"]), half=None,
-                     block_source="isa (256-bit vectors)")
+        _INFO.update(block=_name(DEFAULT_BLOCKS["avx2"]), wide=None, pixels=_name(PIXEL_BLOCKS["avx2"]),
+                     half=None, block_source="isa (256-bit vectors)")
 
 
 def isa_info():
@@ -119,9 +119,8 @@ def isa_info():
     micro-kernel block), "wide": "RxL" or None (the block of products whose axis along the
     lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
     image's pixels along the lanes), "half": "RxL" or None (the block of products whose axis along
-    the lanes pads to at least a tenth fewer lanes in it), "block_source": "isa" | "env" |
-    "isa (256-bit vectors)"}. Reads
-    llvmlite only (no numba import); computed once per process."""
+    the lanes pads to at least a tenth fewer lanes in it), "block_source": "isa" | "env" | "isa
+    (256-bit vectors)"}. Reads llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:
         _INFO = _detect()

@@ -429,11 +429,11 @@ def _machine_block(kind):
 
 def lanes_block(spec, n):
     """The Block of a product with n columns along its lanes: block(spec); with no block asked for
-    nor set by PROFILER_KERNEL_BLOCK, the machine's wide block (kernels/_isa.py) when n is whole blocks of its lanes, or its half block
-    where that pads n to at least a tenth fewer lanes than the machine's block (AVX-512's 8 x 16
-    for 1-16, 33-48, 65-80, 97-112 and 129-144, e.g. 48, 80 and 112 channels: 8 x 32's last block
-    of each row held 16 of its lanes, stored one float at a time; docs/performance.md, session
-    28)."""
+    nor set by PROFILER_KERNEL_BLOCK, the machine's wide block (kernels/_isa.py) when n is whole
+    blocks of its lanes, or its half block where that pads n to at least a tenth fewer lanes than
+    the machine's block (AVX-512's 8 x 16 for 1-16, 33-48, 65-80, 97-112 and 129-144, e.g. 48, 80
+    and 112 channels: 8 x 32's last block of each row held 16 of its lanes, stored one float at a
+    time; docs/performance.md, session 28)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
@@ -456,9 +456,9 @@ def rows_block(spec, n, along=None):
     (kernels/_isa.py) where that pads `along` to whole blocks of its lanes at most a 64th further
     (for fewer positions than its lanes, one partial block stored element by element, only where
     it pads them less), with as few as two thirds of its rows where that pads the n rows at least
-    a tenth less (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer accumulators, so each
-    costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks rather than six with
-    the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time;
+    a tenth less (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer
+    accumulators, so each costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks
+    rather than six with the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time;
     dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW
     weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
     and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22).

@@ -265,8 +265,8 @@ def _shift_plane(xf, x0, h, w, pt, d, rows, ow_, planes, p0):
     """Plane p0 of `rows` rows of ow_ columns (zeros) gets the channel at x0 (h x w) from row pt,
     shifted d columns: planes[p0 + (ih + pt)*ow_ + j] = x[ih, j + d] where 0 <= j + d < w. When
     rows are as wide as x's ('same' padding) that is one run of the whole channel, whose floats
-    that wrapped round a row end are then zeroed (row by row took 1.03x the time on 8 x 8 and
-    12 x 12 images; docs/performance.md, session 28)."""
+    that wrapped round a row end are then zeroed (row by row, in `copy`'s vector runs, took 1.03x
+    the time on 8 x 8 and 12 x 12 images; docs/performance.md, session 28)."""
     j0, j1 = max(0, -d), min(ow_, w - d)   # plane columns inside x
     if ow_ == w and pt + h <= rows:
         k0, k1 = max(0, -d), h * w - max(0, d)
@@ -776,10 +776,10 @@ def conv2d_forward(x, w, *, layout, stride=1, padding="valid", out=None, workspa
     without one, each call allocates its own. `block` ("RxL") picks the micro-kernel's block
     shape; the default is the machine's, kernels.BLOCK, or its wide block when C_out fills that
     block's lanes (kernels.isa_info()["wide"]), or its half block where C_out pads to at least a
-    tenth fewer lanes in it (kernels.isa_info()["half"]), or, for NCHW forwards with output channels along
-    the rows (the first layers), the machine's pixel block (kernels.isa_info()["pixels"]) where
-    each image's pixels fill its lanes about as well, with fewer rows when that pads them less
-    (_tile.rows_block).
+    tenth fewer lanes in it (kernels.isa_info()["half"]), or, for NCHW forwards with output
+    channels along the rows (the first layers), the machine's pixel block
+    (kernels.isa_info()["pixels"]) where each image's pixels fill its lanes about as well, with
+    fewer rows when that pads them less (_tile.rows_block).
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     y = out_buffer(out, plan.y_shape)

@@ -253,8 +253,8 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
 
 def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     """(dx, dw, db) for y = dense_forward(x, w, b); `out` is an optional (dx, dw, db) triple,
-    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide or half block;
-    by slabs, its blocks take fewer rows where that pads the J inputs of a block less:
+    `block` ("RxL") the block shape, by default kernels.BLOCK (the backward runs no wide or half
+    block; by slabs, its blocks take fewer rows where that pads the J inputs of a block less:
     _tile.rows_block)."""
     x, w = _check(x, w)
     dy = f32("dy", dy, 2)
