@@ -480,7 +480,7 @@ def _sum_parts(parts, transposed, dw):
 def _backward_input_nhwc(dyp, wt, s, n, rows, dxp):
     """Rows rows[0]:rows[1] of the padded input grad dxp (B, Hp, Wp, C), from dyp (B, OH, OW, Np)
     and wt (KH, N, Lp) = w transposed, L = KW*C padded to J. Each row is owned by one iteration."""
-    bsz, hp, wp, c = dxp.shape
+    bsz, _, wp, c = dxp.shape
     _, oh_, ow_, np_ = dyp.shape
     kh_, _, lp = wt.shape
     kl = wp * c - (ow_ - 1) * s * c            # KW*C: Wp = (OW - 1)*s + KW
