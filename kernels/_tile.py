@@ -458,9 +458,9 @@ def rows_block(spec, n, along=None):
     it pads them less), with as few as two thirds of its rows where that pads the n rows at least
     a tenth less (the fewest padded rows; ties keep the most rows). Fewer rows hold fewer
     accumulators, so each costs a little more: AVX2's 6 x 16 runs 32 rows as eight 4 x 16 blocks
-    rather than six with the last a third full (mnist conv1's and cifar conv1's NCHW forward, 0.89-0.95x the time;
-    dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps 6 x 16 for 64 (NCHW
-    weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
+    rather than six with the last a third full (mnist conv1's and cifar conv1's NCHW forward,
+    0.89-0.95x the time; dense's backward by slabs, 16 rows, 0.86-0.94x; emulated AVX2), but keeps
+    6 x 16 for 64 (NCHW weight grads of 64 channels in 4 x 16: 1.05-1.09x the time). AVX-512's 8 x 32 runs 10, 12
     and 20 channels as 6 x 32 and 7 x 32, 0.79-0.90x the time (docs/performance.md, session 22).
     The pixel blocks run 32 channels as 4 x 64 (AVX-512: the first layers' NCHW forwards in
     0.91-0.95x 8 x 32's time) and 4 x 24 (emulated AVX2: mnist conv1's 676 pixels, 696 lanes
@@ -473,9 +473,10 @@ def rows_block(spec, n, along=None):
     if not machine_chosen(spec):
         return blk
     pixels = along is not None and _machine_block("pixels")
-    if pixels and (64 * pixels.padded(along) <= 65 * blk.padded(along) if along >= pixels.lanes
-                   else pixels.lanes < blk.padded(along)):
-        blk = pixels
+    if pixels:
+        pad, base = pixels.padded(along), blk.padded(along)
+        if pad < base or (along >= pixels.lanes and 64 * pad <= 65 * base):
+            blk = pixels
     padded = {p: -(-n // p) * p for p in range(blk.rows, -(-2 * blk.rows // 3) - 1, -1)}
     fewest = min(padded, key=padded.get)   # dicts keep order: ties go to the most rows
     return block((fewest, blk.lanes)) if 10 * padded[fewest] <= 9 * padded[blk.rows] else blk
