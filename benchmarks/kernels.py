@@ -89,6 +89,25 @@ def _bias_cases(rng):
                lambda xl=xl, layout=layout: xl.sum(axis=(0, 2, 3) if layout == "NCHW" else (0, 1, 2)))
 
 
+def _pool_cases(rng):
+    """mnist-cnn's pool and cifar10-cnn's second (an odd input: its last row and column unpooled),
+    forward with the argmax as a training step asks both libraries for it."""
+    for n, c, h, w in [(128, 64, 24, 24), (32, 64, 13, 13)]:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        dy = rng.standard_normal((n, c, h // 2, w // 2)).astype(np.float32)
+        for layout in ("NCHW", "NHWC"):
+            (xl, tx), (dyl, tdy) = (_shared(a if layout == "NCHW" else _nhwc(a), layout) for a in (x, dy))
+            y, arg = K.maxpool2d_forward(xl, layout=layout)
+            ti = F.max_pool2d(tx, 2, return_indices=True)[1]
+            yield (f"maxpool2d_forward {n}x{c}x{h}x{w}", layout, x.nbytes + y.nbytes + arg.nbytes, "GB/s",
+                   lambda xl=xl, layout=layout: K.maxpool2d_forward(xl, layout=layout),
+                   lambda tx=tx: F.max_pool2d(tx, 2, return_indices=True))
+            yield (f"maxpool2d_backward {n}x{c}x{h}x{w}", layout, x.nbytes + y.nbytes + arg.nbytes, "GB/s",
+                   lambda dyl=dyl, arg=arg, xl=xl, layout=layout: K.maxpool2d_backward(dyl, arg, xl.shape, layout=layout),
+                   lambda tdy=tdy, tx=tx, ti=ti: torch.ops.aten.max_pool2d_with_indices_backward(
+                       tdy, tx, [2, 2], [2, 2], [0, 0], [1, 1], False, ti))
+
+
 def _dense_cases(rng):
     for n, i, o in [(128, 9216, 128), (32, 2304, 512)]:   # mnist-cnn's and cifar10-cnn's big Dense
         (x, tx), (w, tw), (b, tb), (dy, tdy) = map(_shared, (rng.standard_normal((n, i)), rng.standard_normal((i, o)) * 0.01,
@@ -107,7 +126,7 @@ def run(threads=(1, 2), rounds=20):
     kernel are timed in one interleaved set, so NCHW/NHWC compares calls made side by side too
     (from separate sets, a slow phase of the machine during one of them made it 2x)."""
     rng = np.random.default_rng(0)
-    cases = list(_conv_cases(rng)) + list(_bias_cases(rng)) + list(_dense_cases(rng))
+    cases = list(_conv_cases(rng)) + list(_bias_cases(rng)) + list(_pool_cases(rng)) + list(_dense_cases(rng))
     kernels = {}   # kernel name -> its cases, one per layout, in order
     for case in cases:
         kernels.setdefault(case[0], []).append(case)

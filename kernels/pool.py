@@ -6,16 +6,22 @@ through, so backward never re-reads x. Trailing rows/columns that do not fill a 
 NaN and its argmax the window's last NaN (so backward routes the gradient there); among equal
 values the first wins.
 
-Size 2 (Keras' default, and both seed CNNs') has its own forward kernels, and an NCHW backward:
-with the window unrolled the channel (NHWC) or column (NCHW) loop is one vector pass, 8x (NHWC)
-and 2.4x (NCHW) faster than the general kernels, which keep a running max per window position.
+Size 2 (Keras' default, and both seed CNNs') has its own kernels: NHWC's forward unrolls the
+window over a vector loop along the channels (8x faster than the general kernel, which keeps a
+running max per window position); NCHW's forward and backward run each row of windows in vector
+runs of 8 or 4 windows (_pool2_run, _unpool2_run), whose even and odd columns are split and
+interleaved in registers.
 """
 
 import numpy as np
-from numba import prange
+from llvmlite import ir
+from numba import prange, types, uint64
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
 
 from ._checks import check_layout, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
+from ._tile import _inlined, vector_at
 
 
 @helper
@@ -59,31 +65,122 @@ def _pool_nchw(x, p, y, arg):
                     out[oh, ow], idx[oh, ow] = best, at
 
 
+def _vectors(r):
+    """The IR vector types of a run of r windows: a window row's 2r floats, r floats, r codes."""
+    return ir.VectorType(ir.FloatType(), 2 * r), ir.VectorType(ir.FloatType(), r), ir.VectorType(ir.IntType(8), r)
+
+
+@intrinsic
+def _pool2_run(typingctx, x, x0, x1, y, yo, arg, lanes):
+    """y[yo:yo+R] and arg[yo:yo+R] for R = lanes consecutive 2 x 2 windows over x[x0:x0+2R] and
+    x[x1:x1+2R] (a window's two rows): two 2R-float loads split into even and odd columns, then
+    _step's comparisons on R-float vectors. As a scalar loop LLVM left it scalar (the columns
+    are interleaved)."""
+    if not isinstance(lanes, types.IntegerLiteral):
+        raise TypingError("_pool2_run needs constant lanes")
+    r = lanes.literal_value
+
+    def codegen(context, builder, signature, args):
+        xd, yd, ad = (context.make_array(signature.args[k])(context, builder, args[k]).data for k in (0, 3, 5))
+        x0_, x1_, yo_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 2, 4))
+        pair, run, codes = _vectors(r)
+        columns = [ir.Constant(ir.VectorType(ir.IntType(32), r), list(range(k, 2 * r, 2))) for k in (0, 1)]
+        v = [builder.shuffle_vector(row, ir.Constant(pair, ir.Undefined), cols)
+             for row in (builder.load(vector_at(builder, xd, x0_, pair), align=4),
+                         builder.load(vector_at(builder, xd, x1_, pair), align=4)) for cols in columns]
+        best, at = v[0], ir.Constant(codes, [0] * r)
+        for q in (1, 2, 3):   # _wins: larger, or NaN
+            wins = builder.or_(builder.fcmp_ordered(">", v[q], best), builder.fcmp_unordered("uno", v[q], v[q]))
+            best, at = builder.select(wins, v[q], best), builder.select(wins, ir.Constant(codes, [q] * r), at)
+        builder.store(best, vector_at(builder, yd, yo_, run), align=4)
+        builder.store(at, vector_at(builder, ad, yo_, codes), align=1)
+        return context.get_dummy_value()
+    return types.none(x, x0, x1, y, yo, arg, lanes), codegen
+
+
+@intrinsic
+def _unpool2_run(typingctx, g, go, arg, dx, d0, d1, lanes):
+    """dx[d0:d0+2R] and dx[d1:d1+2R] (the two rows of R = lanes consecutive 2 x 2 windows): each
+    window's gradient g[go + i] at the position its code arg[go + i] names, zero at the others. The
+    gradients and codes are repeated, each twice, to 2R lanes, and each row is one select against
+    its positions' codes (0, 1, 0, 1, ... or 2, 3, 2, 3, ...): four selects on R lanes interleaved
+    into the rows took 1.6x the time in runs of 4 on AVX-512 (docs/performance.md, session 29)."""
+    if not isinstance(lanes, types.IntegerLiteral):
+        raise TypingError("_unpool2_run needs constant lanes")
+    r = lanes.literal_value
+
+    def codegen(context, builder, signature, args):
+        gd, ad, dd = (context.make_array(signature.args[k])(context, builder, args[k]).data for k in (0, 2, 3))
+        go_, d0_, d1_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 4, 5))
+        pair, run, codes = _vectors(r)
+        twice = ir.Constant(ir.VectorType(ir.IntType(32), 2 * r), [k // 2 for k in range(2 * r)])
+        grads = builder.load(vector_at(builder, gd, go_, run), align=4)
+        grads = builder.shuffle_vector(grads, ir.Constant(run, ir.Undefined), twice)   # each window's twice
+        at = builder.load(vector_at(builder, ad, go_, codes), align=1)
+        at = builder.shuffle_vector(at, ir.Constant(codes, ir.Undefined), twice)
+        zero = ir.Constant(pair, [0.0] * (2 * r))
+        for i, row in ((0, d0_), (1, d1_)):
+            here = ir.Constant(ir.VectorType(ir.IntType(8), 2 * r), [2 * i + k % 2 for k in range(2 * r)])
+            builder.store(builder.select(builder.icmp_signed("==", at, here), grads, zero),
+                          vector_at(builder, dd, row, pair), align=4)
+        return context.get_dummy_value()
+    return types.none(g, go, arg, dx, d0, d1, lanes), codegen
+
+
+@helper
+def _pool2_row(xf, x0, x1, yf, af, o, ow_):
+    """One row of ow_ windows (x's rows at x0 and x1, y's and arg's at o): in runs of 8 windows,
+    or 4 in rows under 8, the last run overlapping the one before (it writes those again, alike);
+    rows under 4 window by window."""
+    _inlined()
+    if ow_ >= 8:
+        for ow0 in range(0, ow_, 8):
+            ow = min(ow0, ow_ - 8)
+            _pool2_run(xf, uint64(x0 + 2 * ow), uint64(x1 + 2 * ow), yf, uint64(o + ow), af, 8)
+        return
+    if ow_ >= 4:   # a loop per run width: one width chosen in the loop ran cifar's 6-window rows slower
+        for ow0 in range(0, ow_, 4):
+            ow = min(ow0, ow_ - 4)
+            _pool2_run(xf, uint64(x0 + 2 * ow), uint64(x1 + 2 * ow), yf, uint64(o + ow), af, 4)
+        return
+    for ow in range(ow_):
+        best, at = _step(xf[uint64(x0 + 2 * ow + 1)], 1, xf[uint64(x0 + 2 * ow)], 0)
+        best, at = _step(xf[uint64(x1 + 2 * ow)], 2, best, at)
+        yf[uint64(o + ow)], af[uint64(o + ow)] = _step(xf[uint64(x1 + 2 * ow + 1)], 3, best, at)
+
+
+@helper
+def _unpool2_row(gf, af, o, df, d0, d1, ow_):
+    """dx's two rows (at d0 and d1) under one row of ow_ windows (dy's and arg's at o), in runs as
+    _pool2_row's."""
+    _inlined()
+    if ow_ >= 8:
+        for ow0 in range(0, ow_, 8):
+            ow = min(ow0, ow_ - 8)
+            _unpool2_run(gf, uint64(o + ow), af, df, uint64(d0 + 2 * ow), uint64(d1 + 2 * ow), 8)
+        return
+    if ow_ >= 4:
+        for ow0 in range(0, ow_, 4):
+            ow = min(ow0, ow_ - 4)
+            _unpool2_run(gf, uint64(o + ow), af, df, uint64(d0 + 2 * ow), uint64(d1 + 2 * ow), 4)
+        return
+    for ow in range(ow_):
+        v, a = gf[uint64(o + ow)], af[uint64(o + ow)]
+        for k in range(4):
+            df[uint64((d0 if k < 2 else d1) + 2 * ow + k % 2)] = v if a == k else 0.0
+
+
 @kernel
 def _pool2_nchw(x, y, arg):
-    """As _pool_nchw, the window unrolled."""
+    """Size 2: each plane's rows of windows in vector runs (_pool2_row), NaN-aware in one pass
+    (docs/performance.md, session 29)."""
     n, c, oh_, ow_ = y.shape
+    h, w = x.shape[2], x.shape[3]
+    xf, yf, af = x.reshape(-1), y.reshape(-1), arg.reshape(-1)
     for r in prange(n * c):
-        plane, out, idx = x[r // c, r % c], y[r // c, r % c], arg[r // c, r % c]
+        xb, yb = r * h * w, r * oh_ * ow_
         for oh in range(oh_):
-            x0, x1, yo, ao = plane[2 * oh], plane[2 * oh + 1], out[oh], idx[oh]
-            total = np.float32(0.0)
-            for ow in range(ow_):
-                v0, v1, v2, v3 = x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]
-                total += (v0 + v1) + (v2 + v3)
-                best, at = v0, 0
-                if v1 > best:
-                    best, at = v1, 1
-                if v2 > best:
-                    best, at = v2, 2
-                if v3 > best:
-                    best, at = v3, 3
-                yo[ow], ao[ow] = best, at
-            if total != total:
-                for ow in range(ow_):
-                    best, at = _step(x0[2 * ow + 1], 1, x0[2 * ow], 0)
-                    best, at = _step(x1[2 * ow], 2, best, at)
-                    yo[ow], ao[ow] = _step(x1[2 * ow + 1], 3, best, at)
+            _pool2_row(xf, xb + 2 * oh * w, xb + (2 * oh + 1) * w, yf, af, yb + oh * ow_, ow_)
 
 
 @kernel
@@ -139,21 +236,19 @@ def _unpool_nchw(dy, arg, p, dx):
 
 @kernel
 def _unpool2_nchw(dy, arg, dx):
-    """Size 2, one row of dx at a time, each element written once: 2.2x faster here than
-    zeroing and scattering on cifar10-cnn's and mnist-cnn's first pools."""
+    """Size 2: dx's rows in pairs (_unpool2_row); a plane with an unpooled last row or column is
+    zeroed first."""
     n, c, oh_, ow_ = dy.shape
+    h, w = dx.shape[2], dx.shape[3]
+    gf, af, df = dy.reshape(-1), arg.reshape(-1), dx.reshape(-1)
+    ragged = h > 2 * oh_ or w > 2 * ow_
     for r in prange(n * c):
-        plane, g, idx = dx[r // c, r % c], dy[r // c, r % c], arg[r // c, r % c]
+        db, gb = r * h * w, r * oh_ * ow_
+        if ragged:
+            for k in range(h * w):
+                df[uint64(db + k)] = 0.0
         for oh in range(oh_):
-            go, io = g[oh], idx[oh]
-            for i in range(2):
-                row = plane[2 * oh + i]
-                for ow in range(ow_):
-                    v, a = go[ow], io[ow]
-                    row[2 * ow] = v if a == 2 * i else 0.0
-                    row[2 * ow + 1] = v if a == 2 * i + 1 else 0.0
-                row[2 * ow_:] = 0.0
-        plane[2 * oh_:] = 0.0
+            _unpool2_row(gf, af, gb + oh * ow_, df, db + 2 * oh * w, db + (2 * oh + 1) * w, ow_)
 
 
 @kernel

@@ -545,6 +545,18 @@ def test_maxpool_propagates_nan_like_torch(layout, size, shape, rng):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("w", [5, 9, 13, 16, 17, 35])
+def test_maxpool_ties_go_to_the_first_like_torch(layout, w, rng):
+    """Rows of 2 windows (one by one), 4 and 6 (NCHW's runs of 4, the last overlapping), 8 and 17
+    (runs of 8), odd widths and heights: with most windows holding equal values, the max and the
+    gradient's route match PyTorch's (the first of equals wins)."""
+    x = rng.integers(0, 3, (2, 3, 7, w)).astype(np.float32)
+    check_maxpool_against_torch(x, layout, 2, rng)
+    _, arg = K.maxpool2d_forward(ref.to_layout(x, layout), layout=layout)
+    assert (arg == 0).mean() > 0.3   # ties are common: the first position wins them
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_maxpool_finite_differences(layout, rng):
     x = ref.to_layout(f32(rng, 2, 3, 5, 4), layout)
     y, arg = K.maxpool2d_forward(x, layout=layout)
