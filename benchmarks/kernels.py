@@ -103,7 +103,8 @@ def _pool_cases(rng):
                    lambda xl=xl, layout=layout: K.maxpool2d_forward(xl, layout=layout),
                    lambda tx=tx: F.max_pool2d(tx, 2, return_indices=True))
             yield (f"maxpool2d_backward {n}x{c}x{h}x{w}", layout, x.nbytes + y.nbytes + arg.nbytes, "GB/s",
-                   lambda dyl=dyl, arg=arg, xl=xl, layout=layout: K.maxpool2d_backward(dyl, arg, xl.shape, layout=layout),
+                   lambda dyl=dyl, arg=arg, xl=xl, layout=layout: K.maxpool2d_backward(dyl, arg, xl.shape,
+                                                                                      layout=layout),
                    lambda tdy=tdy, tx=tx, ti=ti: torch.ops.aten.max_pool2d_with_indices_backward(
                        tdy, tx, [2, 2], [2, 2], [0, 0], [1, 1], False, ti))
 

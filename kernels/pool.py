@@ -9,8 +9,8 @@ values the first wins.
 Size 2 (Keras' default, and both seed CNNs') has its own kernels: NHWC's forward unrolls the
 window over a vector loop along the channels (8x faster than the general kernel, which keeps a
 running max per window position); NCHW's forward and backward run each row of windows in vector
-runs of 8 or 4 windows (_pool2_run, _unpool2_run), whose even and odd columns are split and
-interleaved in registers.
+runs of 8 windows, or 4 in rows of 4-7 (_pool2_run, _unpool2_run; rows under 4 window by window),
+splitting and interleaving the windows' even and odd columns in registers.
 """
 
 import numpy as np
@@ -104,7 +104,7 @@ def _unpool2_run(typingctx, g, go, arg, dx, d0, d1, lanes):
     window's gradient g[go + i] at the position its code arg[go + i] names, zero at the others. The
     gradients and codes are repeated, each twice, to 2R lanes, and each row is one select against
     its positions' codes (0, 1, 0, 1, ... or 2, 3, 2, 3, ...): four selects on R lanes interleaved
-    into the rows took 1.6x the time in runs of 4 on AVX-512 (docs/performance.md, session 29)."""
+    into the rows took 1.6-1.7x the time in runs of 4 on AVX-512 (docs/performance.md, session 29)."""
     if not isinstance(lanes, types.IntegerLiteral):
         raise TypingError("_unpool2_run needs constant lanes")
     r = lanes.literal_value
@@ -138,7 +138,7 @@ def _pool2_row(xf, x0, x1, yf, af, o, ow_):
             ow = min(ow0, ow_ - 8)
             _pool2_run(xf, uint64(x0 + 2 * ow), uint64(x1 + 2 * ow), yf, uint64(o + ow), af, 8)
         return
-    if ow_ >= 4:   # a loop per run width: one width chosen in the loop ran cifar's 6-window rows slower
+    if ow_ >= 4:
         for ow0 in range(0, ow_, 4):
             ow = min(ow0, ow_ - 4)
             _pool2_run(xf, uint64(x0 + 2 * ow), uint64(x1 + 2 * ow), yf, uint64(o + ow), af, 4)
@@ -152,7 +152,8 @@ def _pool2_row(xf, x0, x1, yf, af, o, ow_):
 @helper
 def _unpool2_row(gf, af, o, df, d0, d1, ow_):
     """dx's two rows (at d0 and d1) under one row of ow_ windows (dy's and arg's at o), in runs as
-    _pool2_row's."""
+    _pool2_row's: a loop per run width (the width chosen inside one loop made cifar's 6-window rows
+    1.09x slower)."""
     _inlined()
     if ow_ >= 8:
         for ow0 in range(0, ow_, 8):
@@ -237,7 +238,7 @@ def _unpool_nchw(dy, arg, p, dx):
 @kernel
 def _unpool2_nchw(dy, arg, dx):
     """Size 2: dx's rows in pairs (_unpool2_row); a plane with an unpooled last row or column is
-    zeroed first."""
+    zeroed first (zeroing only those took 1.3x the time on cifar's 13 x 13 planes)."""
     n, c, oh_, ow_ = dy.shape
     h, w = dx.shape[2], dx.shape[3]
     gf, af, df = dy.reshape(-1), arg.reshape(-1), dx.reshape(-1)

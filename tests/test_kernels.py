@@ -530,7 +530,8 @@ def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("size", [2, 3])
-@pytest.mark.parametrize("shape", [(2, 3, 12, 12), (8, 32, 18, 18)], ids=["serial", "parallel"])
+@pytest.mark.parametrize("shape", [(2, 3, 12, 12), (4, 5, 12, 6), (8, 32, 18, 18)],
+                         ids=["serial", "narrow", "parallel"])
 def test_maxpool_propagates_nan_like_torch(layout, size, shape, rng):
     """NaN at every window position, alone and with others: the max is NaN and the gradient goes
     to the window's last NaN, as in PyTorch (a NaN after the first element used to be dropped)."""
@@ -547,13 +548,33 @@ def test_maxpool_propagates_nan_like_torch(layout, size, shape, rng):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("w", [5, 9, 13, 16, 17, 35])
 def test_maxpool_ties_go_to_the_first_like_torch(layout, w, rng):
-    """Rows of 2 windows (one by one), 4 and 6 (NCHW's runs of 4, the last overlapping), 8 and 17
+    """Rows of 2 windows (one by one), 4 (one run of 4), 6 (two, the second overlapping), 8 and 17
     (runs of 8), odd widths and heights: with most windows holding equal values, the max and the
     gradient's route match PyTorch's (the first of equals wins)."""
     x = rng.integers(0, 3, (2, 3, 7, w)).astype(np.float32)
     check_maxpool_against_torch(x, layout, 2, rng)
     _, arg = K.maxpool2d_forward(ref.to_layout(x, layout), layout=layout)
     assert (arg == 0).mean() > 0.3   # ties are common: the first position wins them
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_maxpool_writes_only_its_outputs(layout, rng):
+    """Every width of 2-40 columns (rows of 1-20 windows: one by one, runs of 4 and of 8, the last
+    overlapping), odd height: each array is the middle plane of three, x's guard planes NaN (a read
+    past x would show in y) and the outputs' a marker no kernel writes."""
+    for w in range(2, 41):
+        x = ref.to_layout(f32(rng, 1, 3, 5, w), layout)
+        big_x = np.full((3,) + x.shape[1:], np.nan, np.float32)
+        big_x[1] = x[0]
+        pooled = K.maxpool2d_forward(x, layout=layout)[0].shape
+        big_y, big_arg = np.full((3,) + pooled[1:], 7.0, np.float32), np.full((3,) + pooled[1:], 7, np.int8)
+        big_dx = np.full((3,) + x.shape[1:], 7.0, np.float32)
+        K.maxpool2d_forward(big_x[1:2], layout=layout, out=big_y[1:2], argmax_out=big_arg[1:2])
+        K.maxpool2d_backward(f32(rng, *pooled), big_arg[1:2], x.shape, layout=layout, out=big_dx[1:2])
+        assert not np.isnan(big_y[1]).any(), w
+        for big in (big_y, big_arg, big_dx):
+            assert (big[0] == 7).all() and (big[2] == 7).all(), w
+        check_maxpool_against_torch(ref.to_nchw(x, layout), layout, 2, rng)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
