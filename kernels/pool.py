@@ -65,6 +65,20 @@ def _pool_nchw(x, p, y, arg):
                     out[oh, ow], idx[oh, ow] = best, at
 
 
+def _run_width(lanes, name):
+    """A run intrinsic's constant number of windows."""
+    if not isinstance(lanes, types.IntegerLiteral):
+        raise TypingError(f"{name} needs constant lanes")
+    return lanes.literal_value
+
+
+def _operands(context, builder, signature, args, arrays, offsets):
+    """(data pointers, i64 values): those of the arrays and of the offsets among a run intrinsic's
+    arguments, by position."""
+    return ([context.make_array(signature.args[k])(context, builder, args[k]).data for k in arrays],
+            [context.cast(builder, args[k], signature.args[k], types.int64) for k in offsets])
+
+
 def _vectors(r):
     """The IR vector types of a run of r windows: a window row's 2r floats, r floats, r codes."""
     return ir.VectorType(ir.FloatType(), 2 * r), ir.VectorType(ir.FloatType(), r), ir.VectorType(ir.IntType(8), r)
@@ -76,13 +90,10 @@ def _pool2_run(typingctx, x, x0, x1, y, yo, arg, lanes):
     x[x1:x1+2R] (a window's two rows): two 2R-float loads split into even and odd columns, then
     _step's comparisons on R-float vectors. As a scalar loop LLVM left it scalar (the columns
     are interleaved)."""
-    if not isinstance(lanes, types.IntegerLiteral):
-        raise TypingError("_pool2_run needs constant lanes")
-    r = lanes.literal_value
+    r = _run_width(lanes, "_pool2_run")
 
     def codegen(context, builder, signature, args):
-        xd, yd, ad = (context.make_array(signature.args[k])(context, builder, args[k]).data for k in (0, 3, 5))
-        x0_, x1_, yo_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 2, 4))
+        (xd, yd, ad), (x0_, x1_, yo_) = _operands(context, builder, signature, args, (0, 3, 5), (1, 2, 4))
         pair, run, codes = _vectors(r)
         columns = [ir.Constant(ir.VectorType(ir.IntType(32), r), list(range(k, 2 * r, 2))) for k in (0, 1)]
         v = [builder.shuffle_vector(row, ir.Constant(pair, ir.Undefined), cols)
@@ -105,13 +116,10 @@ def _unpool2_run(typingctx, g, go, arg, dx, d0, d1, lanes):
     gradients and codes are repeated, each twice, to 2R lanes, and each row is one select against
     its positions' codes (0, 1, 0, 1, ... or 2, 3, 2, 3, ...): four selects on R lanes interleaved
     into the rows took 1.6-1.7x the time in runs of 4 on AVX-512 (docs/performance.md, session 29)."""
-    if not isinstance(lanes, types.IntegerLiteral):
-        raise TypingError("_unpool2_run needs constant lanes")
-    r = lanes.literal_value
+    r = _run_width(lanes, "_unpool2_run")
 
     def codegen(context, builder, signature, args):
-        gd, ad, dd = (context.make_array(signature.args[k])(context, builder, args[k]).data for k in (0, 2, 3))
-        go_, d0_, d1_ = (context.cast(builder, args[k], signature.args[k], types.int64) for k in (1, 4, 5))
+        (gd, ad, dd), (go_, d0_, d1_) = _operands(context, builder, signature, args, (0, 2, 3), (1, 4, 5))
         pair, run, codes = _vectors(r)
         twice = ir.Constant(ir.VectorType(ir.IntType(32), 2 * r), [k // 2 for k in range(2 * r)])
         grads = builder.load(vector_at(builder, gd, go_, run), align=4)
