@@ -326,8 +326,9 @@ def test_blocks_used_names_the_blocks_a_call_ran(monkeypatch, rng):
 @pytest.mark.slow
 def test_the_avx2_build_compiles_and_is_correct(tmp_path):
     """On any x86 host: numba told it is a Haswell (own cache dir) builds the AVX2 code with
-    AVX2's block, and conv2d (forwards, first layers' weight grads), dense and broadcast_add agree
-    with a float64 reference. Its speed can only be measured on an AVX2 machine."""
+    AVX2's block, and conv2d (forwards, first layers' weight grads), dense, broadcast_add and NCHW
+    max-pooling agree with a float64 or numpy reference. Its speed can only be measured on an AVX2
+    machine."""
     code = """
 import numpy as np, kernels as K
 from tests import reference as ref
@@ -356,6 +357,19 @@ np.testing.assert_allclose(K.dense_forward(a, b, np.zeros(130, np.float32)), a.a
 for c in (3, 32, 65):   # broadcast_add's sums in 64- and 16-float vectors: 8 and 2 ymm on AVX2
     d = rng.standard_normal((1001, c)).astype(np.float32)
     np.testing.assert_allclose(K.broadcast_add_backward(d, layout="NHWC"), d.astype(float).sum(0), rtol=1e-5, atol=1e-3)
+for w in (5, 9, 13, 17, 35):   # max-pool's NCHW rows of 2, 4, 6, 8 and 17 windows, mostly ties (the first wins)
+    x = rng.integers(0, 3, (2, 3, 7, w)).astype(np.float32)
+    y, arg = K.maxpool2d_forward(x, layout="NCHW")
+    ow = w // 2
+    win = x[:, :, :6, :2 * ow].reshape(2, 3, 3, 2, ow, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 3, ow, 4)
+    assert (y == win.max(-1)).all() and (arg == win.argmax(-1)).all()
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dx = K.maxpool2d_backward(dy, arg, x.shape, layout="NCHW", out=np.full_like(x, np.nan))
+    routed = np.zeros_like(win)
+    np.put_along_axis(routed, arg[..., None].astype(int), dy[..., None], -1)
+    want = np.zeros_like(x)
+    want[:, :, :6, :2 * ow] = routed.reshape(2, 3, 3, ow, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 6, 2 * ow)
+    assert np.array_equal(dx, want)
 k = K.conv._forward_nhwc[K.conv.block_of(None)]
 asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
 assert "vfmadd" in asm and "zmm" not in asm
