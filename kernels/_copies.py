@@ -10,7 +10,7 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from ._jit import helper
-from ._tile import transposed, vector_at
+from ._tile import operands, transposed, vector_at
 
 
 @intrinsic
@@ -21,9 +21,9 @@ def prefetch_write(typingctx, a, i):
         raise TypingError("prefetch_write needs an array and an integer index")
 
     def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        (data,), (i_,) = operands(context, builder, signature, args, (0,), (1,))
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        ptr = builder.bitcast(builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)]), i8p)
+        ptr = builder.bitcast(builder.gep(data, [i_]), i8p)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
                                             "llvm.prefetch.p0i8")
         builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])   # write, keep, data
@@ -47,13 +47,9 @@ def _transpose_8(typingctx, s, s0, ls, d, d0, ld):
         raise TypingError("_transpose_8 needs two contiguous flat float32 arrays")
 
     def codegen(context, builder, signature, args):
-        sv, s0v, lsv, dv, d0v, ldv = args
         i64 = ir.IntType(64)
         run = ir.VectorType(ir.FloatType(), TRANSPOSE_BLOCK)
-        s0_, ls_, d0_, ld_ = [context.cast(builder, v, t, types.int64)
-                              for v, t in zip((s0v, lsv, d0v, ldv), [signature.args[k] for k in (1, 2, 4, 5)])]
-        sdata = context.make_array(signature.args[0])(context, builder, sv).data
-        ddata = context.make_array(signature.args[3])(context, builder, dv).data
+        (sdata, ddata), (s0_, ls_, d0_, ld_) = operands(context, builder, signature, args, (0, 3), (1, 2, 4, 5))
 
         def at(data, start, k, stride):   # the run k strides past start
             return vector_at(builder, data, builder.add(start, builder.mul(ir.Constant(i64, k), stride)), run)
@@ -114,11 +110,8 @@ def _copy_run(typingctx, s, s0, d, d0):
         raise TypingError("_copy_run needs two contiguous flat float32 arrays")
 
     def codegen(context, builder, signature, args):
-        sv, s0v, dv, d0v = args
         run = ir.VectorType(ir.FloatType(), _RUN)
-        s0_, d0_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((s0v, 1), (d0v, 3))]
-        sdata = context.make_array(signature.args[0])(context, builder, sv).data
-        ddata = context.make_array(signature.args[2])(context, builder, dv).data
+        (sdata, ddata), (s0_, d0_) = operands(context, builder, signature, args, (0, 2), (1, 3))
         builder.store(builder.load(vector_at(builder, sdata, s0_, run), align=4), vector_at(builder, ddata, d0_, run),
                       align=4)
         return context.get_dummy_value()

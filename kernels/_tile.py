@@ -73,6 +73,13 @@ def vector_at(builder, data, offset, vec):
     return builder.bitcast(builder.gep(data, [offset]), vec.as_pointer())
 
 
+def operands(context, builder, signature, args, arrays, offsets):
+    """(data pointers, i64 values) of an intrinsic's array arguments and integer arguments at
+    those positions (LLVM IR)."""
+    return ([context.make_array(signature.args[k])(context, builder, args[k]).data for k in arrays],
+            [context.cast(builder, args[k], signature.args[k], types.int64) for k in offsets])
+
+
 def _is_row_step(t):
     """Whether a row step's type is an integer s or a (s, col0, width, jump) tuple of them."""
     return isinstance(t, types.Integer) or (isinstance(t, types.BaseTuple) and len(t) == 4
@@ -147,15 +154,12 @@ def _fma_rows(typingctx, acc, a, ao, sap, pn, b, bo, rows, lanes):
     p_, j_ = rows.literal_value, lanes.literal_value
 
     def codegen(context, builder, signature, args):
-        accp, av, aov, sapv, pnv, bv, bov = args[:7]
+        accp, sapv = args[0], args[3]
         i64, f32 = ir.IntType(64), ir.FloatType()
         w, offsets = _runs(j_)
         vec = ir.VectorType(f32, w)
-        ao64, pn64, bo64 = [context.cast(builder, v, t, types.int64)
-                            for v, t in zip((aov, pnv, bov), (signature.args[2], signature.args[4], signature.args[6]))]
+        (adata, bdata), (ao64, pn64, bo64) = operands(context, builder, signature, args, (1, 5), (2, 4, 6))
         row_at = _row_offsets(context, builder, signature.args[3], sapv)
-        adata = context.make_array(signature.args[1])(context, builder, av).data
-        bdata = context.make_array(signature.args[5])(context, builder, bv).data
         brows = [builder.load(vector_at(builder, bdata, builder.add(bo64, ir.Constant(i64, o)), vec), align=4)
                  for o in offsets]
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{w}f32")
@@ -192,13 +196,12 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     p_, j_ = rows.literal_value, lanes.literal_value
 
     def codegen(context, builder, signature, args):
-        accp, outv, o0v, sopv, pnv, accum = args[:6]
+        accp, sopv, accum = args[0], args[3], args[5]
         i64 = ir.IntType(64)
         w, offsets = _runs(j_)
         vec = ir.VectorType(ir.FloatType(), w)
-        o0_, pn_ = [context.cast(builder, v, signature.args[k], types.int64) for v, k in ((o0v, 2), (pnv, 4))]
+        (odata,), (o0_, pn_) = operands(context, builder, signature, args, (1,), (2, 4))
         row_at = _row_offsets(context, builder, signature.args[3], sopv)
-        odata = context.make_array(signature.args[1])(context, builder, outv).data
         add = context.cast(builder, accum, signature.args[5], types.boolean)
         for p in range(p_):
             pc = ir.Constant(i64, p)
@@ -325,11 +328,10 @@ def _store_cols(typingctx, acc, out, o0, soj, accumulate, rows, lanes):
     p_, j_ = rows.literal_value, lanes.literal_value
 
     def codegen(context, builder, signature, args):
-        accp, outv, o0v, sojv, accum = args[:5]
+        accp, accum = args[0], args[4]
         i64 = ir.IntType(64)
         row_t, run_t = ir.VectorType(ir.FloatType(), j_), ir.VectorType(ir.FloatType(), p_)
-        o0_, soj_ = [context.cast(builder, v, t, types.int64) for v, t in zip((o0v, sojv), signature.args[2:4])]
-        odata = context.make_array(signature.args[1])(context, builder, outv).data
+        (odata,), (o0_, soj_) = operands(context, builder, signature, args, (1,), (2, 3))
         add = context.cast(builder, accum, signature.args[4], types.boolean)
         rows_ = [builder.load(vector_at(builder, accp, p * j_, row_t), align=4) for p in range(p_)]
         for j, value in transposed(builder, rows_, p_, j_):

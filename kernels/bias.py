@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from ._checks import channel_axis, check_layout, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
-from ._tile import _block, vector_at
+from ._tile import _block, operands, vector_at
 
 _ROW_BLOCK = 256   # rows summed in float32 before their sums join the float64 total
 _WIDEST = 1024   # the longest row a channel count under 64 is widened to (_width)
@@ -94,11 +94,9 @@ def _add_run(typingctx, acc, a, ao, lanes):
     vec = ir.VectorType(ir.FloatType(), lanes.literal_value)
 
     def codegen(context, builder, signature, args):
-        accp, av, aov = args[:3]
-        data = context.make_array(signature.args[1])(context, builder, av).data
-        run = builder.load(vector_at(builder, data, context.cast(builder, aov, signature.args[2], types.int64), vec),
-                           align=4)
-        slot = vector_at(builder, accp, 0, vec)
+        (data,), (ao_,) = operands(context, builder, signature, args, (1,), (2,))
+        run = builder.load(vector_at(builder, data, ao_, vec), align=4)
+        slot = vector_at(builder, args[0], 0, vec)
         builder.store(builder.fadd(builder.load(slot, align=4), run), slot, align=4)
         return context.get_dummy_value()
     return types.none(acc, a, ao, lanes), codegen

@@ -21,7 +21,7 @@ from numba.extending import intrinsic
 
 from ._checks import check_layout, f32, no_overlap, out_buffer
 from ._jit import helper, kernel
-from ._tile import _inlined, vector_at
+from ._tile import _inlined, operands, vector_at
 
 
 @helper
@@ -72,13 +72,6 @@ def _run_width(lanes, name):
     return lanes.literal_value
 
 
-def _operands(context, builder, signature, args, arrays, offsets):
-    """(data pointers, i64 values): those of the arrays and of the offsets among a run intrinsic's
-    arguments, by position."""
-    return ([context.make_array(signature.args[k])(context, builder, args[k]).data for k in arrays],
-            [context.cast(builder, args[k], signature.args[k], types.int64) for k in offsets])
-
-
 def _vectors(r):
     """The IR vector types of a run of r windows: a window row's 2r floats, r floats, r codes."""
     return ir.VectorType(ir.FloatType(), 2 * r), ir.VectorType(ir.FloatType(), r), ir.VectorType(ir.IntType(8), r)
@@ -93,7 +86,7 @@ def _pool2_run(typingctx, x, x0, x1, y, yo, arg, lanes):
     r = _run_width(lanes, "_pool2_run")
 
     def codegen(context, builder, signature, args):
-        (xd, yd, ad), (x0_, x1_, yo_) = _operands(context, builder, signature, args, (0, 3, 5), (1, 2, 4))
+        (xd, yd, ad), (x0_, x1_, yo_) = operands(context, builder, signature, args, (0, 3, 5), (1, 2, 4))
         pair, run, codes = _vectors(r)
         columns = [ir.Constant(ir.VectorType(ir.IntType(32), r), list(range(k, 2 * r, 2))) for k in (0, 1)]
         v = [builder.shuffle_vector(row, ir.Constant(pair, ir.Undefined), cols)
@@ -119,7 +112,7 @@ def _unpool2_run(typingctx, g, go, arg, dx, d0, d1, lanes):
     r = _run_width(lanes, "_unpool2_run")
 
     def codegen(context, builder, signature, args):
-        (gd, ad, dd), (go_, d0_, d1_) = _operands(context, builder, signature, args, (0, 2, 3), (1, 4, 5))
+        (gd, ad, dd), (go_, d0_, d1_) = operands(context, builder, signature, args, (0, 2, 3), (1, 4, 5))
         pair, run, codes = _vectors(r)
         twice = ir.Constant(ir.VectorType(ir.IntType(32), 2 * r), [k // 2 for k in range(2 * r)])
         grads = builder.load(vector_at(builder, gd, go_, run), align=4)
