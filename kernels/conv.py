@@ -26,10 +26,10 @@ NHWC: a patch row (kw, c) is one contiguous run of KW*C floats, so with t = kw*C
                 row by row (each row owned by one thread: no races), then cropped.
 NCHW runs natively. The stride-1 forward of reductions at least 64 deep, with outputs that fill a
 block of lanes, copies bands of each image's rows channels-last into a block that stays in cache
-(8 x 8 transposes in registers) and runs NHWC's blocks of 6 output pixels x 16 output channels on it,
-each block stored transposed into y's planes (_forward_bands; x packed whole to NHWC and y unpacked
-after, as strided convs do, took 1.25-1.83x the NHWC forward's time: those copies go through
-memory). The others (the first layers' forwards, the input grads of layers with few input channels)
+(8 x 8 transposes in registers) and runs NHWC's blocks of 6 output pixels x 16 output channels on it
+into a channels-last block of its outputs, transposed into y's planes after (_forward_bands; x
+packed whole to NHWC and y unpacked after, as strided convs do, took 1.25-1.83x the NHWC forward's
+time: those copies go through memory). The others (the first layers' forwards, the input grads of layers with few input channels)
 use blocks of output channels x consecutive output pixels over each image's column-shifted planes
 (_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch
 elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8 blocks
@@ -38,7 +38,8 @@ bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in patc
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the NHWC forward's blocks (and so the NHWC stride-1 input grads past the first layers', and the
 strided forwards') skip the kernel rows, and from 64 deep the kernel columns, that read only
-padding (_forward_nhwc).
+padding (_forward_nhwc); so do the NCHW bands' blocks, the columns where that takes fewer block
+steps (_columns_apart).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -163,22 +164,30 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 
 
 @tiled
-def _forward_bands(x, pt, pl, wk, band, y):
+def _forward_bands(x, pt, pl, wk, band, inner, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
     (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration copies the input
     rows of `band` output rows of an image channels-last into a block of its own (8 x 8
     transposes in registers, the band sized to stay in cache), 8 channels at a time down all the
     band's rows, so that each plane is read in one run: x comes from memory at each band, with no
-    arithmetic to hide it (docs/performance.md, session 22). It runs _forward_nhwc's pixel blocks
-    on that copy, each block stored transposed into y's planes (P floats a run per channel, whole
-    blocks by _tile's in-register transpose). Broadcasting the pixels from x's planes instead (one
-    plane per reduction step, 10 floats of each line used by a block) took 1.15-1.53x the NHWC
-    forward's time on the seed models' 32/64-channel layers, this 1.02-1.41x (1.02-1.21 but on
-    cifar conv2's 32 x 32 rows; docs/performance.md)."""
+    arithmetic to hide it (docs/performance.md, session 22). It runs _forward_nhwc's blocks on that
+    copy into a channels-last block of the band's outputs, then transposed into y's planes (8 x 8
+    again): the output columns inner[0]:inner[1] in blocks of P consecutive output pixels running
+    on over row ends, each other column in blocks of P output rows down it over its kernel columns
+    that reach x (_columns_apart). Each block stored transposed into y's planes (the former
+    kernel, which ran every column on) took 1.00-1.06x this one's time on the seed models' input
+    grads and 0.99-1.04x on their forwards (AVX-512, 1 thread); with the padding columns apart,
+    their blocks' stores scattered down y's columns, 0.99-1.07x the former's (docs/performance.md,
+    session 30). Broadcasting the pixels from x's planes instead (one plane per reduction step, 10 floats of
+    each line used by a block) took 1.15-1.53x the NHWC forward's time on the seed models'
+    32/64-channel layers (session 22)."""
     bsz, c, h, w = x.shape
     kh_, kl, np_ = wk.shape
     _, n, oh_, ow_ = y.shape
-    wp = ow_ + kl // c - 1   # the padded rows' width
+    kw_ = kl // c
+    wp = ow_ + kw_ - 1   # the padded rows' width
+    a, e = inner
+    width = e - a
     cols = min(w, wp - pl)   # x's columns that some window reads
     padded = pt > 0 or pl > 0 or wp > w or oh_ + kh_ - 1 > h   # any padding row or column, bottom and right too
     bands, pixels = (oh_ + band - 1) // band, oh_ * ow_
@@ -193,16 +202,34 @@ def _forward_bands(x, pt, pl, wk, band, y):
             for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):
                 transpose(xf, ((b * c + c0) * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c + c0, c,
                           min(TRANSPOSE_BLOCK, c - c0), cols)
-        q0, oh, ow = oh0 * ow_, oh0, 0
-        while q0 < oh1 * ow_:
-            pn, last = _pixel_block(q0, oh1 * ow_, oh, ow, ow_, P)
+        yb = np.empty((oh1 - oh0) * ow_ * np_, np.float32)   # the band's outputs, channels-last
+        q0, oh, ow = 0, oh0, 0
+        while q0 < (oh1 - oh0) * width:
+            pn, last = _pixel_block(q0, (oh1 - oh0) * width, oh, ow, width, P)
             kh0, kh1 = max(0, pt - last), min(kh_, pt + h - oh)   # kernel rows that reach x's rows
-            x0 = ((oh - oh0 + kh0) * wp + ow) * c
+            x0 = ((oh - oh0 + kh0) * wp + a + ow) * c
+            y0 = ((oh - oh0) * ow_ + a + ow) * np_
             for n0 in range(0, n, J):
-                tile(xb, x0, (c, ow, ow_, (wp - ow_) * c), pn, (0, wp * c, 1),
-                     wf, kh0 * kl * np_ + n0, (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl),
-                     yf, (b * n + n0) * pixels + q0, 1, pixels, min(J, n - n0), False)
-            q0, oh, ow = _next_pixel(q0, pn, oh, ow, ow_)
+                product = (xb, x0, (c, ow, width, (wp - width) * c), pn, (0, wp * c, 1),
+                           wf, kh0 * kl * np_ + n0, (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl), yb, y0 + n0)
+                if width == ow_:   # yb's rows run on as one
+                    tile(*product, np_, 1, J, False)
+                else:
+                    tile(*product, (np_, ow, width, (ow_ - width) * np_), 1, J, False)
+            q0, oh, ow = _next_pixel(q0, pn, oh, ow, width)
+        # the outer columns: blocks of P output rows down each, over its kernel columns that reach x
+        for k in range(ow_ - width):
+            col = k if k < a else e + k - a
+            kw0, kw1 = max(0, pl - col), min(kw_, pl + w - col)
+            for oh in range(oh0, oh1, P):
+                pn = min(P, oh1 - oh)
+                kh0, kh1 = max(0, pt - (oh + pn - 1)), min(kh_, pt + h - oh)
+                x0 = ((oh - oh0 + kh0) * wp + col + kw0) * c
+                for n0 in range(0, n, J):
+                    tile(xb, x0, wp * c, pn, (0, wp * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
+                         (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yb, ((oh - oh0) * ow_ + col) * np_ + n0,
+                         ow_ * np_, 1, J, False)
+        transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
 
 
 def _band(plan):
@@ -210,10 +237,30 @@ def _band(plan):
     _BAND_BYTES, and few enough that a small batch still gives every thread work."""
     rows = max(1, _BAND_BYTES // (plan.wp * plan.c * 4) - plan.kh + 1)
     per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
-    return max(1, min(plan.oh, rows, -(-plan.oh // per_image)))
+    band = max(1, min(plan.oh, rows, -(-plan.oh // per_image)))
+    return -(-plan.oh // -(-plan.oh // band))   # the image's rows split evenly
 
 
 _BAND_BYTES = 64 << 10
+
+
+def _columns_apart(plan, band, p):
+    """(a, e): the output columns _forward_bands runs in blocks of p consecutive pixels; the
+    others run apart, in blocks of p rows down each over its kernel columns that reach x. Apart
+    where the reduction is at least _COLUMN_DEPTH deep and that takes fewer block steps (blocks x
+    kernel columns, band by band): each band's outer columns take ceil(rows / p) blocks apiece,
+    so with short bands and p = 6 running them apart can cost more than their padding saves
+    (cifar conv3's input grad on emulated AVX2, bands of 8 and 7 rows: 1.03-1.06x the former
+    kernel's time apart, 0.99 run on)."""
+    kw, ow, pl = plan.kw, plan.ow, plan.pl
+    a, e = _inner.py_func(kw, ow, pl, pl + plan.wd, 1, p) if plan.kh * plan.kl >= _COLUMN_DEPTH else (0, ow)
+    reach = sum(min(kw, pl + plan.wd - col) - max(0, pl - col) for col in [*range(a), *range(e, ow)])
+    apart = together = 0
+    for oh in range(0, plan.oh, band):
+        rows = min(band, plan.oh - oh)
+        together += -(-rows * ow // p) * kw
+        apart += -(-rows * (e - a) // p) * kw + -(-rows // p) * reach
+    return (a, e) if apart < together else (0, ow)
 
 
 # reduction depth from which the stride-1 NCHW forward runs _forward_bands (pixel blocks, with
@@ -798,7 +845,8 @@ def _forward(plan, block, y):
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     if plan.nchw and plan.stride == 1:
-        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, _band(plan), y)
+        band = _band(plan)
+        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, band, _columns_apart(plan, band, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
     _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, yh)

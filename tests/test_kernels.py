@@ -173,6 +173,52 @@ def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypa
         close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=c * kernel[0] * kernel[1])
 
 
+@pytest.mark.parametrize("apart", [True, False])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_nchw_bands_with_the_padding_columns_apart_or_not(block, apart, monkeypatch, rng, dirty_malloc):
+    """The deep NCHW forward's bands run the output columns whose windows reach padding in blocks
+    down each column, over the kernel columns that reach x, or with the others (_columns_apart
+    picks; here forced either way): 'same' forwards and the input grads of 'valid' layers (the
+    full correlation, padded by KW - 1 on each side), kernels 3x3, 2x4 (padding more on the right
+    than the left) and 1x5, bands of 1-3 rows and whole images, against PyTorch. Each band's
+    channels-last outputs come back dirty (dirty_malloc): a column no block stores shows."""
+    from kernels import conv
+    monkeypatch.setattr(conv, "_columns_apart", lambda plan, band, p: conv._inner.py_func(
+        plan.kw, plan.ow, plan.pl, plan.pl + plan.wd, 1, p) if apart else (0, plan.ow))
+    for band_bytes in (8000, 1 << 30):
+        monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
+        for c, h, w_, kernel in ((32, 7, 13, (3, 3)), (32, 6, 17, (2, 4)), (16, 5, 19, (1, 5))):
+            for padding in ("same", "valid"):
+                x, w = f32(rng, 3, c, h, w_), f32(rng, *kernel, c, 40)
+                xt, wt, yt = torch_conv(x, w, 1, padding)
+                dy = f32(rng, *yt.shape)
+                yt.backward(torch.tensor(dy))
+                y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
+                close(y, yt.detach().numpy(), scale=c * kernel[0] * kernel[1])
+                dx, _ = K.conv2d_backward(x, w, dy, layout="NCHW", padding=padding, block=block)
+                close(dx, xt.grad.numpy(), scale=40 * kernel[0] * kernel[1])
+
+
+def test_bands_run_the_padding_columns_apart_where_that_takes_fewer_block_steps():
+    """_columns_apart counts block steps band by band: cifar10-cnn's third layer's input grad
+    (15 x 15, 'same', 64 channels deep) in bands of 8 and 7 rows runs its two padding columns
+    apart with 8-row blocks (83 steps against 87) but not with 6-row ones (118 against 114), where
+    each band's outer columns take two blocks of mostly idle rows; a 'valid' forward has no
+    padding columns, and a reduction under 64 deep keeps them with the rest."""
+    from kernels import conv
+
+    def plan(c, hw, cout, padding, kernel=(3, 3)):
+        return conv._Plan(np.zeros((4, c, hw, hw), np.float32), np.zeros((*kernel, c, cout), np.float32),
+                          "NCHW", 1, padding, None, None)
+    layer = plan(32, 15, 64, "same")
+    grad = layer.full_correlation(np.zeros((4, 64, 15, 15), np.float32))
+    assert conv._columns_apart(grad, 8, 8) == (1, 14)
+    assert conv._columns_apart(grad, 8, 6) == (0, 15)
+    assert conv._columns_apart(grad, 15, 6) == (1, 14)
+    assert conv._columns_apart(plan(32, 15, 64, "valid"), 13, 8) == (0, 13)
+    assert conv._columns_apart(plan(7, 15, 64, "same"), 15, 8) == (0, 15)   # 63 deep
+
+
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("stride,padding", [(1, "same"), (1, "valid"), (2, "same")])
