@@ -29,12 +29,13 @@ block of lanes, copies bands of each image's rows channels-last into a block tha
 (8 x 8 transposes in registers) and runs NHWC's blocks of 6 output pixels x 16 output channels on it
 into a channels-last block of its outputs, transposed into y's planes after (_forward_bands; x
 packed whole to NHWC and y unpacked after, as strided convs do, took 1.25-1.83x the NHWC forward's
-time: those copies go through memory). The others (the first layers' forwards, the input grads of layers with few input channels)
-use blocks of output channels x consecutive output pixels over each image's column-shifted planes
-(_forward_shifted). The weight grad reads dy in place, in blocks of 6 output channels x 16 patch
-elements of a channels-last copy of x: NCHW's one whole transpose, done in 8 x 8 blocks
-(_copies.transpose) at 2-3x a plain copy's time (the first layers' weight grad transposes dy by
-bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in patch elements).
+time: those copies go through memory). The others (the first layers' forwards, the input grads of
+layers with few input channels) use blocks of output channels x consecutive output pixels over
+each image's column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks
+of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one whole
+transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (the first
+layers' weight grad transposes dy by bands instead, as their KW*C_in fills few lanes, and runs
+blocks of KW*C_in patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the NHWC forward's blocks (and so the NHWC stride-1 input grads past the first layers', and the
 strided forwards') skip the kernel rows, and from 64 deep the kernel columns, that read only
