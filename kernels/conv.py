@@ -39,8 +39,8 @@ blocks of KW*C_in patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the NHWC forward's blocks (and so the NHWC stride-1 input grads past the first layers', and the
 strided forwards') skip the kernel rows, and from 64 deep the kernel columns, that read only
-padding (_forward_nhwc); so do the NCHW bands' blocks, the columns where that takes fewer block
-steps (_columns_apart).
+padding (_forward_nhwc); so do the NCHW bands' blocks: the kernel rows always, the columns where
+running them apart takes fewer block steps (_columns_apart).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -165,23 +165,26 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 
 
 @tiled
-def _forward_bands(x, pt, pl, wk, band, inner, y):
+def _forward_bands(x, pt, pl, wk, bands, inner, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
-    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration copies the input
-    rows of `band` output rows of an image channels-last into a block of its own (8 x 8
-    transposes in registers, the band sized to stay in cache), 8 channels at a time down all the
-    band's rows, so that each plane is read in one run: x comes from memory at each band, with no
-    arithmetic to hide it (docs/performance.md, session 22). It runs _forward_nhwc's blocks on that
-    copy into a channels-last block of the band's outputs, then transposed into y's planes (8 x 8
-    again): the output columns inner[0]:inner[1] in blocks of P consecutive output pixels running
-    on over row ends, each other column in blocks of P output rows down it over its kernel columns
-    that reach x (_columns_apart). Each block stored transposed into y's planes (the former
-    kernel, which ran every column on) took 1.00-1.06x this one's time on the seed models' input
-    grads and 0.99-1.04x on their forwards (AVX-512, 1 thread); with the padding columns apart,
-    their blocks' stores scattered down y's columns, 0.99-1.07x the former's (docs/performance.md,
-    session 30). Broadcasting the pixels from x's planes instead (one plane per reduction step, 10 floats of
-    each line used by a block) took 1.15-1.53x the NHWC forward's time on the seed models'
-    32/64-channel layers (session 22)."""
+    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration takes one of an
+    image's `bands` bands of output rows (split evenly) and copies their input rows channels-last
+    into a block of its own (8 x 8 transposes in registers, the band sized to stay in cache), 8
+    channels at a time down all the band's rows, so that each plane is read in one run: x comes
+    from memory at each band, with no arithmetic to hide it (docs/performance.md, session 22). It
+    runs _forward_nhwc's blocks on that copy into a channels-last block of the band's outputs
+    (whole J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after), then
+    transposed into y's planes (8 x 8 again): the output columns inner[0]:inner[1] in blocks of P
+    consecutive output pixels running on over row ends, each other column in blocks of P output
+    rows down it over its kernel columns that reach x (_columns_apart). Against the former kernel,
+    which ran every column on and stored each block transposed straight into y's planes: the seed
+    models' input grads took 0.95-1.01x its time and their forwards 0.95-1.03x (AVX-512, 1 and 2
+    threads; the 1.03 is cifar conv2's 'valid' forward, whose 8 x 32 blocks it stored as exact
+    8-float runs). Running the padding columns apart with those transposed stores took 0.99-1.07x its
+    time: no row of a column's block is contiguous in y, so its stores went one float at a time
+    (docs/performance.md, session 30). Broadcasting the pixels from x's planes instead (one plane
+    per reduction step, 10 floats of each line used by a block) took 1.15-1.53x the NHWC forward's
+    time on the seed models' 32/64-channel layers (session 22)."""
     bsz, c, h, w = x.shape
     kh_, kl, np_ = wk.shape
     _, n, oh_, ow_ = y.shape
@@ -191,11 +194,11 @@ def _forward_bands(x, pt, pl, wk, band, inner, y):
     width = e - a
     cols = min(w, wp - pl)   # x's columns that some window reads
     padded = pt > 0 or pl > 0 or wp > w or oh_ + kh_ - 1 > h   # any padding row or column, bottom and right too
-    bands, pixels = (oh_ + band - 1) // band, oh_ * ow_
+    pixels = oh_ * ow_
     xf, wf, yf = x.reshape(-1), wk.reshape(-1), y.reshape(-1)
     for it in prange(bsz * bands):
-        b, oh0 = it // bands, it % bands * band
-        oh1 = min(oh_, oh0 + band)
+        b, k = it // bands, it % bands
+        oh0, oh1 = k * oh_ // bands, (k + 1) * oh_ // bands
         xb = np.empty((oh1 - oh0 + kh_ - 1) * wp * c, np.float32)   # padded rows oh0 .. oh1 + KH - 2
         if padded:
             xb[:] = 0.0
@@ -218,47 +221,46 @@ def _forward_bands(x, pt, pl, wk, band, inner, y):
                 else:
                     tile(*product, (np_, ow, width, (ow_ - width) * np_), 1, J, False)
             q0, oh, ow = _next_pixel(q0, pn, oh, ow, width)
-        # the outer columns: blocks of P output rows down each, over its kernel columns that reach x
-        for k in range(ow_ - width):
-            col = k if k < a else e + k - a
-            kw0, kw1 = max(0, pl - col), min(kw_, pl + w - col)
-            for oh in range(oh0, oh1, P):
-                pn = min(P, oh1 - oh)
-                kh0, kh1 = max(0, pt - (oh + pn - 1)), min(kh_, pt + h - oh)
-                x0 = ((oh - oh0 + kh0) * wp + col + kw0) * c
+        for m in range(ow_ - width):   # the outer columns
+            col = m if m < a else e + m - a
+            kw0, kw1 = max(0, pl - col), min(kw_, pl + w - col)   # kernel columns that reach x's columns
+            for top in range(oh0, oh1, P):
+                pn = min(P, oh1 - top)
+                kh0, kh1 = max(0, pt - (top + pn - 1)), min(kh_, pt + h - top)
+                x0 = ((top - oh0 + kh0) * wp + col + kw0) * c
                 for n0 in range(0, n, J):
                     tile(xb, x0, wp * c, pn, (0, wp * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
-                         (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yb, ((oh - oh0) * ow_ + col) * np_ + n0,
+                         (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yb, ((top - oh0) * ow_ + col) * np_ + n0,
                          ow_ * np_, 1, J, False)
         transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
 
 
-def _band(plan):
-    """Output rows per _forward_bands iteration: as many as keep its channels-last block within
-    _BAND_BYTES, and few enough that a small batch still gives every thread work."""
+def _bands(plan):
+    """Bands of output rows per image for _forward_bands: enough that each band's channels-last
+    copy of x stays within _BAND_BYTES (its block of outputs, C_out floats a pixel against C_in's,
+    is not counted), and that a small batch still gives every thread work."""
     rows = max(1, _BAND_BYTES // (plan.wp * plan.c * 4) - plan.kh + 1)
     per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
-    band = max(1, min(plan.oh, rows, -(-plan.oh // per_image)))
-    return -(-plan.oh // -(-plan.oh // band))   # the image's rows split evenly
+    return min(plan.oh, max(-(-plan.oh // rows), per_image))
 
 
 _BAND_BYTES = 64 << 10
 
 
-def _columns_apart(plan, band, p):
+def _columns_apart(plan, bands, p):
     """(a, e): the output columns _forward_bands runs in blocks of p consecutive pixels; the
-    others run apart, in blocks of p rows down each over its kernel columns that reach x. Apart
-    where the reduction is at least _COLUMN_DEPTH deep and that takes fewer block steps (blocks x
-    kernel columns, band by band): each band's outer columns take ceil(rows / p) blocks apiece,
-    so with short bands and p = 6 running them apart can cost more than their padding saves
-    (cifar conv3's input grad on emulated AVX2, bands of 8 and 7 rows: 1.03-1.06x the former
-    kernel's time apart, 0.99 run on)."""
+    others run apart, in blocks of p rows down each over its kernel columns that reach x, where
+    that takes fewer block steps (blocks x kernel columns, band by band): each band's outer
+    columns take ceil(rows / p) blocks apiece, so with short bands and p = 6 running them apart
+    can cost more than their padding saves (cifar conv3's input grad on emulated AVX2, bands of 7
+    and 8 rows: 1.03-1.06x the former kernel's time apart, 0.99 run on). The bands run from
+    _PIXEL_DEPTH deep, where _forward_nhwc skips the padding columns too (_COLUMN_DEPTH)."""
     kw, ow, pl = plan.kw, plan.ow, plan.pl
-    a, e = _inner.py_func(kw, ow, pl, pl + plan.wd, 1, p) if plan.kh * plan.kl >= _COLUMN_DEPTH else (0, ow)
+    a, e = _inner.py_func(kw, ow, pl, pl + plan.wd, 1, p)
     reach = sum(min(kw, pl + plan.wd - col) - max(0, pl - col) for col in [*range(a), *range(e, ow)])
     apart = together = 0
-    for oh in range(0, plan.oh, band):
-        rows = min(band, plan.oh - oh)
+    for k in range(bands):
+        rows = (k + 1) * plan.oh // bands - k * plan.oh // bands
         together += -(-rows * ow // p) * kw
         apart += -(-rows * (e - a) // p) * kw + -(-rows // p) * reach
     return (a, e) if apart < together else (0, ow)
@@ -846,8 +848,8 @@ def _forward(plan, block, y):
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     if plan.nchw and plan.stride == 1:
-        band = _band(plan)
-        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, band, _columns_apart(plan, band, blk.rows), y)
+        bands = _bands(plan)
+        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
     _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, yh)

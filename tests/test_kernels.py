@@ -156,8 +156,8 @@ def test_copies_of_every_length(rng):
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
-    """The deep NCHW forward's bands of output rows: one row each; 2-6 rows, the last of an image
-    shorter (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
+    """The deep NCHW forward's bands of output rows: one row each; 1-4 rows, unequal where they do
+    not divide the image's rows (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
     3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more than the top and left;
     2x1 pads only the bottom), and 12 channels of 6 columns (transposed ragged: no 8 x 8 block
     fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4 ragged); 67 output channels,
@@ -180,43 +180,46 @@ def test_nchw_bands_with_the_padding_columns_apart_or_not(block, apart, monkeypa
     down each column, over the kernel columns that reach x, or with the others (_columns_apart
     picks; here forced either way): 'same' forwards and the input grads of 'valid' layers (the
     full correlation, padded by KW - 1 on each side), kernels 3x3, 2x4 (padding more on the right
-    than the left) and 1x5, bands of 1-3 rows and whole images, against PyTorch. Each band's
-    channels-last outputs come back dirty (dirty_malloc): a column no block stores shows."""
+    than the left), 1x5 and 1x3, bands of 1-4 rows (a batch of 3 splits each image for the threads),
+    C_out 70 and C_in 64 (past a block of lanes of every block shape: fewer run _forward_shifted),
+    against PyTorch. Each band's channels-last outputs come back dirty (dirty_malloc): a column no
+    block stores shows."""
     from kernels import conv
-    monkeypatch.setattr(conv, "_columns_apart", lambda plan, band, p: conv._inner.py_func(
+    monkeypatch.setattr(conv, "_columns_apart", lambda plan, bands, p: conv._inner.py_func(
         plan.kw, plan.ow, plan.pl, plan.pl + plan.wd, 1, p) if apart else (0, plan.ow))
     for band_bytes in (8000, 1 << 30):
         monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
-        for c, h, w_, kernel in ((32, 7, 13, (3, 3)), (32, 6, 17, (2, 4)), (16, 5, 19, (1, 5))):
+        for c, h, w_, kernel, cout in ((32, 7, 13, (3, 3), 70), (32, 6, 17, (2, 4), 70), (16, 5, 19, (1, 5), 70),
+                                       (64, 6, 12, (3, 3), 40), (64, 5, 13, (1, 3), 24)):
             for padding in ("same", "valid"):
-                x, w = f32(rng, 3, c, h, w_), f32(rng, *kernel, c, 40)
+                x, w = f32(rng, 3, c, h, w_), f32(rng, *kernel, c, cout)
                 xt, wt, yt = torch_conv(x, w, 1, padding)
                 dy = f32(rng, *yt.shape)
                 yt.backward(torch.tensor(dy))
                 y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
                 close(y, yt.detach().numpy(), scale=c * kernel[0] * kernel[1])
                 dx, _ = K.conv2d_backward(x, w, dy, layout="NCHW", padding=padding, block=block)
-                close(dx, xt.grad.numpy(), scale=40 * kernel[0] * kernel[1])
+                close(dx, xt.grad.numpy(), scale=cout * kernel[0] * kernel[1])
 
 
 def test_bands_run_the_padding_columns_apart_where_that_takes_fewer_block_steps():
     """_columns_apart counts block steps band by band: cifar10-cnn's third layer's input grad
-    (15 x 15, 'same', 64 channels deep) in bands of 8 and 7 rows runs its two padding columns
+    (15 x 15, 'same', 64 channels deep) in bands of 7 and 8 rows runs its two padding columns
     apart with 8-row blocks (83 steps against 87) but not with 6-row ones (118 against 114), where
-    each band's outer columns take two blocks of mostly idle rows; a 'valid' forward has no
-    padding columns, and a reduction under 64 deep keeps them with the rest."""
+    each band's outer columns take two blocks of mostly idle rows; in one band of 15 rows, apart
+    with either; a 'valid' forward has no padding columns. _bands splits that input grad in two
+    (its channels-last copy of dy: 17 x 64 floats a row, 13 rows in 64 KiB)."""
     from kernels import conv
 
-    def plan(c, hw, cout, padding, kernel=(3, 3)):
-        return conv._Plan(np.zeros((4, c, hw, hw), np.float32), np.zeros((*kernel, c, cout), np.float32),
+    def plan(c, hw, cout, padding):
+        return conv._Plan(np.zeros((32, c, hw, hw), np.float32), np.zeros((3, 3, c, cout), np.float32),
                           "NCHW", 1, padding, None, None)
-    layer = plan(32, 15, 64, "same")
-    grad = layer.full_correlation(np.zeros((4, 64, 15, 15), np.float32))
-    assert conv._columns_apart(grad, 8, 8) == (1, 14)
-    assert conv._columns_apart(grad, 8, 6) == (0, 15)
-    assert conv._columns_apart(grad, 15, 6) == (1, 14)
-    assert conv._columns_apart(plan(32, 15, 64, "valid"), 13, 8) == (0, 13)
-    assert conv._columns_apart(plan(7, 15, 64, "same"), 15, 8) == (0, 15)   # 63 deep
+    grad = plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
+    assert conv._bands(grad) == 2
+    assert conv._columns_apart(grad, 2, 8) == (1, 14)
+    assert conv._columns_apart(grad, 2, 6) == (0, 15)
+    assert conv._columns_apart(grad, 1, 6) == (1, 14)
+    assert conv._columns_apart(plan(32, 15, 64, "valid"), 1, 8) == (0, 13)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
