@@ -180,11 +180,11 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
     which ran every column on and stored each block transposed straight into y's planes: the seed
     models' input grads took 0.95-1.01x its time and their forwards 0.95-1.03x (AVX-512, 1 and 2
     threads; the 1.03 is cifar conv2's 'valid' forward, whose 8 x 32 blocks it stored as exact
-    8-float runs). Running the padding columns apart with those transposed stores took 0.99-1.07x its
-    time: no row of a column's block is contiguous in y, so its stores went one float at a time
-    (docs/performance.md, session 30). Broadcasting the pixels from x's planes instead (one plane
-    per reduction step, 10 floats of each line used by a block) took 1.15-1.53x the NHWC forward's
-    time on the seed models' 32/64-channel layers (session 22)."""
+    8-float runs). Running the padding columns apart with those transposed stores took
+    0.99-1.07x its time: no row of a column's block is contiguous in y, so its stores went one
+    float at a time (docs/performance.md, session 30). Broadcasting the pixels from x's planes
+    instead (one plane per reduction step, 10 floats of each line used by a block) took
+    1.15-1.53x the NHWC forward's time on the seed models' 32/64-channel layers (session 22)."""
     bsz, c, h, w = x.shape
     kh_, kl, np_ = wk.shape
     _, n, oh_, ow_ = y.shape
@@ -253,7 +253,7 @@ def _columns_apart(plan, bands, p):
     that takes fewer block steps (blocks x kernel columns, band by band): each band's outer
     columns take ceil(rows / p) blocks apiece, so with short bands and p = 6 running them apart
     can cost more than their padding saves (cifar conv3's input grad on emulated AVX2, bands of 7
-    and 8 rows: 1.03-1.06x the former kernel's time apart, 0.99 run on). The bands run from
+    and 8 rows: 1.03-1.06x the former kernel's time apart, 0.99-1.05 run on). The bands run from
     _PIXEL_DEPTH deep, where _forward_nhwc skips the padding columns too (_COLUMN_DEPTH)."""
     kw, ow, pl = plan.kw, plan.ow, plan.pl
     a, e = _inner.py_func(kw, ow, pl, pl + plan.wd, 1, p)

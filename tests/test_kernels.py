@@ -157,13 +157,13 @@ def test_copies_of_every_length(rng):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
     """The deep NCHW forward's bands of output rows: one row each; 1-4 rows, unequal where they do
-    not divide the image's rows (8000 bytes); one band per image (a batch of 9: enough images for the threads). Kernels
-    3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more than the top and left;
-    2x1 pads only the bottom), and 12 channels of 6 columns (transposed ragged: no 8 x 8 block
-    fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4 ragged); 67 output channels,
-    past a block of lanes for every block shape (fewer run _forward_shifted instead), against
-    PyTorch. Each band's scratch comes back dirty (dirty_malloc), so padding the kernel leaves
-    unzeroed shows."""
+    not divide the image's rows (8000 bytes); one band per image (a batch of 9: enough images for
+    the threads). Kernels 3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more
+    than the top and left; 2x1 pads only the bottom), and 12 channels of 6 columns (transposed
+    ragged: no 8 x 8 block fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4
+    ragged); 67 output channels, past a block of lanes for every block shape (fewer run
+    _forward_shifted instead), against PyTorch. Each band's scratch comes back dirty
+    (dirty_malloc), so padding the kernel leaves unzeroed shows."""
     from kernels import conv
     monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
     for c, h, w_, kernel in ((32, 9, 11, (3, 3)), (32, 9, 11, (2, 4)), (32, 9, 11, (2, 1)),
