@@ -235,16 +235,22 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
         transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
 
 
-def _bands(plan):
-    """Bands of output rows per image for _forward_bands: enough that each band's channels-last
-    copy of x stays within _BAND_BYTES (its block of outputs, C_out floats a pixel against C_in's,
-    is not counted), and that a small batch still gives every thread work."""
-    rows = max(1, _BAND_BYTES // (plan.wp * plan.c * 4) - plan.kh + 1)
+def _bands(plan, lanes):
+    """Bands of output rows per image for _forward_bands (outputs padded to whole blocks of
+    `lanes`): enough that each band's channels-last copy of x and block of outputs stay within
+    _BAND_BYTES, and that a small batch still gives every thread work."""
+    x_row, y_row = plan.wp * plan.c * 4, plan.ow * -(-plan.cout // lanes) * lanes * 4
+    rows = max(1, (_BAND_BYTES - (plan.kh - 1) * x_row) // (x_row + y_row))
     per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
     return min(plan.oh, max(-(-plan.oh // rows), per_image))
 
 
-_BAND_BYTES = 64 << 10
+# A band's copy of x and block of outputs: the seed models' images whole (mnist conv2's input grad
+# 282 KB), within Zen 3's 512 KB L2 beside the weights. Against bands of 64 KB of x alone (2-4
+# an image), their input grads took 0.93-0.99x the time at 1 thread and 0.95-1.03x at 2, cifar
+# conv2's and mnist conv2's forwards 0.96-0.98x (AVX-512; docs/performance.md, session 31): fewer
+# halo rows copied twice, fewer blocks cut short at a band's end.
+_BAND_BYTES = 320 << 10
 
 
 def _columns_apart(plan, bands, p):
@@ -848,7 +854,7 @@ def _forward(plan, block, y):
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     if plan.nchw and plan.stride == 1:
-        bands = _bands(plan)
+        bands = _bands(plan, blk.lanes)
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y

@@ -152,12 +152,12 @@ def test_copies_of_every_length(rng):
         np.testing.assert_array_equal(dst, want, err_msg=f"{n} floats")
 
 
-@pytest.mark.parametrize("band_bytes", [1, 8000, 1 << 30])
+@pytest.mark.parametrize("band_bytes", [1, 20000, 1 << 30])
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
     """The deep NCHW forward's bands of output rows: one row each; 1-4 rows, unequal where they do
-    not divide the image's rows (8000 bytes); one band per image (a batch of 9: enough images for
+    not divide the image's rows (20000 bytes); one band per image (a batch of 9: enough images for
     the threads). Kernels 3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more
     than the top and left; 2x1 pads only the bottom), and 12 channels of 6 columns (transposed
     ragged: no 8 x 8 block fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4
@@ -187,7 +187,7 @@ def test_nchw_bands_with_the_padding_columns_apart_or_not(block, apart, monkeypa
     from kernels import conv
     monkeypatch.setattr(conv, "_columns_apart", lambda plan, bands, p: conv._inner.py_func(
         plan.kw, plan.ow, plan.pl, plan.pl + plan.wd, 1, p) if apart else (0, plan.ow))
-    for band_bytes in (8000, 1 << 30):
+    for band_bytes in (20000, 1 << 30):
         monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
         for c, h, w_, kernel, cout in ((32, 7, 13, (3, 3), 70), (32, 6, 17, (2, 4), 70), (16, 5, 19, (1, 5), 70),
                                        (64, 6, 12, (3, 3), 40), (64, 5, 13, (1, 3), 24)):
@@ -207,15 +207,20 @@ def test_bands_run_the_padding_columns_apart_where_that_takes_fewer_block_steps(
     (15 x 15, 'same', 64 channels deep) in bands of 7 and 8 rows runs its two padding columns
     apart with 8-row blocks (83 steps against 87) but not with 6-row ones (118 against 114), where
     each band's outer columns take two blocks of mostly idle rows; in one band of 15 rows, apart
-    with either; a 'valid' forward has no padding columns. _bands splits that input grad in two
-    (its channels-last copy of dy: 17 x 64 floats a row, 13 rows in 64 KiB)."""
+    with either; a 'valid' forward has no padding columns. _bands keeps that input grad's images
+    whole (a row: 17 x 64 floats of dy's channels-last copy and 15 x 32 outputs; 50 rows fit in
+    320 KiB) and splits a 64 x 64 image of 64 channels in 8 (66 x 64 floats and 64 x 64 a row:
+    8 rows and the copy's 2 more), in 6 with 32 outputs (11 rows, 13 without the copy's 2)."""
     from kernels import conv
 
     def plan(c, hw, cout, padding):
         return conv._Plan(np.zeros((32, c, hw, hw), np.float32), np.zeros((3, 3, c, cout), np.float32),
                           "NCHW", 1, padding, None, None)
     grad = plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
-    assert conv._bands(grad) == 2
+    assert conv._bands(grad, 32) == 1
+    assert conv._bands(plan(64, 64, 64, "same"), 64) == 8
+    assert conv._bands(plan(64, 64, 40, "same"), 32) == 8   # 40 outputs stored as 64 lanes
+    assert conv._bands(plan(64, 64, 32, "same"), 32) == 6
     assert conv._columns_apart(grad, 2, 8) == (1, 14)
     assert conv._columns_apart(grad, 2, 6) == (0, 15)
     assert conv._columns_apart(grad, 1, 6) == (1, 14)
