@@ -37,10 +37,10 @@ transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time 
 layers' weight grad transposes dy by bands instead, as their KW*C_in fills few lanes, and runs
 blocks of KW*C_in patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
-the NHWC forward's blocks (and so the NHWC stride-1 input grads past the first layers', and the
-strided forwards') skip the kernel rows, and from 64 deep the kernel columns, that read only
-padding (_forward_nhwc); so do the NCHW bands' blocks: the kernel rows always, the columns where
-running them apart takes fewer block steps (_columns_apart).
+the pixel-block forwards' blocks (NHWC's, and so the NHWC stride-1 input grads past the first
+layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding, and
+from 64 deep the kernel columns, for the output columns where running them apart takes fewer
+block steps (_columns_apart).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -48,6 +48,7 @@ The vector lanes (J) always run over an operand padded to a multiple of J or wit
 past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
 """
 
+import functools
 import math
 
 import numba
@@ -61,15 +62,15 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 
 
 @tiled
-def _forward_nhwc(xp, wk, s, data, y):
+def _forward_nhwc(xp, wk, s, data, inner, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
     Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
     padding). A block sums only over the kernel rows that reach x from some of its output pixels,
     and, from _COLUMN_DEPTH deep, only over the kernel columns that do:
-    - the output columns whose windows lie wholly on x's columns (_inner; all of them under
-      _COLUMN_DEPTH deep, or when fewer than P would) run in blocks of P consecutive output pixels
-      of an image, running on from one output row to the next (row blocks left P - OW % P rows
-      idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
+    - the output columns inner[0]:inner[1] (_columns_apart: those whose windows lie wholly on x's
+      columns or more, all of them under _COLUMN_DEPTH deep) run in blocks of P consecutive output
+      pixels of an image, running on from one output row to the next (row blocks left P - OW % P
+      rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
       26-pixel input grad rows 81%), each over the kernel rows that reach x from any of its output
       rows (the input grad of a 'valid' layer, a full correlation over dy padded by KH - 1 rows,
       skips 2 of 15 rows' worth of work on cifar conv4);
@@ -81,7 +82,7 @@ def _forward_nhwc(xp, wk, s, data, y):
     _, oh_, ow_, n = y.shape
     kw_ = kl // c
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
-    a, e = _inner(kw_, ow_, data[2], data[3], s, P) if kh_ * kl >= _COLUMN_DEPTH else (0, ow_)
+    a, e = inner
     width = e - a
     pixels, per_line, lines = _pixel_lines(oh_, width, P)
     down = (oh_ + P - 1) // P   # blocks down each outer column
@@ -123,7 +124,6 @@ def _forward_nhwc(xp, wk, s, data, y):
 _COLUMN_DEPTH = 64
 
 
-@helper
 def _inner(k_, o_, d0, d1, s, p):
     """(lo, hi): the outputs o < o_ (columns, stride s) whose windows of k_ lie wholly on x's
     columns d0:d1 of the padded input; all of them when fewer than p would (a block's worth:
@@ -254,22 +254,47 @@ _BAND_BYTES = 320 << 10
 
 
 def _columns_apart(plan, bands, p):
-    """(a, e): the output columns _forward_bands runs in blocks of p consecutive pixels; the
-    others run apart, in blocks of p rows down each over its kernel columns that reach x, where
-    that takes fewer block steps (blocks x kernel columns, band by band): each band's outer
-    columns take ceil(rows / p) blocks apiece, so with short bands and p = 6 running them apart
-    can cost more than their padding saves (cifar conv3's input grad on emulated AVX2, bands of 7
-    and 8 rows: 1.03-1.06x the former kernel's time apart, 0.99-1.05 run on). The bands run from
-    _PIXEL_DEPTH deep, where _forward_nhwc skips the padding columns too (_COLUMN_DEPTH)."""
-    kw, ow, pl = plan.kw, plan.ow, plan.pl
-    a, e = _inner.py_func(kw, ow, pl, pl + plan.wd, 1, p)
-    reach = sum(min(kw, pl + plan.wd - col) - max(0, pl - col) for col in [*range(a), *range(e, ow)])
-    apart = together = 0
+    """(a, e): the output columns the pixel-block forwards (_forward_bands, and _forward_nhwc as
+    one band an image) run in blocks of p consecutive pixels, running on over row ends; each other
+    column runs apart, in blocks of p rows down it over its kernel columns that reach x. Of the
+    splits between all columns run on and only those whose windows lie wholly on x (_inner), the
+    one with the fewest block steps (_block_steps), ties to the most run on; under _COLUMN_DEPTH
+    deep, all run on. A padding column's blocks of p rows can leave rows idle, and a run-on block
+    that reaches a padding row runs the kernel rows its other rows need: cifar conv4's input grad
+    (15 x 15 from 13 x 13, padded by 2) takes 276 steps with the two outer columns of each side
+    apart, 270 with one run on, 297 all on, and its kernel took 1.01-1.04x and 1.07-1.08x the
+    time of the 270 (AVX-512 and emulated AVX2; docs/performance.md, session 31)."""
+    if plan.kh * plan.kl < _COLUMN_DEPTH:
+        return 0, plan.ow
+    return _split(p, bands, plan.oh, plan.ow, plan.kh, plan.kw, plan.stride, plan.data)
+
+
+@functools.lru_cache(maxsize=None)
+def _split(p, bands, oh_, ow_, kh, kw, s, data):
+    """_columns_apart's choice for a geometry (cached: a layer's calls share it)."""
+    lo, hi = _inner(kw, ow_, data[2], data[3], s, p)
+    splits = [(a, e) for a in range(lo + 1) for e in range(hi, ow_ + 1)]
+    return min(splits, key=lambda ae: (_block_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae), ae[0] - ae[1]))
+
+
+def _block_steps(p, bands, oh_, ow_, kh, kw, s, data, a, e):
+    """The block steps of an image (a step: one kernel row by one kernel column of a block's
+    reduction) with the output columns a:e run on in blocks of p pixels (a:e at least p wide, as
+    _inner makes it) and the others apart, band by band: each block runs the kernel rows that reach
+    x from any of its output rows, and all kernel columns run on or those of its column apart."""
+    d0, d1, c0, c1 = data
+
+    def rows(top, last):   # kernel rows that reach x's rows from output rows top..last
+        return np.maximum(0, np.minimum(kh, d1 - top * s) - np.maximum(0, d0 - last * s))
+    reach = sum(max(0, min(kw, c1 - o * s) - max(0, c0 - o * s)) for o in [*range(a), *range(e, ow_)])
+    width, steps = e - a, 0
     for k in range(bands):
-        rows = (k + 1) * plan.oh // bands - k * plan.oh // bands
-        together += -(-rows * ow // p) * kw
-        apart += -(-rows * (e - a) // p) * kw + -(-rows // p) * reach
-    return (a, e) if apart < together else (0, ow)
+        oh0, oh1 = k * oh_ // bands, (k + 1) * oh_ // bands
+        q = np.arange(0, (oh1 - oh0) * width, p)   # the run-on blocks' first pixels
+        steps += kw * rows(oh0 + q // width, oh0 + (np.minimum(q + p, (oh1 - oh0) * width) - 1) // width).sum()
+        top = np.arange(oh0, oh1, p)   # the outer columns' blocks' first rows
+        steps += reach * rows(top, np.minimum(top + p, oh1) - 1).sum()
+    return int(steps)
 
 
 # reduction depth from which the stride-1 NCHW forward runs _forward_bands (pixel blocks, with
@@ -858,7 +883,7 @@ def _forward(plan, block, y):
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, _columns_apart(plan, 1, blk.rows), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y

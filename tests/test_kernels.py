@@ -1,6 +1,7 @@
 """Every kernel, layout and direction against PyTorch CPU, against finite differences of a
 float64 numpy reference, and NCHW against NHWC."""
 
+import itertools
 import os
 import re
 import subprocess
@@ -173,21 +174,25 @@ def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypa
         close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=c * kernel[0] * kernel[1])
 
 
-@pytest.mark.parametrize("apart", [True, False])
+@pytest.mark.parametrize("split", ["inner", "left on", "right on", "on"])
 @pytest.mark.parametrize("block", BLOCKS)
-def test_nchw_bands_with_the_padding_columns_apart_or_not(block, apart, monkeypatch, rng, dirty_malloc):
-    """The deep NCHW forward's bands run the output columns whose windows reach padding in blocks
-    down each column, over the kernel columns that reach x, or with the others (_columns_apart
-    picks; here forced either way): 'same' forwards and the input grads of 'valid' layers (the
-    full correlation, padded by KW - 1 on each side), kernels 3x3, 2x4 (padding more on the right
-    than the left), 1x5 and 1x3, bands of 1-4 rows (a batch of 3 splits each image for the threads),
-    C_out 70 and C_in 64 (past a block of lanes of every block shape: fewer run _forward_shifted),
-    against PyTorch. Each band's channels-last outputs come back dirty (dirty_malloc): a column no
-    block stores shows."""
+def test_pixel_block_forwards_with_each_split_of_the_columns(block, split, monkeypatch, rng, dirty_malloc):
+    """The deep pixel-block forwards (NCHW's bands, NHWC's _forward_nhwc) run the output columns
+    whose windows reach padding in blocks down each column, over the kernel columns that reach x,
+    or with the others (_columns_apart picks; here forced): all apart, the left or the right ones
+    run on, or all run on. 'same' forwards and the input grads of 'valid' layers (the full
+    correlation, padded by KW - 1 on each side), kernels 3x3, 2x4 (padding more on the right than
+    the left), 1x5 and 1x3, NCHW bands of 1-4 rows (a batch of 3 splits each image for the
+    threads) and whole images, C_out 70 and C_in 64 (past a block of lanes of every block shape:
+    fewer run _forward_shifted), against PyTorch. Each band's channels-last outputs come back
+    dirty (dirty_malloc): a column no block stores shows."""
     from kernels import conv
-    monkeypatch.setattr(conv, "_columns_apart", lambda plan, bands, p: conv._inner.py_func(
-        plan.kw, plan.ow, plan.pl, plan.pl + plan.wd, 1, p) if apart else (0, plan.ow))
-    for band_bytes in (20000, 1 << 30):
+
+    def forced(plan, bands, p):
+        lo, hi = conv._inner(plan.kw, plan.ow, plan.data[2], plan.data[3], plan.stride, p)
+        return {"inner": (lo, hi), "left on": (0, hi), "right on": (lo, plan.ow), "on": (0, plan.ow)}[split]
+    monkeypatch.setattr(conv, "_columns_apart", forced)
+    for band_bytes, layouts in ((20000, ["NCHW"]), (1 << 30, LAYOUTS)):
         monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
         for c, h, w_, kernel, cout in ((32, 7, 13, (3, 3), 70), (32, 6, 17, (2, 4), 70), (16, 5, 19, (1, 5), 70),
                                        (64, 6, 12, (3, 3), 40), (64, 5, 13, (1, 3), 24)):
@@ -196,35 +201,86 @@ def test_nchw_bands_with_the_padding_columns_apart_or_not(block, apart, monkeypa
                 xt, wt, yt = torch_conv(x, w, 1, padding)
                 dy = f32(rng, *yt.shape)
                 yt.backward(torch.tensor(dy))
-                y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
-                close(y, yt.detach().numpy(), scale=c * kernel[0] * kernel[1])
-                dx, _ = K.conv2d_backward(x, w, dy, layout="NCHW", padding=padding, block=block)
-                close(dx, xt.grad.numpy(), scale=cout * kernel[0] * kernel[1])
+                for layout in layouts:
+                    y = K.conv2d_forward(ref.to_layout(x, layout), w, layout=layout, padding=padding, block=block)
+                    close(y, ref.to_layout(yt.detach().numpy(), layout), scale=c * kernel[0] * kernel[1])
+                    dx, _ = K.conv2d_backward(ref.to_layout(x, layout), w, ref.to_layout(dy, layout), layout=layout,
+                                              padding=padding, block=block)
+                    close(dx, ref.to_layout(xt.grad.numpy(), layout), scale=cout * kernel[0] * kernel[1])
 
 
-def test_bands_run_the_padding_columns_apart_where_that_takes_fewer_block_steps():
-    """_columns_apart counts block steps band by band: cifar10-cnn's third layer's input grad
-    (15 x 15, 'same', 64 channels deep) in bands of 7 and 8 rows runs its two padding columns
-    apart with 8-row blocks (83 steps against 87) but not with 6-row ones (118 against 114), where
-    each band's outer columns take two blocks of mostly idle rows; in one band of 15 rows, apart
-    with either; a 'valid' forward has no padding columns. _bands keeps that input grad's images
-    whole (a row: 17 x 64 floats of dy's channels-last copy and 15 x 32 outputs; 50 rows fit in
-    320 KiB) and splits a 64 x 64 image of 64 channels in 8 (66 x 64 floats and 64 x 64 a row:
-    8 rows and the copy's 2 more), in 6 with 32 outputs (11 rows, 13 without the copy's 2)."""
+def test_bands_hold_the_copy_of_x_and_the_outputs_within_band_bytes():
+    """_bands keeps cifar10-cnn's third layer's input grad's images whole (a row: 17 x 64 floats of
+    dy's channels-last copy and 15 x 32 outputs; 50 rows fit in 320 KiB) and splits a 64 x 64
+    image of 64 channels in 8 (66 x 64 floats and 64 x 64 a row: 8 rows and the copy's 2 more),
+    in 6 with 32 outputs (11 rows, 13 without the copy's 2)."""
     from kernels import conv
-
-    def plan(c, hw, cout, padding):
-        return conv._Plan(np.zeros((32, c, hw, hw), np.float32), np.zeros((3, 3, c, cout), np.float32),
-                          "NCHW", 1, padding, None, None)
-    grad = plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
+    grad = _plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
     assert conv._bands(grad, 32) == 1
-    assert conv._bands(plan(64, 64, 64, "same"), 64) == 8
-    assert conv._bands(plan(64, 64, 40, "same"), 32) == 8   # 40 outputs stored as 64 lanes
-    assert conv._bands(plan(64, 64, 32, "same"), 32) == 6
-    assert conv._columns_apart(grad, 2, 8) == (1, 14)
-    assert conv._columns_apart(grad, 2, 6) == (0, 15)
-    assert conv._columns_apart(grad, 1, 6) == (1, 14)
-    assert conv._columns_apart(plan(32, 15, 64, "valid"), 1, 8) == (0, 13)
+    assert conv._bands(_plan(64, 64, 64, "same"), 64) == 8
+    assert conv._bands(_plan(64, 64, 40, "same"), 32) == 8   # 40 outputs stored as 64 lanes
+    assert conv._bands(_plan(64, 64, 32, "same"), 32) == 6
+
+
+def _plan(c, hw, cout, padding):
+    from kernels import conv
+    return conv._Plan(np.zeros((32, c, hw, hw), np.float32), np.zeros((3, 3, c, cout), np.float32),
+                      "NCHW", 1, padding, None, None)
+
+
+def _walked_steps(p, bands, oh_, ow_, kh, kw, s, data, a, e):
+    """The block steps of the pixel-block forwards' walk, block by block: each band's pixels of
+    the columns a:e in row order, p at a time, over the kernel rows that reach x from any of them
+    and every kernel column; each other column in blocks of p rows, over its kernel columns that
+    reach x."""
+    d0, d1, c0, c1 = data
+    rows = lambda r: {i for i in range(kh) if d0 <= r * s + i < d1}   # noqa: E731
+    cols = lambda o: {j for j in range(kw) if c0 <= o * s + j < c1}   # noqa: E731
+    steps = 0
+    for k in range(bands):
+        band = range(k * oh_ // bands, (k + 1) * oh_ // bands)
+        pixels = [r for r in band for _ in range(a, e)]
+        for i in range(0, len(pixels), p):
+            steps += len(set().union(*map(rows, pixels[i:i + p]))) * kw
+        for o in [*range(a), *range(e, ow_)]:
+            for i in range(0, len(band), p):
+                steps += len(set().union(*map(rows, band[i:i + p]))) * len(cols(o))
+    return steps
+
+
+def test_columns_apart_takes_the_split_with_the_fewest_block_steps():
+    """_block_steps against a walk of the blocks (_walked_steps) for every split between _inner's
+    and all columns run on: strides 1 and 2, kernels 1-3 x 1-4, x 0-2 rows and columns into the
+    padded input (2 less that on the right), 1-3 bands, blocks of 6 and 8 rows. _columns_apart
+    takes the fewest steps, ties to the most columns run on. Known answers: cifar10-cnn's last
+    layer's input grad (15 x 15 from 13 x 13, padded by 2) runs one padding column on with either
+    block (6 rows: 270 steps against 276 with both apart, 297 all on); its third layer's (15 x 15,
+    'same') in bands of 7 and 8 rows runs both apart with 8-row blocks (243 against 255 on) but
+    not with 6-row ones (330 against 342), where each band's outer columns take two blocks of
+    mostly idle rows; a 'valid' forward has no padding columns; under 64 deep all run on."""
+    from kernels import conv
+    for s, kh, kw, pad, oh_, ow_, bands, p in itertools.product((1, 2), (1, 3), (1, 2, 4), (0, 1, 2), (5, 9), (9, 14),
+                                                               (1, 3), (6, 8)):
+        data = (pad, (oh_ - 1) * s + kh - pad, pad, (ow_ - 1) * s + kw - (2 - pad))   # 2 - pad on the right
+        if data[1] <= data[0] or data[3] <= data[2]:
+            continue
+        lo, hi = conv._inner(kw, ow_, data[2], data[3], s, p)
+        splits = [(a, e) for a in range(lo + 1) for e in range(hi, ow_ + 1)] if hi - lo >= p else []
+        walked = {ae: _walked_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae) for ae in splits}
+        for ae, steps in walked.items():
+            assert conv._block_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae) == steps, (s, kh, kw, pad, ae)
+        if walked:
+            fewest = min(walked.values())
+            widest = max(e - a for (a, e), n in walked.items() if n == fewest)
+            chosen = conv._split(p, bands, oh_, ow_, kh, kw, s, data)
+            assert walked[chosen] == fewest and chosen[1] - chosen[0] == widest, (s, kh, kw, pad, chosen, walked)
+    last = _plan(64, 15, 64, "valid").full_correlation(np.zeros((32, 64, 13, 13), np.float32))
+    assert conv._columns_apart(last, 1, 6) == conv._columns_apart(last, 1, 8) == (1, 13)
+    third = _plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
+    assert conv._columns_apart(third, 2, 8) == (1, 14)
+    assert conv._columns_apart(third, 2, 6) == (0, 15)
+    assert conv._columns_apart(_plan(32, 15, 64, "valid"), 1, 8) == (0, 13)
+    assert conv._columns_apart(_plan(3, 15, 64, "same"), 1, 8) == (0, 15)   # 27 deep
 
 
 @pytest.mark.parametrize("block", BLOCKS)
@@ -315,18 +371,18 @@ def test_inner_columns_are_exactly_those_whose_windows_lie_on_x():
                         whole = [o for o in range(o_) if d0 <= o * s and o * s + k_ <= d1]
                         for p in (1, 3, 6):
                             want = (whole[0], whole[-1] + 1) if len(whole) >= p else (0, o_)
-                            assert conv._inner.py_func(k_, o_, d0, d1, s, p) == want, (s, k_, o_, d0, d1, p)
+                            assert conv._inner(k_, o_, d0, d1, s, p) == want, (s, k_, o_, d0, d1, p)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
     """The NHWC forward (and so the NHWC stride-1 input grads past the first layers and the strided
-    forwards) of a reduction at least _COLUMN_DEPTH deep reads none of the padded input's columns
-    outside x when at least a block's worth of output columns have windows wholly on x (here 20
-    or 21 of 23 at stride 1, 10 of 12 at stride 2): with NaN in those columns the result is still
-    the convolution over zero padding, from the serial and the parallel kernel. 'same' 3x3, 2x4
-    (two columns on the right, one on the left) and 3x5 at strides 1 and 2, C_in 8 (3x3x8 = 72
-    deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
+    forwards), its padding columns apart as _inner splits them (the most _columns_apart runs apart),
+    reads none of the padded input's columns outside x when at least a block's worth of output
+    columns have windows wholly on x (here 20 or 21 of 23 at stride 1, 10 of 12 at stride 2): with
+    NaN in those columns the result is still the convolution over zero padding, from the serial and
+    the parallel kernel. 'same' 3x3, 2x4 (two columns on the right, one on the left) and 3x5 at
+    strides 1 and 2, C_in 8 (3x3x8 = 72 deep, 2x4x8 = 64), C_out 20 and 70 (partial lanes)."""
     from kernels import conv
     from kernels._jit import PARALLEL_MIN
     blk = conv.block_of(block)
@@ -344,7 +400,8 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
         wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(kh, kw * 8, -1)
         for size in (0, PARALLEL_MIN):   # the serial and the parallel twin
             y = np.empty(want.shape, np.float32)
-            conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23), y)
+            conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23),
+                                    conv._inner(kw, ow, pl, pl + 23, s, blk.rows), y)
             close(y, want, scale=kh * kw * 8)
 
 
