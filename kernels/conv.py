@@ -269,7 +269,7 @@ def _columns_apart(plan, bands, p):
     return _split(p, bands, plan.oh, plan.ow, plan.kh, plan.kw, plan.stride, plan.data)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)
 def _split(p, bands, oh_, ow_, kh, kw, s, data):
     """_columns_apart's choice for a geometry (cached: a layer's calls share it)."""
     lo, hi = _inner(kw, ow_, data[2], data[3], s, p)
