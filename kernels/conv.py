@@ -38,9 +38,9 @@ layers' weight grad transposes dy by bands instead, as their KW*C_in fills few l
 blocks of KW*C_in patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the pixel-block forwards' blocks (NHWC's, and so the NHWC stride-1 input grads past the first
-layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding, and
-from 64 deep the kernel columns, for the output columns where running them apart takes fewer
-block steps (_columns_apart).
+layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding; from
+64 deep, the output columns where running them apart takes fewer block steps also skip the kernel
+columns that do (_columns_apart).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -65,18 +65,18 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 def _forward_nhwc(xp, wk, s, data, inner, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
     Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
-    padding). A block sums only over the kernel rows that reach x from some of its output pixels,
-    and, from _COLUMN_DEPTH deep, only over the kernel columns that do:
-    - the output columns inner[0]:inner[1] (_columns_apart: those whose windows lie wholly on x's
-      columns or more, all of them under _COLUMN_DEPTH deep) run in blocks of P consecutive output
+    padding). A block sums only over the kernel rows that reach x from some of its output pixels:
+    - the output columns inner[0]:inner[1] (_columns_apart: at least those whose windows lie wholly
+      on x's columns, all of them under _COLUMN_DEPTH deep) run in blocks of P consecutive output
       pixels of an image, running on from one output row to the next (row blocks left P - OW % P
       rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
       26-pixel input grad rows 81%), each over the kernel rows that reach x from any of its output
       rows (the input grad of a 'valid' layer, a full correlation over dy padded by KH - 1 rows,
       skips 2 of 15 rows' worth of work on cifar conv4);
-    - each of the others in blocks of P output rows down its column, over its kernel columns that
-      reach x (cifar conv3's 'same' forward: 2 of 15 columns a third shorter; cifar conv4's input
-      grad: 4 of 15 columns, a third or two thirds shorter)."""
+    - each of the others in blocks of P output rows down its column, over only its kernel columns
+      that reach x (cifar conv3's 'same' forward with 6-row blocks: 1 of 15 columns, a third
+      shorter; cifar conv4's input grad: 3 of 15 columns, one a third and two two thirds
+      shorter)."""
     bsz, hp, wp, c = xp.shape
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
@@ -235,18 +235,18 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
         transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
 
 
-def _bands(plan, lanes):
-    """Bands of output rows per image for _forward_bands (outputs padded to whole blocks of
-    `lanes`): enough that each band's channels-last copy of x and block of outputs stay within
+def _bands(plan, blk):
+    """Bands of output rows per image for _forward_bands with blk's blocks: enough that each band's
+    channels-last copy of x and block of outputs (C_out padded to blk's lanes) stay within
     _BAND_BYTES, and that a small batch still gives every thread work."""
-    x_row, y_row = plan.wp * plan.c * 4, plan.ow * -(-plan.cout // lanes) * lanes * 4
+    x_row, y_row = plan.wp * plan.c * 4, plan.ow * blk.padded(plan.cout) * 4
     rows = max(1, (_BAND_BYTES - (plan.kh - 1) * x_row) // (x_row + y_row))
     per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
     return min(plan.oh, max(-(-plan.oh // rows), per_image))
 
 
 # A band's copy of x and block of outputs: the seed models' images whole (mnist conv2's input grad
-# 282 KB), within Zen 3's 512 KB L2 beside the weights. Against bands of 64 KB of x alone (2-4
+# 280 KiB), within Zen 3's 512 KB L2 beside the weights. Against bands of 64 KB of x alone (2-4
 # an image), their input grads took 0.93-0.99x the time at 1 thread and 0.95-1.03x at 2, cifar
 # conv2's and mnist conv2's forwards 0.96-0.98x (AVX-512; docs/performance.md, session 31): fewer
 # halo rows copied twice, fewer blocks cut short at a band's end.
@@ -258,12 +258,13 @@ def _columns_apart(plan, bands, p):
     one band an image) run in blocks of p consecutive pixels, running on over row ends; each other
     column runs apart, in blocks of p rows down it over its kernel columns that reach x. Of the
     splits between all columns run on and only those whose windows lie wholly on x (_inner), the
-    one with the fewest block steps (_block_steps), ties to the most run on; under _COLUMN_DEPTH
-    deep, all run on. A padding column's blocks of p rows can leave rows idle, and a run-on block
-    that reaches a padding row runs the kernel rows its other rows need: cifar conv4's input grad
-    (15 x 15 from 13 x 13, padded by 2) takes 276 steps with the two outer columns of each side
-    apart, 270 with one run on, 297 all on, and its kernel took 1.01-1.04x and 1.07-1.08x the
-    time of the 270 (AVX-512 and emulated AVX2; docs/performance.md, session 31)."""
+    one with the fewest block steps (_block_steps), ties to the most run on, then to the left ones
+    run on; under _COLUMN_DEPTH deep, all run on. A padding column's blocks of p rows can leave
+    rows idle, and a run-on block that reaches a padding row runs the kernel rows its other rows
+    need: cifar conv4's input grad (15 x 15 from 13 x 13, padded by 2) takes 276 steps with its
+    four padding columns apart, 270 with the inner left one run on, 297 all on, and its kernel
+    took 1.014-1.041x and 1.089-1.116x the time of the 270 (AVX-512 and emulated AVX2, 1 and 2
+    threads; docs/performance.md, session 31)."""
     if plan.kh * plan.kl < _COLUMN_DEPTH:
         return 0, plan.ow
     return _split(p, bands, plan.oh, plan.ow, plan.kh, plan.kw, plan.stride, plan.data)
@@ -274,7 +275,7 @@ def _split(p, bands, oh_, ow_, kh, kw, s, data):
     """_columns_apart's choice for a geometry (cached: a layer's calls share it)."""
     lo, hi = _inner(kw, ow_, data[2], data[3], s, p)
     splits = [(a, e) for a in range(lo + 1) for e in range(hi, ow_ + 1)]
-    return min(splits, key=lambda ae: (_block_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae), ae[0] - ae[1]))
+    return min(splits, key=lambda ae: (_block_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae), ae[0] - ae[1], ae[0]))
 
 
 def _block_steps(p, bands, oh_, ow_, kh, kw, s, data, a, e):
@@ -879,7 +880,7 @@ def _forward(plan, block, y):
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
     if plan.nchw and plan.stride == 1:
-        bands = _bands(plan, blk.lanes)
+        bands = _bands(plan, blk)
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y

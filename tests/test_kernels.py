@@ -209,17 +209,19 @@ def test_pixel_block_forwards_with_each_split_of_the_columns(block, split, monke
                     close(dx, ref.to_layout(xt.grad.numpy(), layout), scale=cout * kernel[0] * kernel[1])
 
 
-def test_bands_hold_the_copy_of_x_and_the_outputs_within_band_bytes():
+def test_bands_hold_the_copy_of_x_and_the_outputs_within_band_bytes(monkeypatch):
     """_bands keeps cifar10-cnn's third layer's input grad's images whole (a row: 17 x 64 floats of
     dy's channels-last copy and 15 x 32 outputs; 50 rows fit in 320 KiB) and splits a 64 x 64
     image of 64 channels in 8 (66 x 64 floats and 64 x 64 a row: 8 rows and the copy's 2 more),
-    in 6 with 32 outputs (11 rows, 13 without the copy's 2)."""
+    in 6 with 32 outputs (11 rows, 13 without the copy's 2); at one thread (more split a batch of
+    32 further, for the threads' work)."""
     from kernels import conv
+    monkeypatch.setattr(conv.numba, "get_num_threads", lambda: 1)
     grad = _plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
-    assert conv._bands(grad, 32) == 1
-    assert conv._bands(_plan(64, 64, 64, "same"), 64) == 8
-    assert conv._bands(_plan(64, 64, 40, "same"), 32) == 8   # 40 outputs stored as 64 lanes
-    assert conv._bands(_plan(64, 64, 32, "same"), 32) == 6
+    assert conv._bands(grad, conv.block_of("8x32")) == 1
+    assert conv._bands(_plan(64, 64, 64, "same"), conv.block_of("6x64")) == 8
+    assert conv._bands(_plan(64, 64, 40, "same"), conv.block_of("8x32")) == 8   # 40 outputs stored as 64 lanes
+    assert conv._bands(_plan(64, 64, 32, "same"), conv.block_of("8x32")) == 6
 
 
 def _plan(c, hw, cout, padding):
@@ -250,11 +252,12 @@ def _walked_steps(p, bands, oh_, ow_, kh, kw, s, data, a, e):
 
 def test_columns_apart_takes_the_split_with_the_fewest_block_steps():
     """_block_steps against a walk of the blocks (_walked_steps) for every split between _inner's
-    and all columns run on: strides 1 and 2, kernels 1-3 x 1-4, x 0-2 rows and columns into the
-    padded input (2 less that on the right), 1-3 bands, blocks of 6 and 8 rows. _columns_apart
-    takes the fewest steps, ties to the most columns run on. Known answers: cifar10-cnn's last
-    layer's input grad (15 x 15 from 13 x 13, padded by 2) runs one padding column on with either
-    block (6 rows: 270 steps against 276 with both apart, 297 all on); its third layer's (15 x 15,
+    and all columns run on: strides 1 and 2, kernels 1 or 3 rows by 1, 2 or 4 columns, x 0-2 rows
+    and columns into the padded input (and 2 - that on the right), 1 or 3 bands, blocks of 6 and 8
+    rows. _columns_apart takes the fewest steps, ties to the most columns run on, then to the left
+    ones. Known answers: cifar10-cnn's last layer's input grad (15 x 15 from 13 x 13, padded by 2)
+    runs the inner left padding column on with either block (6 rows: 270 steps, as with the inner
+    right one, against 276 all four apart, 297 all on); its third layer's (15 x 15,
     'same') in bands of 7 and 8 rows runs both apart with 8-row blocks (243 against 255 on) but
     not with 6-row ones (330 against 342), where each band's outer columns take two blocks of
     mostly idle rows; a 'valid' forward has no padding columns; under 64 deep all run on."""
@@ -271,9 +274,9 @@ def test_columns_apart_takes_the_split_with_the_fewest_block_steps():
             assert conv._block_steps(p, bands, oh_, ow_, kh, kw, s, data, *ae) == steps, (s, kh, kw, pad, ae)
         if walked:
             fewest = min(walked.values())
-            widest = max(e - a for (a, e), n in walked.items() if n == fewest)
+            first = min((a - e, a, e) for (a, e), n in walked.items() if n == fewest)
             chosen = conv._split(p, bands, oh_, ow_, kh, kw, s, data)
-            assert walked[chosen] == fewest and chosen[1] - chosen[0] == widest, (s, kh, kw, pad, chosen, walked)
+            assert chosen == first[1:], (s, kh, kw, pad, chosen, walked)
     last = _plan(64, 15, 64, "valid").full_correlation(np.zeros((32, 64, 13, 13), np.float32))
     assert conv._columns_apart(last, 1, 6) == conv._columns_apart(last, 1, 8) == (1, 13)
     third = _plan(32, 15, 64, "same").full_correlation(np.zeros((32, 64, 15, 15), np.float32))
@@ -281,6 +284,25 @@ def test_columns_apart_takes_the_split_with_the_fewest_block_steps():
     assert conv._columns_apart(third, 2, 6) == (0, 15)
     assert conv._columns_apart(_plan(32, 15, 64, "valid"), 1, 8) == (0, 13)
     assert conv._columns_apart(_plan(3, 15, 64, "same"), 1, 8) == (0, 15)   # 27 deep
+
+
+def test_the_forwards_split_the_columns_by_the_bands_they_run(monkeypatch, rng):
+    """_columns_apart is asked for the bands each forward runs: NCHW's stride-1 bands (_bands; a
+    small _BAND_BYTES for several an image), one an image for NHWC's and the strided forwards
+    (_forward_nhwc), with the rows of the block the call runs."""
+    from kernels import conv
+    asked = []
+    choose = conv._columns_apart
+    monkeypatch.setattr(conv, "_columns_apart", lambda plan, bands, p: asked.append((bands, p)) or choose(plan, bands, p))
+    monkeypatch.setattr(conv, "_BAND_BYTES", 20000)
+    x, w = f32(rng, 2, 32, 9, 11), f32(rng, 3, 3, 32, 70)
+    blk = conv.block_of("8x32")
+    bands = conv._bands(conv._Plan(x, w, "NCHW", 1, "same", None, blk), blk)
+    assert bands > 1
+    for layout, stride, want in (("NCHW", 1, bands), ("NHWC", 1, 1), ("NCHW", 2, 1), ("NHWC", 2, 1)):
+        asked.clear()
+        K.conv2d_forward(ref.to_layout(x, layout), w, layout=layout, stride=stride, padding="same", block="8x32")
+        assert asked == [(want, 8)], (layout, stride)
 
 
 @pytest.mark.parametrize("block", BLOCKS)
