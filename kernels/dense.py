@@ -36,7 +36,7 @@ _KB = 256       # reduction block
 # time in two runs of both shapes and thread counts (the Zen 4), no steadier than 64: 64 stays
 _KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
-_BAND_BLOCKS_1 = 16   # the same for the forward reading w in place at 1 thread (_in_place_band)
+_IN_PLACE_BLOCKS = 16   # at most these in a band of the forward reading w in place (_in_place_bands)
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone
 # Up to this batch the forward packs x rather than w: packing w copies K*N floats for M*K*N
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
@@ -81,21 +81,24 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
 
 
 @tiled
-def _forward_in_place(x, w, y, band, group):
+def _forward_in_place(x, w, y, bands, group):
     """y = x @ w with w's rows read in place as B (_reads_w_in_place): like _matmul, each parallel
-    iteration is a band of `band` rows x a group of columns, but walked a reduction block of
-    _KB_IN_PLACE steps at a time panel by panel, so each panel's block of w (64 rows of J floats)
-    is read by the band's row blocks while it is in L1, and w is read once per band."""
+    iteration is a band of rows x a group of columns (x's row blocks split evenly into `bands`),
+    but walked a reduction block of _KB_IN_PLACE steps at a time panel by panel, so each panel's
+    block of w (64 rows of J floats) is read by the band's row blocks while it is in L1, and w is
+    read once per band."""
     n, i_ = x.shape
     o = w.shape[1]
     xf, wf, yf = x.reshape(-1), w.reshape(-1), y.reshape(-1)
+    blocks = (n + P - 1) // P
     groups = (o + group - 1) // group
-    for it in prange((n + band - 1) // band * groups):
-        m0, g0 = it // groups * band, it % groups * group
+    for it in prange(bands * groups):
+        k, g0 = it // groups, it % groups * group
+        m0, m1 = k * blocks // bands * P, min(n, (k + 1) * blocks // bands * P)
         for k0 in range(0, i_, _KB_IN_PLACE):
             kn = min(_KB_IN_PLACE, i_ - k0)
             for n0 in range(g0, min(o, g0 + group), J):
-                for r0 in range(m0, min(n, m0 + band), P):
+                for r0 in range(m0, m1, P):
                     tile(xf, r0 * i_ + k0, i_, min(P, n - r0), (0, 0, 1), wf, k0 * o + n0, (0, 0, o), (1, 1, kn),
                          yf, r0 * o + n0, o, 1, J, k0 > 0)
 
@@ -174,13 +177,26 @@ def _reads_w_in_place(blk, w):
     return w.shape[1] % blk.lanes == 0
 
 
-def _in_place_band(blk):
-    """Rows per band of the forward that reads w in place: one thread takes up to _BAND_BLOCKS_1
-    row blocks at once, so with 8 x 32 blocks mnist-cnn's batch of 128 reads w (4.7 MB) once, not
-    once per band of _BAND_BLOCKS (its forward product 0.94 of the time, 1 thread); several threads
-    share the bands. With 6 x 64 the bands are 96 rows and the batch reads w twice: one band of 132
-    rows measured the same (0.98-0.99 of the time, 1 thread, the Zen 4)."""
-    return (_BAND_BLOCKS_1 if numba.get_num_threads() == 1 else _BAND_BLOCKS) * blk.rows
+def _in_place_bands(blk, n):
+    """Bands of the forward that reads w in place: the batch's row blocks split evenly into bands
+    of at most _IN_PLACE_BLOCKS, as many as a multiple of the threads (at most one a row block),
+    so that each thread takes the same share of bands, each over all the outputs
+    (_in_place_group); a band reads w once (at 1 thread, mnist-cnn's batch of 128 in 8 x 32 blocks
+    is one band: its forward product 0.94 of the time of bands of _BAND_BLOCKS). mnist-cnn's
+    forward product at 2 threads, in two bands of 11 row blocks (6 x 16 and 6 x 64), took
+    0.89-0.99x the time of three bands of up to 8 over half the outputs each (six iterations), in
+    six processes; the whole forward 0.935-1.006x on AVX-512 and 0.83-1.11x on emulated AVX2 (its
+    2-thread noise), six processes each; at 1 thread, two bands of 11 against 16 and 6, 0.95-1.06x
+    (docs/performance.md, session 31)."""
+    threads = numba.get_num_threads()
+    blocks = -(-n // blk.rows)
+    return min(blocks, threads * -(-blocks // (threads * _IN_PLACE_BLOCKS)))
+
+
+def _in_place_group(blk, n, o, bands):
+    """Columns per parallel iteration of the forward that reads w in place: all of them when the
+    bands are at least one a thread, else _group's."""
+    return blk.padded(o) if bands >= numba.get_num_threads() else _group(blk, n, o)
 
 
 def _group(blk, m, n):
@@ -243,7 +259,8 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     if n * i * o < _BLAS_MAX:   # as in _product
         np.matmul(x, w, out=y)
     elif _reads_w_in_place(blk, w):
-        _forward_in_place[blk](n * i * o, x, w, y, _in_place_band(blk), _group(blk, n, o))
+        bands = _in_place_bands(blk, n)
+        _forward_in_place[blk](n * i * o, x, w, y, bands, _in_place_group(blk, n, o, bands))
     elif n <= _SMALL_BATCH:   # y.T = w.T @ x.T: packs the small x, reads w in place
         _product(blk, ws, "dense.x", w.T, x.T, y.T)
     else:

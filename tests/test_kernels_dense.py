@@ -150,12 +150,30 @@ def test_transpose_plan_gives_every_lane_its_run(rows, lanes):
         np.testing.assert_array_equal(vectors[v][off:off + rows], block[:, j])
 
 
+def test_forward_in_place_bands_split_the_batch_evenly_over_the_threads(monkeypatch):
+    """_in_place_bands: mnist-cnn's batch of 128 in 6-row blocks (22) is two bands of 11 at 1 and
+    2 threads and four of 5-6 at 4; 38 row blocks (301 rows of 8) three bands at 1 thread, four at
+    2 and 4; bands of at most 16 blocks, never more than the blocks; with a band a thread or more,
+    each takes all the outputs, else they are split (_group)."""
+    from kernels import dense
+    from kernels._tile import block
+    for threads, n, rows, want in ((1, 128, 6, 2), (2, 128, 6, 2), (4, 128, 6, 4), (1, 301, 8, 3), (2, 301, 8, 4),
+                                   (4, 301, 8, 4), (2, 6, 6, 1), (8, 20, 6, 4), (2, 1000, 8, 8)):
+        monkeypatch.setattr(dense.numba, "get_num_threads", lambda: threads)
+        blk = block(f"{rows}x32")
+        bands = dense._in_place_bands(blk, n)
+        assert bands == want, (threads, n, rows, bands)
+        assert -(-n // rows) <= 16 * bands
+        group = dense._in_place_group(blk, n, 128, bands)
+        assert group == 128 if bands >= threads else group < 128, (threads, n, group)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_forward_in_place_bands_match_a_float64_reference(threads, block, rng):
-    """The forward reading w in place takes 16 row blocks a band at 1 thread, 8 at more: batches
-    past one band, with a ragged last row block; 96 outputs are whole blocks of 16, 24 and 32
-    lanes, 128 of 64 too."""
+    """The forward reading w in place splits the batch's row blocks evenly into bands of at most
+    16, as many as a multiple of the threads: batches of 2-4 bands, with a ragged last row block;
+    96 outputs are whole blocks of 16, 24 and 32 lanes, 128 of 64 too."""
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
