@@ -15,6 +15,7 @@ AVX2 feature list builds the AVX2 code on an AVX-512 host), else the host CPU as
 """
 
 import os
+from pathlib import Path
 
 ENV = "PROFILER_KERNEL_BLOCK"
 # what LLVM enables for a Haswell: with NUMBA_CPU_NAME=haswell numba still takes the host's feature
@@ -89,7 +90,19 @@ def _detect():
     wide, pixels, half = (None, None, None) if override else (WIDE_BLOCKS.get(isa), PIXEL_BLOCKS.get(isa),
                                                               HALF_BLOCKS.get(isa))
     return {"isa": isa, "cpu": cpu, "block": _name(block), "wide": _name(wide), "pixels": _name(pixels),
-            "half": _name(half), "block_source": "env" if override else "isa"}
+            "half": _name(half), "block_source": "env" if override else "isa", "l1d": l1_data_bytes()}
+
+
+def l1_data_bytes(cache="/sys/devices/system/cpu/cpu0/cache"):
+    """The host's level-1 data cache per core in bytes, as Linux reports it (sysfs), or None."""
+    for index in sorted(Path(cache).glob("index*")):
+        try:
+            if (index / "level").read_text().strip() == "1" and (index / "type").read_text().strip() == "Data":
+                size = (index / "size").read_text().strip().upper()
+                return int(size[:-1]) << 10 if size.endswith("K") else int(size)
+        except (OSError, ValueError):
+            return None
+    return None
 
 
 def _name(shape):
@@ -120,7 +133,7 @@ def isa_info():
     lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
     image's pixels along the lanes), "half": "RxL" or None (the block of products whose axis along
     the lanes pads to at least a tenth fewer lanes in it), "block_source": "isa" | "env" | "isa
-    (256-bit vectors)"}. Reads llvmlite only (no numba import); computed once per process."""
+    (256-bit vectors)", "l1d": the L1 data cache's bytes or None}. Reads llvmlite only (no numba import); computed once per process."""
     global _INFO
     if _INFO is None:
         _INFO = _detect()

@@ -189,7 +189,9 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
     of 24 and 48 lanes mnist conv1's NCHW forward took 2.2-3.1x NHWC's time on emulated AVX2, as
     runs 1.05-1.55x: session 27), row(p) as _fma_rows' (sop an integer, or lines). As a loop, LLVM
     made each row's store a call to memcpy (the length being a variable), which cost more than the
-    arithmetic on short reductions (mnist conv1's 9-step blocks)."""
+    arithmetic on short reductions (mnist conv1's 9-step blocks). `accumulate` picks one of two
+    sequences of stores, so a block that only stores never loads its outputs (a select between
+    the sum and the block loaded them whenever `accumulate` was not a constant)."""
     if not (isinstance(rows, types.IntegerLiteral) and isinstance(lanes, types.IntegerLiteral)
             and _is_row_step(sop)):
         raise TypingError("_store_rows needs a row step and constant rows and lanes")
@@ -202,16 +204,21 @@ def _store_rows(typingctx, acc, out, o0, sop, pn, accumulate, rows, lanes):
         vec = ir.VectorType(ir.FloatType(), w)
         (odata,), (o0_, pn_) = operands(context, builder, signature, args, (1,), (2, 4))
         row_at = _row_offsets(context, builder, signature.args[3], sopv)
-        add = context.cast(builder, accum, signature.args[5], types.boolean)
-        for p in range(p_):
-            pc = ir.Constant(i64, p)
-            with builder.if_then(builder.icmp_signed("<", pc, pn_)):
-                row = builder.add(o0_, row_at(pc))
-                for o in offsets:
-                    value = builder.load(vector_at(builder, accp, p * j_ + o, vec), align=4)
-                    optr = vector_at(builder, odata, builder.add(row, ir.Constant(i64, o)), vec)
-                    total = builder.fadd(builder.load(optr, align=4), value)
-                    builder.store(builder.select(add, total, value), optr, align=4)
+
+        def stores(add):
+            for p in range(p_):
+                pc = ir.Constant(i64, p)
+                with builder.if_then(builder.icmp_signed("<", pc, pn_)):
+                    row = builder.add(o0_, row_at(pc))
+                    for o in offsets:
+                        value = builder.load(vector_at(builder, accp, p * j_ + o, vec), align=4)
+                        optr = vector_at(builder, odata, builder.add(row, ir.Constant(i64, o)), vec)
+                        builder.store(builder.fadd(builder.load(optr, align=4), value) if add else value, optr, align=4)
+        with builder.if_else(context.cast(builder, accum, signature.args[5], types.boolean)) as (adding, storing):
+            with adding:
+                stores(True)
+            with storing:
+                stores(False)
         return context.get_dummy_value()
     return types.none(acc, out, o0, sop, pn, accumulate, rows, lanes), codegen
 

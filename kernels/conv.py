@@ -55,6 +55,7 @@ import numba
 import numpy as np
 from numba import prange, uint64
 
+from . import _isa
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
@@ -62,7 +63,7 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 
 
 @tiled
-def _forward_nhwc(xp, wk, s, data, inner, y):
+def _forward_nhwc(xp, wk, s, data, inner, rows, y):
     """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
     Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
     padding). A block sums only over the kernel rows that reach x from some of its output pixels:
@@ -76,7 +77,10 @@ def _forward_nhwc(xp, wk, s, data, inner, y):
     - each of the others in blocks of P output rows down its column, over only its kernel columns
       that reach x (cifar conv3's 'same' forward with 6-row blocks: 1 of 15 columns, a third
       shorter; cifar conv4's input grad: 3 of 15 columns, one a third and two two thirds
-      shorter)."""
+      shorter).
+    The run-on blocks of a line (a row's worth) take `rows` kernel rows at a time (_chunk), each
+    pass adding onto the outputs of the passes before, so that the weights a pass reads stay in
+    L1 across the line's blocks."""
     bsz, hp, wp, c = xp.shape
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
@@ -101,20 +105,24 @@ def _forward_nhwc(xp, wk, s, data, inner, y):
                      (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yf, ((b * oh_ + oh) * ow_ + ow) * n + n0, ow_ * n,
                      1, min(J, n - n0), False)
             continue
-        q0, end, oh, ow = _pixel_line(k, per_line, pixels, width, P)
-        while q0 < end:
-            pn, last = _pixel_block(q0, end, oh, ow, width, P)
-            kh0, kh1 = max(0, data[0] - last * s), min(kh_, data[1] - oh * s)
-            x0 = (b * hp + oh * s + kh0) * wp * c + (a + ow) * s * c
-            pixel_rows = (s * c, ow, width, (wp - width) * s * c)   # a row end moves on to the next s rows of x
-            for n0 in range(0, n, J):
-                product = (xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, kh0 * kl * np_ + n0, (0, kl * np_, np_),
-                           (1, max(0, kh1 - kh0), kl), yf, ((b * oh_ + oh) * ow_ + a + ow) * n + n0)
-                if width == ow_:   # y's rows of pixels run on as one: a step per row, no line end to test for
-                    tile(*product, n, 1, min(J, n - n0), False)
-                else:
-                    tile(*product, (n, ow, width, (ow_ - width) * n), 1, min(J, n - n0), False)
-            q0, oh, ow = _next_pixel(q0, pn, oh, ow, width)
+        q0, end, oh0, ow0 = _pixel_line(k, per_line, pixels, width, P)
+        for r in range(0, kh_, rows):   # the line's blocks, `rows` kernel rows of w at a time (_chunk)
+            q, oh, ow = q0, oh0, ow0
+            while q < end:
+                pn, last = _pixel_block(q, end, oh, ow, width, P)
+                f0, f1 = max(0, data[0] - last * s), min(kh_, data[1] - oh * s)   # kernel rows that reach x
+                r0, r1 = max(r, f0), min(r + rows, f1)
+                if r0 < r1 or (r == 0 and f0 >= f1):   # a block that reaches no row of x stores zeros
+                    x0 = (b * hp + oh * s + r0) * wp * c + (a + ow) * s * c
+                    pixel_rows = (s * c, ow, width, (wp - width) * s * c)   # a row end moves on to the next s rows of x
+                    for n0 in range(0, n, J):
+                        product = (xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, r0 * kl * np_ + n0, (0, kl * np_, np_),
+                                   (1, max(0, r1 - r0), kl), yf, ((b * oh_ + oh) * ow_ + a + ow) * n + n0)
+                        if width == ow_:   # y's rows of pixels run on as one: a step per row, no line end to test for
+                            tile(*product, n, 1, min(J, n - n0), r0 > f0)   # onto the block's passes before
+                        else:
+                            tile(*product, (n, ow, width, (ow_ - width) * n), 1, min(J, n - n0), r0 > f0)
+                q, oh, ow = _next_pixel(q, pn, oh, ow, width)
 
 
 # the reduction depth from which the NHWC forward skips padding columns: the outer columns' blocks
@@ -251,6 +259,28 @@ def _bands(plan, blk):
 # conv2's and mnist conv2's forwards 0.96-0.98x (AVX-512; docs/performance.md, session 31): fewer
 # halo rows copied twice, fewer blocks cut short at a band's end.
 _BAND_BYTES = 320 << 10
+
+
+# The weights the NHWC forward's run-on pixel blocks read in one pass over a line of them (_chunk),
+# where the whole kernel's are more than L1 holds: half of a 48 KB L1. The whole kernel's weights
+# streamed from L2 with every block (mnist conv2's 72 KB) took the micro-kernel from ~190 GFLOP/s
+# to ~170 on the Intel Xeon (1 thread, AVX-512, 6 x 64); a kernel row a pass, mnist conv2's forward
+# took 0.87-0.98x the time (docs/performance.md, session 32). Passes of half a row (cifar conv4's
+# 48 KB rows) took 0.95-1.04x, of 12 KB 1.03-1.09x on mnist conv2; a 32 KB L1 has no room for
+# 24 KB beside x's and y's lines.
+_CHUNK_BYTES = 24 << 10
+
+
+def _chunk(plan, np_, l1=None):
+    """Kernel rows per pass of _forward_nhwc's run-on pixel blocks over a line of them (np_ lanes of
+    weights a step): as many as fit _CHUNK_BYTES where the whole kernel's weights are more than
+    the L1 data cache of `l1` bytes (default the host's) holds and a row fits; else all of them
+    (and where L1 is under twice _CHUNK_BYTES, or unknown). Each pass adds onto the outputs of the
+    passes before."""
+    row, l1 = plan.kl * np_ * 4, (_isa.isa_info()["l1d"] if l1 is None else l1) or 0
+    if l1 < 2 * _CHUNK_BYTES or plan.kh * row <= l1 or row > _CHUNK_BYTES:
+        return plan.kh
+    return _CHUNK_BYTES // row
 
 
 def _columns_apart(plan, bands, p):
@@ -884,7 +914,8 @@ def _forward(plan, block, y):
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, _columns_apart(plan, 1, blk.rows), yh)
+    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, _columns_apart(plan, 1, blk.rows),
+                       _chunk(plan, wk.shape[2]), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y

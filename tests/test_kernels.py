@@ -420,11 +420,53 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
         xp[:, :, pl + 23:] = np.nan
         xp[:, pt:pt + 9, pl:pl + 23] = x
         wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(kh, kw * 8, -1)
-        for size in (0, PARALLEL_MIN):   # the serial and the parallel twin
+        for size, rows in ((0, kh), (PARALLEL_MIN, kh), (PARALLEL_MIN, 1)):   # the twins; passes of a row
             y = np.empty(want.shape, np.float32)
             conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23),
-                                    conv._inner(kw, ow, pl, pl + 23, s, blk.rows), y)
+                                    conv._inner(kw, ow, pl, pl + 23, s, blk.rows), rows, y)
             close(y, want, scale=kh * kw * 8)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_nhwc_forward_in_passes_of_kernel_rows(block, rows, monkeypatch, rng):
+    """_forward_nhwc's run-on blocks in passes of `rows` kernel rows (_chunk; here forced), each
+    adding onto the passes before: the first pass a block runs stores (the output starts as NaN),
+    also where padding rows leave a block's first pass out ('same'). Kernels 3x3, 5x2 (passes of
+    2, 2, 1) and 1x3, 'same' and 'valid', forward and input grad (the full correlation), C_in 64
+    and C_out 70, against PyTorch."""
+    from kernels import conv
+    monkeypatch.setattr(conv, "_chunk", lambda plan, np_: rows)
+    for kernel in ((3, 3), (5, 2), (1, 3)):
+        for padding in ("same", "valid"):
+            x, w = f32(rng, 2, 64, 9, 14), f32(rng, *kernel, 64, 70)
+            xt, wt, yt = torch_conv(x, w, 1, padding)
+            dy = f32(rng, *yt.shape)
+            yt.backward(torch.tensor(dy))
+            xn = ref.to_layout(x, "NHWC")
+            y = K.conv2d_forward(xn, w, layout="NHWC", padding=padding, block=block,
+                                 out=np.full(ref.to_layout(yt.detach().numpy(), "NHWC").shape, np.nan, np.float32))
+            close(y, ref.to_layout(yt.detach().numpy(), "NHWC"), scale=64 * kernel[0] * kernel[1])
+            dx, _ = K.conv2d_backward(xn, w, ref.to_layout(dy, "NHWC"), layout="NHWC", padding=padding, block=block,
+                                      out=(np.full(xn.shape, np.nan, np.float32), None))
+            close(dx, ref.to_layout(xt.grad.numpy(), "NHWC"), scale=70 * kernel[0] * kernel[1])
+
+
+def test_nhwc_forward_passes_hold_a_kernel_row_of_weights_where_the_kernel_overflows_l1():
+    """_chunk: with a 48 KB L1, mnist-cnn's second layer (3 kernel rows of 96 steps x 64 lanes,
+    24 KB each, 72 KB in all) runs a row a pass; five rows of 12 KB run two a pass; cifar10-cnn's
+    second layer (36 KB in all, 32 lanes) and fourth (rows of 48 KB, over _CHUNK_BYTES) run the
+    whole kernel, and so does every layer with a 32 KB L1 or an unknown one."""
+    from kernels import conv
+
+    def plan(c, kh, kw):
+        return conv._Plan(np.zeros((1, 16, 16, c), np.float32), np.zeros((kh, kw, c, 8), np.float32),
+                          "NHWC", 1, "valid", None, None)
+    assert conv._chunk(plan(32, 3, 3), 64, 48 << 10) == 1
+    assert conv._chunk(plan(16, 5, 3), 64, 48 << 10) == 2
+    assert conv._chunk(plan(32, 3, 3), 32, 48 << 10) == 3
+    assert conv._chunk(plan(64, 3, 3), 64, 48 << 10) == 3
+    assert conv._chunk(plan(32, 3, 3), 64, 32 << 10) == conv._chunk(plan(32, 3, 3), 64, 0) == 3
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -26,6 +26,21 @@ def test_isa_info_names_the_isa_the_cpu_and_the_block():
     assert info["isa"] in ("avx512", "avx2", "other") and info["cpu"]
     rows, lanes = _isa.parse_block(info["block"])
     assert info["block"] == K.BLOCK == f"{rows}x{lanes}"
+    assert info["l1d"] is None or info["l1d"] >= 1024
+
+
+def test_l1_data_bytes_reads_the_level_1_data_cache(tmp_path):
+    """Linux's sysfs lists the caches as index0..; the L1 data cache is the one of level 1 and type
+    Data (its instruction cache has the same level). Unreadable or missing: None."""
+    for i, (level, kind, size) in enumerate((("1", "Instruction", "32K"), ("1", "Data", "48K"), ("2", "Unified", "2048K"))):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(text + "\n")
+    assert _isa.l1_data_bytes(tmp_path) == 48 << 10
+    assert _isa.l1_data_bytes(tmp_path / "absent") is None
+    (tmp_path / "index1" / "size").write_text("lots\n")
+    assert _isa.l1_data_bytes(tmp_path) is None
 
 
 def test_isa_info_does_not_import_numba():
