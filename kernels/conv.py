@@ -265,9 +265,11 @@ _BAND_BYTES = 320 << 10
 # where the whole kernel's are more than L1 holds: half of a 48 KB L1. The whole kernel's weights
 # streamed from L2 with every block (mnist conv2's 72 KB) took the micro-kernel from ~190 GFLOP/s
 # to ~170 on the Intel Xeon (1 thread, AVX-512, 6 x 64); a kernel row a pass, mnist conv2's forward
-# took 0.87-0.98x the time (docs/performance.md, session 32). Passes of half a row (cifar conv4's
-# 48 KB rows) took 0.95-1.04x, of 12 KB 1.03-1.09x on mnist conv2; a 32 KB L1 has no room for
-# 24 KB beside x's and y's lines.
+# took 0.91-0.98x the time at 1 and 2 threads, and 0.90-0.96x with AVX2's blocks (emulated), its
+# backward 0.93-1.04x, cifar conv3's forward and backward 0.97-1.02x (docs/performance.md, session
+# 32). Passes of half a row (cifar conv4's 48 KB rows) took 0.95-1.04x; of 12 and 8 KB on mnist
+# conv2, 1.03 and 1.09x. Not measured with a 32 KB L1 (the Zen 3 and Zen 4), where 24 KB leaves little
+# room for x's and y's lines: there the blocks keep the whole kernel, as before.
 _CHUNK_BYTES = 24 << 10
 
 
