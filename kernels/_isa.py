@@ -133,7 +133,8 @@ def isa_info():
     lanes is whole blocks of it), "pixels": "RxL" or None (the block of products with each
     image's pixels along the lanes), "half": "RxL" or None (the block of products whose axis along
     the lanes pads to at least a tenth fewer lanes in it), "block_source": "isa" | "env" | "isa
-    (256-bit vectors)", "l1d": the L1 data cache's bytes or None}. Reads llvmlite only (no numba import); computed once per process."""
+    (256-bit vectors)", "l1d": the L1 data cache's bytes a core, or None}. Reads llvmlite only (no
+    numba import); computed once per process."""
     global _INFO
     if _INFO is None:
         _INFO = _detect()

@@ -268,17 +268,17 @@ _BAND_BYTES = 320 << 10
 # took 0.91-0.98x the time at 1 and 2 threads, and 0.90-0.96x with AVX2's blocks (emulated), its
 # backward 0.93-1.04x, cifar conv3's forward and backward 0.97-1.02x (docs/performance.md, session
 # 32). Passes of half a row (cifar conv4's 48 KB rows) took 0.95-1.04x; of 12 and 8 KB on mnist
-# conv2, 1.03 and 1.09x. Not measured with a 32 KB L1 (the Zen 3 and Zen 4), where 24 KB leaves little
-# room for x's and y's lines: there the blocks keep the whole kernel, as before.
+# conv2, 1.03 and 1.09x. Not measured with a 32 KB L1 (the Zen 3 and Zen 4), where 24 KB leaves
+# little room for x's and y's lines: there the blocks keep the whole kernel, as before.
 _CHUNK_BYTES = 24 << 10
 
 
 def _chunk(plan, np_, l1=None):
     """Kernel rows per pass of _forward_nhwc's run-on pixel blocks over a line of them (np_ lanes of
-    weights a step): as many as fit _CHUNK_BYTES where the whole kernel's weights are more than
-    the L1 data cache of `l1` bytes (default the host's) holds and a row fits; else all of them
-    (and where L1 is under twice _CHUNK_BYTES, or unknown). Each pass adds onto the outputs of the
-    passes before."""
+    weights a step): as many as fit _CHUNK_BYTES; all of them where the kernel's weights fit the
+    L1 data cache (`l1` bytes, by default the host's), where L1 is under twice _CHUNK_BYTES or
+    unknown, or where one row's weights are more than _CHUNK_BYTES. Each pass adds onto the
+    outputs of the passes before."""
     row, l1 = plan.kl * np_ * 4, (_isa.isa_info()["l1d"] if l1 is None else l1) or 0
     if l1 < 2 * _CHUNK_BYTES or plan.kh * row <= l1 or row > _CHUNK_BYTES:
         return plan.kh

@@ -32,7 +32,8 @@ def test_isa_info_names_the_isa_the_cpu_and_the_block():
 def test_l1_data_bytes_reads_the_level_1_data_cache(tmp_path):
     """Linux's sysfs lists the caches as index0..; the L1 data cache is the one of level 1 and type
     Data (its instruction cache has the same level). Unreadable or missing: None."""
-    for i, (level, kind, size) in enumerate((("1", "Instruction", "32K"), ("1", "Data", "48K"), ("2", "Unified", "2048K"))):
+    caches = (("1", "Instruction", "32K"), ("1", "Data", "48K"), ("2", "Unified", "2048K"))
+    for i, (level, kind, size) in enumerate(caches):
         d = tmp_path / f"index{i}"
         d.mkdir()
         for name, text in (("level", level), ("type", kind), ("size", size)):
