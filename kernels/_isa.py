@@ -94,14 +94,15 @@ def _detect():
 
 
 def l1_data_bytes(cache="/sys/devices/system/cpu/cpu0/cache"):
-    """The host's level-1 data cache per core in bytes, as Linux reports it (sysfs), or None."""
+    """The host's level-1 data cache per core in bytes, as Linux reports it (sysfs; cpu0's), or
+    None. It is the host's also where NUMBA_CPU_NAME has numba compile for another CPU."""
     for index in sorted(Path(cache).glob("index*")):
         try:
             if (index / "level").read_text().strip() == "1" and (index / "type").read_text().strip() == "Data":
                 size = (index / "size").read_text().strip().upper()
                 return int(size[:-1]) << 10 if size.endswith("K") else int(size)
-        except (OSError, ValueError):
-            return None
+        except (OSError, ValueError):   # an entry unreadable or malformed: the next may be L1's
+            continue
     return None
 
 

@@ -427,6 +427,25 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
             close(y, want, scale=kh * kw * 8)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_nhwc_forward_stores_zeros_where_a_block_reaches_no_row_of_x(rows, rng):
+    """_forward_nhwc over a padded input whose x is one row in the middle of 20 (a window the
+    public calls never make: there every output row reaches x): the blocks of output rows whose
+    3 kernel rows all read padding store zeros in the first pass (the output starts as NaN), the
+    others sum over the one row they reach, in passes of 1 or all 3 kernel rows."""
+    from kernels import conv
+    blk = conv.block_of("8x32")
+    x, w = f32(rng, 2, 1, 12, 16), f32(rng, 3, 3, 16, 40)   # NHWC: one row of 12 pixels
+    xp = np.zeros((2, 20, 14, 16), np.float32)
+    xp[:, 9:10, 1:13] = x
+    want = ref.conv2d(xp, w, "NHWC", 1, "valid")   # 18 x 12 outputs, rows 7-9 reach x's row
+    wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(3, 3 * 16, -1)
+    y = np.full(want.shape, np.nan, np.float32)
+    conv._forward_nhwc[blk](0, xp, wk, 1, (9, 10, 1, 13), (0, 12), rows, y)
+    close(y, want, scale=3 * 16)
+    assert (y[:, :7] == 0).all() and (y[:, 10:] == 0).all()
+
+
 @pytest.mark.parametrize("rows", [1, 2])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_nhwc_forward_in_passes_of_kernel_rows(block, rows, monkeypatch, rng):
@@ -454,9 +473,10 @@ def test_nhwc_forward_in_passes_of_kernel_rows(block, rows, monkeypatch, rng):
 
 def test_nhwc_forward_passes_hold_a_kernel_row_of_weights_where_the_kernel_overflows_l1():
     """_chunk: with a 48 KB L1, mnist-cnn's second layer (3 kernel rows of 96 steps x 64 lanes,
-    24 KB each, 72 KB in all) runs a row a pass; five rows of 12 KB run two a pass; cifar10-cnn's
-    second layer (36 KB in all, 32 lanes) and fourth (rows of 48 KB, over _CHUNK_BYTES) run the
-    whole kernel, and so does every layer with a 32 KB L1 or an unknown one."""
+    24 KB each, 72 KB in all) runs a row a pass; five rows of 12 KB run two a pass, four (48 KB,
+    all L1 holds) the whole kernel; cifar10-cnn's second layer (36 KB in all, 32 lanes) and fourth
+    (rows of 48 KB, over _CHUNK_BYTES) run the whole kernel, and so does every layer with an L1
+    under 48 KB or an unknown one."""
     from kernels import conv
 
     def plan(c, kh, kw):
@@ -464,8 +484,10 @@ def test_nhwc_forward_passes_hold_a_kernel_row_of_weights_where_the_kernel_overf
                           "NHWC", 1, "valid", None, None)
     assert conv._chunk(plan(32, 3, 3), 64, 48 << 10) == 1
     assert conv._chunk(plan(16, 5, 3), 64, 48 << 10) == 2
+    assert conv._chunk(plan(16, 4, 3), 64, 48 << 10) == 4   # four 12 KB rows: exactly L1, whole
     assert conv._chunk(plan(32, 3, 3), 32, 48 << 10) == 3
     assert conv._chunk(plan(64, 3, 3), 64, 48 << 10) == 3
+    assert conv._chunk(plan(32, 3, 3), 64, (48 << 10) - 1024) == 3   # an L1 under 48 KB
     assert conv._chunk(plan(32, 3, 3), 64, 32 << 10) == conv._chunk(plan(32, 3, 3), 64, 0) == 3
 
 

@@ -31,7 +31,7 @@ def test_isa_info_names_the_isa_the_cpu_and_the_block():
 
 def test_l1_data_bytes_reads_the_level_1_data_cache(tmp_path):
     """Linux's sysfs lists the caches as index0..; the L1 data cache is the one of level 1 and type
-    Data (its instruction cache has the same level). Unreadable or missing: None."""
+    Data (its instruction cache has the same level). Missing or malformed: None."""
     caches = (("1", "Instruction", "32K"), ("1", "Data", "48K"), ("2", "Unified", "2048K"))
     for i, (level, kind, size) in enumerate(caches):
         d = tmp_path / f"index{i}"
@@ -40,6 +40,8 @@ def test_l1_data_bytes_reads_the_level_1_data_cache(tmp_path):
             (d / name).write_text(text + "\n")
     assert _isa.l1_data_bytes(tmp_path) == 48 << 10
     assert _isa.l1_data_bytes(tmp_path / "absent") is None
+    (tmp_path / "index0" / "level").unlink()   # an unreadable entry before L1's is passed over
+    assert _isa.l1_data_bytes(tmp_path) == 48 << 10
     (tmp_path / "index1" / "size").write_text("lots\n")
     assert _isa.l1_data_bytes(tmp_path) is None
 
