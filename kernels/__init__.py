@@ -14,7 +14,8 @@ axis pads to at least a tenth fewer lanes in it (e.g. 48, 80, 112 channels); NCH
 output channels along the rows (first layers) and dense's backward by slabs use a block of fewer
 rows when that pads them less (AVX2's 4 x 16 for a block's 16 inputs), the forwards starting
 from `isa_info()["pixels"]`, a block of more lanes, where each image's pixels fill its lanes
-about as well (32 channels as 4 x 64 on AVX-512, 4 x 24 on AVX2).
+about as well (32 channels as 4 x 64 on AVX-512, 4 x 24 on AVX2). `isa_info()["l1d"]`, the host's
+L1 data cache, decides where the NHWC forward runs its blocks in passes of kernel rows.
 """
 
 import importlib
