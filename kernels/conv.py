@@ -57,7 +57,7 @@ from numba import prange, uint64
 
 from . import _isa
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
-from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
+from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
 
@@ -177,11 +177,14 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
     (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration takes one of an
     image's `bands` bands of output rows (split evenly) and copies their input rows channels-last
-    into a block of its own (8 x 8 transposes in registers, the band sized to stay in cache), 8
-    channels at a time down all the band's rows, so that each plane is read in one run: x comes
-    from memory at each band, with no arithmetic to hide it (docs/performance.md, session 22). It
-    runs _forward_nhwc's blocks on that copy into a channels-last block of the band's outputs
-    (whole J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after), then
+    into a block of its own (8 x 8 transposes in registers, the band sized to stay in cache), a
+    row of all channels at a time, so that each row of the copy is written whole while it is in
+    L1 (8 channels down all the band's rows, each plane read in one run, wrote a 32-channel
+    pixel's 128 bytes in four pieces far apart in time: with rows, the forwards took 0.96-1.00x
+    the time on AVX-512 and emulated AVX2, 1 and 2 threads; docs/performance.md, session 33). x
+    comes from memory at each band, with no arithmetic to hide it (session 22). It runs
+    _forward_nhwc's blocks on that copy into a channels-last block of the band's outputs (whole
+    J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after), then
     transposed into y's planes (8 x 8 again): the output columns inner[0]:inner[1] in blocks of P
     consecutive output pixels running on over row ends, each other column in blocks of P output
     rows down it over its kernel columns that reach x (_columns_apart). Against the former kernel,
@@ -210,10 +213,8 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
         xb = np.empty((oh1 - oh0 + kh_ - 1) * wp * c, np.float32)   # padded rows oh0 .. oh1 + KH - 2
         if padded:
             xb[:] = 0.0
-        for c0 in range(0, c, TRANSPOSE_BLOCK):
-            for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):
-                transpose(xf, ((b * c + c0) * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c + c0, c,
-                          min(TRANSPOSE_BLOCK, c - c0), cols)
+        for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):   # a row of all channels at a time
+            transpose(xf, (b * c * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c, c, c, cols)
         yb = np.empty((oh1 - oh0) * ow_ * np_, np.float32)   # the band's outputs, channels-last
         q0, oh, ow = 0, oh0, 0
         while q0 < (oh1 - oh0) * width:
