@@ -36,7 +36,7 @@ _KB = 256       # reduction block
 # time in two runs of both shapes and thread counts (the Zen 4), no steadier than 64: 64 stays
 _KB_IN_PLACE = 64
 _BAND_BLOCKS = 8   # row blocks per parallel iteration
-_IN_PLACE_BLOCKS = 16   # at most these in a band of the forward reading w in place (_in_place_bands)
+_IN_PLACE_BLOCKS = 32   # at most these in a band of the forward reading w in place (_in_place_bands)
 _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the calling thread alone
 # Up to this batch the forward packs x rather than w: packing w copies K*N floats for M*K*N
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
@@ -181,13 +181,14 @@ def _in_place_bands(blk, n):
     """Bands of the forward that reads w in place: the batch's row blocks split evenly into bands
     of at most _IN_PLACE_BLOCKS, as many as a multiple of the threads (at most one a row block),
     so that each thread takes the same share of bands, each over all the outputs
-    (_in_place_group); a band reads w once (at 1 thread, mnist-cnn's batch of 128 in 8 x 32 blocks
-    is one band: its forward product 0.94 of the time of bands of _BAND_BLOCKS). mnist-cnn's
-    forward product at 2 threads, in two bands of 11 row blocks (6 x 16 and 6 x 64), took
-    0.89-0.99x the time of three bands of up to 8 over half the outputs each (six iterations), in
-    six processes; the whole forward 0.935-1.006x on AVX-512 and 0.83-1.11x on emulated AVX2 (its
-    2-thread noise), six processes each; at 1 thread, two bands of 11 against 16 and 6, 0.95-1.06x
-    (docs/performance.md, session 31)."""
+    (_in_place_group); a band reads w once from memory. At 1 thread, mnist-cnn's batch of 128
+    (22 blocks of 6 rows) is one band: its whole forward took 0.965x the time of two bands of 11
+    (AVX-512's 6 x 64) and 0.967x (AVX2's 6 x 16, emulated), twice each (the Intel Xeon,
+    docs/performance.md, session 33); a batch of 256 in two bands of 22 rather than three,
+    0.99-1.01x. mnist-cnn's forward product at 2 threads, in two bands of 11 row blocks (6 x 16
+    and 6 x 64), took 0.89-0.99x the time of three bands of up to 8 over half the outputs each
+    (six iterations), in six processes; the whole forward 0.935-1.006x on AVX-512 and 0.83-1.11x
+    on emulated AVX2 (its 2-thread noise), six processes each (session 31)."""
     threads = numba.get_num_threads()
     blocks = -(-n // blk.rows)
     return min(blocks, threads * -(-blocks // (threads * _IN_PLACE_BLOCKS)))
