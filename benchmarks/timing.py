@@ -108,6 +108,9 @@ def machine():
             "torch": torch.__version__, "blas": blas,
             "numba threading layer": _threading_layer(),
             "kernels ISA / blocks": kernels_block,
+            "L1 data cache": (f"{isa['l1d'] // 1024} KiB (cpu0's): the NHWC forward runs its blocks in passes of "
+                              "kernel rows where a kernel's weights overflow it and it is at least 48 KiB")
+                             if isa["l1d"] else "unknown: the NHWC forward runs no passes of kernel rows",
             "torch CPU capability": torch.backends.cpu.get_cpu_capability(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "(unset)")}
 

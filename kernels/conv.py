@@ -179,13 +179,14 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
     image's `bands` bands of output rows (split evenly) and copies their input rows channels-last
     into a block of its own (8 x 8 transposes in registers, the band sized to stay in cache), a
     row of all channels at a time, so that each row of the copy is written whole while it is in
-    L1 (8 channels down all the band's rows, each plane read in one run, wrote a 32-channel
-    pixel's 128 bytes in four pieces far apart in time: with rows, the forwards took 0.96-1.00x
-    the time on AVX-512 and emulated AVX2, 1 and 2 threads; docs/performance.md, session 33). x
-    comes from memory at each band, with no arithmetic to hide it (session 22). It runs
-    _forward_nhwc's blocks on that copy into a channels-last block of the band's outputs (whole
-    J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after), then
-    transposed into y's planes (8 x 8 again): the output columns inner[0]:inner[1] in blocks of P
+    L1. 8 channels down all the band's rows (each plane read in one run) wrote a 32-channel
+    pixel's 128 bytes in four pieces far apart in time; it paid while bands held part of each
+    plane (session 22), but with the seed models' whole images a band (since session 31), the
+    forwards took 0.96-1.00x the time by rows (AVX-512 and emulated AVX2, 1 and 2 threads;
+    docs/performance.md, session 33). x comes from memory at each band, with no arithmetic to
+    hide it. It runs _forward_nhwc's blocks on that copy into a channels-last block of the band's
+    outputs (whole J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after),
+    then transposed into y's planes (8 x 8 again): the output columns inner[0]:inner[1] in blocks of P
     consecutive output pixels running on over row ends, each other column in blocks of P output
     rows down it over its kernel columns that reach x (_columns_apart). Against the former kernel,
     which ran every column on and stored each block transposed straight into y's planes: the seed
