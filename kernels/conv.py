@@ -40,7 +40,9 @@ Each weight-grad block sums only over the output pixels whose windows reach x, n
 the pixel-block forwards' blocks (NHWC's, and so the NHWC stride-1 input grads past the first
 layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding; from
 64 deep, the output columns where running them apart takes fewer block steps also skip the kernel
-columns that do (_columns_apart).
+columns that do (_columns_apart). From 64 deep at stride 1, where it costs few block steps, the
+NHWC forward reads x itself, never its padding, rather than a zero-padded copy (_reads_in_place:
+mnist conv2's and cifar conv2's input grads read dy in place).
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -64,9 +66,11 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 
 @tiled
 def _forward_nhwc(xp, wk, s, data, inner, rows, y):
-    """y (B, OH, OW, N) from padded NHWC xp (B, Hp, Wp, C) and wk (KH, KW*C, Np), Np = N padded to J.
-    Only xp's rows data[0]:data[1] and columns data[2]:data[3] hold data (the others are zero
-    padding). A block sums only over the kernel rows that reach x from some of its output pixels:
+    """y (B, OH, OW, N) from NHWC xp and wk (KH, KW*C, Np), Np = N padded to J: xp is either the
+    padded input (B, Hp, Wp, C), whose rows data[0]:data[1] and columns data[2]:data[3] hold x
+    and the others zero padding, or x itself (B, H, W, C) at those rows and columns of the padded
+    one (_reads_in_place), whose padding is never read. A block sums only over the kernel rows
+    that reach x from some of its output pixels:
     - the output columns inner[0]:inner[1] (_columns_apart: at least those whose windows lie wholly
       on x's columns, all of them under _COLUMN_DEPTH deep) run in blocks of P consecutive output
       pixels of an image, running on from one output row to the next (row blocks left P - OW % P
@@ -78,30 +82,36 @@ def _forward_nhwc(xp, wk, s, data, inner, rows, y):
       that reach x (cifar conv3's 'same' forward with 6-row blocks: 1 of 15 columns, a third
       shorter; cifar conv4's input grad: 3 of 15 columns, one a third and two two thirds
       shorter).
+    Reading x itself, no block spans output rows whose kernel rows that reach x differ (the top
+    and bottom rows of a padded input): a run-on block stops at such a row's end, and each such
+    row of an outer column is a block of its own (_column_block).
     The run-on blocks of a line (a row's worth) take `rows` kernel rows at a time (_chunk), each
     pass adding onto the outputs of the passes before, so that the weights a pass reads stay in
     L1 across the line's blocks."""
-    bsz, hp, wp, c = xp.shape
+    bsz, hx, wx, c = xp.shape
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
     kw_ = kl // c
+    exact = hx != (oh_ - 1) * s + kh_ or wx != (ow_ - 1) * s + kw_   # x itself: its padding is not there
+    origin = (data[0] * wx + data[2]) * c if exact else 0   # x's first float in the padded input's coordinates
+    top, bottom = _full_rows(oh_, kh_, s, data) if exact else (0, oh_)
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
     a, e = inner
     width = e - a
     pixels, per_line, lines = _pixel_lines(oh_, width, P)
-    down = (oh_ + P - 1) // P   # blocks down each outer column
+    down = _blocks_down(top, bottom, oh_, P)   # blocks down each outer column
     steps = lines + (ow_ - width) * down
     for it in prange(bsz * steps):
         b, k = it // steps, it % steps
         if k >= lines:   # a block of output rows down an outer column
-            col, oh = (k - lines) // down, (k - lines) % down * P
+            col = (k - lines) // down
+            oh, pn = _column_block((k - lines) % down, top, bottom, oh_, P)
             ow = col if col < a else e + col - a
-            pn = min(P, oh_ - oh)
             kh0, kh1 = max(0, data[0] - (oh + pn - 1) * s), min(kh_, data[1] - oh * s)
             kw0, kw1 = max(0, data[2] - ow * s), min(kw_, data[3] - ow * s)
-            x0 = (b * hp + oh * s + kh0) * wp * c + (ow * s + kw0) * c
+            x0 = (b * hx + oh * s + kh0) * wx * c + (ow * s + kw0) * c - origin
             for n0 in range(0, n, J):
-                tile(xf, x0, s * wp * c, pn, (0, wp * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
+                tile(xf, x0, s * wx * c, pn, (0, wx * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
                      (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yf, ((b * oh_ + oh) * ow_ + ow) * n + n0, ow_ * n,
                      1, min(J, n - n0), False)
             continue
@@ -109,20 +119,47 @@ def _forward_nhwc(xp, wk, s, data, inner, rows, y):
         for r in range(0, kh_, rows):   # the line's blocks, `rows` kernel rows of w at a time (_chunk)
             q, oh, ow = q0, oh0, ow0
             while q < end:
-                pn, last = _pixel_block(q, end, oh, ow, width, P)
+                pn, last = _pixel_block(q, end, oh, ow, width, P, top, bottom)
                 f0, f1 = max(0, data[0] - last * s), min(kh_, data[1] - oh * s)   # kernel rows that reach x
                 r0, r1 = max(r, f0), min(r + rows, f1)
                 if r0 < r1 or (r == 0 and f0 >= f1):   # a block that reaches no row of x stores zeros
-                    x0 = (b * hp + oh * s + r0) * wp * c + (a + ow) * s * c
-                    pixel_rows = (s * c, ow, width, (wp - width) * s * c)   # a row end moves on to the next s rows of x
+                    x0 = (b * hx + oh * s + r0) * wx * c + (a + ow) * s * c - origin
+                    pixel_rows = (s * c, ow, width, (wx - width) * s * c)   # a row end moves on to the next s rows of x
                     for n0 in range(0, n, J):
-                        product = (xf, x0, pixel_rows, pn, (0, wp * c, 1), wf, r0 * kl * np_ + n0, (0, kl * np_, np_),
+                        product = (xf, x0, pixel_rows, pn, (0, wx * c, 1), wf, r0 * kl * np_ + n0, (0, kl * np_, np_),
                                    (1, max(0, r1 - r0), kl), yf, ((b * oh_ + oh) * ow_ + a + ow) * n + n0)
                         if width == ow_:   # y's rows of pixels run on as one: a step per row, no line end to test for
                             tile(*product, n, 1, min(J, n - n0), r0 > f0)   # onto the block's passes before
                         else:
                             tile(*product, (n, ow, width, (ow_ - width) * n), 1, min(J, n - n0), r0 > f0)
                 q, oh, ow = _next_pixel(q, pn, oh, ow, width)
+
+
+@helper
+def _full_rows(oh_, kh_, s, data):
+    """(top, bottom): the output rows top:bottom are those whose every kernel row reaches x's rows
+    data[0]:data[1] of the padded input; the rows above and below reach fewer, each its own."""
+    top = min(oh_, (data[0] + s - 1) // s)
+    return top, max(top, min(oh_, (data[1] - kh_) // s + 1))
+
+
+@helper
+def _blocks_down(top, bottom, oh_, p):
+    """The blocks of an outer column's oh_ rows (_column_block)."""
+    return top + (bottom - top + p - 1) // p + oh_ - bottom
+
+
+@helper
+def _column_block(k, top, bottom, oh_, p):
+    """(first row, rows) of an outer column's block k: the rows above `top` and from `bottom` on
+    one a block, the rows between in blocks of p."""
+    if k < top:
+        return k, 1
+    inner = (bottom - top + p - 1) // p
+    if k < top + inner:
+        oh = top + (k - top) * p
+        return oh, min(p, bottom - oh)
+    return bottom + k - top - inner, 1
 
 
 # the reduction depth from which the NHWC forward skips padding columns: the outer columns' blocks
@@ -158,11 +195,15 @@ def _pixel_line(line, per_line, pixels, ow_, p):
 
 
 @helper
-def _pixel_block(q0, end, oh, ow, ow_, p):
+def _pixel_block(q0, end, oh, ow, ow_, p, top, bottom):
     """(pixels in the block at q0 (row oh, column ow), the row of its last pixel): at most p, and at
-    most one row end per block (rows under p wide)."""
+    most one row end per block (rows under p wide), none unless both rows are among top:bottom."""
     pn = min(p, end - q0, 2 * ow_ - ow)
-    return pn, oh + 1 if ow + pn > ow_ else oh
+    if ow + pn <= ow_:
+        return pn, oh
+    if oh < top or oh + 1 >= bottom:
+        return ow_ - ow, oh
+    return pn, oh + 1
 
 
 @helper
@@ -219,7 +260,7 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
         yb = np.empty((oh1 - oh0) * ow_ * np_, np.float32)   # the band's outputs, channels-last
         q0, oh, ow = 0, oh0, 0
         while q0 < (oh1 - oh0) * width:
-            pn, last = _pixel_block(q0, (oh1 - oh0) * width, oh, ow, width, P)
+            pn, last = _pixel_block(q0, (oh1 - oh0) * width, oh, ow, width, P, 0, oh_)
             kh0, kh1 = max(0, pt - last), min(kh_, pt + h - oh)   # kernel rows that reach x's rows
             x0 = ((oh - oh0 + kh0) * wp + a + ow) * c
             y0 = ((oh - oh0) * ow_ + a + ow) * np_
@@ -318,18 +359,27 @@ def _block_steps(p, bands, oh_, ow_, kh, kw, s, data, a, e):
     _inner makes it) and the others apart, band by band: each block runs the kernel rows that reach
     x from any of its output rows, and all kernel columns run on or those of its column apart."""
     d0, d1, c0, c1 = data
-
-    def rows(top, last):   # kernel rows that reach x's rows from output rows top..last
-        return np.maximum(0, np.minimum(kh, d1 - top * s) - np.maximum(0, d0 - last * s))
-    reach = sum(max(0, min(kw, c1 - o * s) - max(0, c0 - o * s)) for o in [*range(a), *range(e, ow_)])
+    reach = _outer_reach(kw, ow_, s, c0, c1, a, e)
     width, steps = e - a, 0
     for k in range(bands):
         oh0, oh1 = k * oh_ // bands, (k + 1) * oh_ // bands
         q = np.arange(0, (oh1 - oh0) * width, p)   # the run-on blocks' first pixels
-        steps += kw * rows(oh0 + q // width, oh0 + (np.minimum(q + p, (oh1 - oh0) * width) - 1) // width).sum()
+        steps += kw * _reach(kh, s, d0, d1, oh0 + q // width, oh0 + (np.minimum(q + p, (oh1 - oh0) * width) - 1) // width).sum()
         top = np.arange(oh0, oh1, p)   # the outer columns' blocks' first rows
-        steps += reach * rows(top, np.minimum(top + p, oh1) - 1).sum()
+        steps += reach * _reach(kh, s, d0, d1, top, np.minimum(top + p, oh1) - 1).sum()
     return int(steps)
+
+
+def _reach(k_, s, d0, d1, first, last):
+    """The kernel rows (or columns) of k_ that reach x's d0:d1 of the padded input from some of
+    the output rows (or columns) first..last, stride s (numbers or arrays)."""
+    return np.maximum(0, np.minimum(k_, d1 - first * s) - np.maximum(0, d0 - last * s))
+
+
+def _outer_reach(kw, ow_, s, c0, c1, a, e):
+    """The kernel columns that reach x's columns c0:c1, summed over the output columns apart
+    (all but a:e)."""
+    return sum(int(_reach(kw, s, c0, c1, o, o)) for o in [*range(a), *range(e, ow_)])
 
 
 # reduction depth from which the stride-1 NCHW forward runs _forward_bands (pixel blocks, with
@@ -918,11 +968,70 @@ def _forward(plan, block, y):
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    _forward_nhwc[blk](plan.macs(), plan.x_nhwc(), wk, plan.stride, plan.data, _columns_apart(plan, 1, blk.rows),
-                       _chunk(plan, wk.shape[2]), yh)
+    xp, inner = _nhwc_input(plan, blk)
+    _forward_nhwc[blk](plan.macs(), xp, wk, plan.stride, plan.data, inner, _chunk(plan, wk.shape[2]), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y
+
+
+def _nhwc_input(plan, blk):
+    """(xp, inner) for _forward_nhwc: x itself (_reads_in_place) with the output columns whose
+    windows lie wholly on x run on, or the padded copy of x with _columns_apart's split."""
+    if _reads_in_place(plan, blk):
+        return plan.x, _inner(plan.kw, plan.ow, plan.data[2], plan.data[3], 1, 0)
+    return plan.x_nhwc(), _columns_apart(plan, 1, blk.rows)
+
+
+def _reads_in_place(plan, blk):
+    """Whether _forward_nhwc reads NHWC x where it is, never its padding, rather than a padded
+    copy: at stride 1 from _COLUMN_DEPTH deep (where the outer columns run apart), where that
+    pays (_in_place_pays)."""
+    return (not plan.nchw and plan.stride == 1 and plan.kh * plan.kl >= _COLUMN_DEPTH
+            and plan.x.shape != plan.xp_shape and _in_place_pays(blk.rows, plan.oh, plan.ow, plan.kh, plan.kw, plan.data))
+
+
+@functools.lru_cache(maxsize=256)
+def _in_place_pays(p, oh_, ow_, kh, kw, data):
+    """Whether the stride-1 walk over x itself (_in_place_steps) can run, its columns whose
+    windows lie wholly on x at least a block of p (or all of them), and takes at most
+    _IN_PLACE_STEPS times the block steps of the padded copy's walk with _split's columns."""
+    lo, hi = _inner(kw, ow_, data[2], data[3], 1, 0)
+    if hi - lo < p and hi - lo < ow_:
+        return False
+    copy_steps = _block_steps(p, 1, oh_, ow_, kh, kw, 1, data, *_split(p, 1, oh_, ow_, kh, kw, 1, data))
+    return _in_place_steps(p, oh_, ow_, kh, kw, data) <= _IN_PLACE_STEPS * copy_steps
+
+
+# Reading x in place against the padded copy: the NHWC input grads (full correlations over dy
+# padded by 2) of mnist conv2 and cifar conv2, whose in-place walks take 5.4% and 4.1% more block
+# steps, took 0.82-0.87x and 0.86-0.97x the time at 1 and 2 threads (AVX-512), 0.88-0.91x and
+# 0.94-1.01x with AVX2's blocks (emulated); cifar conv3's 'same' forward (8.7% more) 0.98-1.02x,
+# cifar conv3's and conv4's input grads (11.7% and 15.6% more) 0.99-1.05x and 1.04-1.10x
+# (docs/performance.md, session 33)
+_IN_PLACE_STEPS = 1.06
+
+
+def _in_place_steps(p, oh_, ow_, kh, kw, data):
+    """The block steps of an image (_block_steps) of _forward_nhwc's stride-1 walk over x itself:
+    the columns whose windows lie wholly on x run on in blocks that stop at the ends of the rows
+    outside _full_rows, the others apart in _column_block's blocks."""
+    d0, d1, c0, c1 = data
+    a, e = _inner(kw, ow_, c0, c1, 1, 0)
+    top, bottom = _full_rows.py_func(oh_, kh, 1, data)
+    pixels, per_line, lines = _pixel_lines.py_func(oh_, e - a, p)
+    steps = 0
+    for line in range(lines):
+        q, end, oh, ow = _pixel_line.py_func(line, per_line, pixels, e - a, p)
+        while q < end:
+            pn, last = _pixel_block.py_func(q, end, oh, ow, e - a, p, top, bottom)
+            steps += kw * int(_reach(kh, 1, d0, d1, oh, last))
+            q, oh, ow = _next_pixel.py_func(q, pn, oh, ow, e - a)
+    reach = _outer_reach(kw, ow_, 1, c0, c1, a, e)
+    for k in range(_blocks_down.py_func(top, bottom, oh_, p)):
+        oh, pn = _column_block.py_func(k, top, bottom, oh_, p)
+        steps += reach * int(_reach(kh, 1, d0, d1, oh, oh + pn - 1))
+    return steps
 
 
 def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, workspace=None, need_dx=True,

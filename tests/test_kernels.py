@@ -427,6 +427,129 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
             close(y, want, scale=kh * kw * 8)
 
 
+def _amid_nan(rng, *shape):
+    """A C-ordered float32 array of `shape` whose neighbours in memory, a whole image before and
+    after, are NaN: a read past either end of it shows in the result."""
+    size, pad = int(np.prod(shape)), int(np.prod(shape[1:]))
+    flat = np.full(size + 2 * pad, np.nan, np.float32)
+    a = flat[pad:pad + size].reshape(shape)
+    a[...] = f32(rng, *shape)
+    return a
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, rng):
+    """The NHWC stride-1 products from 64 deep (_reads_in_place, here whatever their block steps)
+    read x itself, not a padded copy: the 'same' forward of x, and the input grads of 'valid' and
+    'same' layers (full correlations over dy padded by K - 1 - pad) of dy, each between NaN in
+    memory and each output starting as NaN, match PyTorch, taking no padded copy where they read
+    in place. Kernels 3x3,
+    5x5 (two rows of padding above and below: the top and bottom two output rows each reach x's
+    rows apart), 5x2 and 2x4 (more padding on one side than the other), C_in 16; images 9 x 23
+    and 3 x 23 (5x5: no output row whose every kernel row reaches x). The forward with a 1x3
+    kernel (48 deep), or of an image with fewer columns whose windows lie wholly on x than a
+    block has rows (5 x 7), pads a copy."""
+    from kernels import conv
+    monkeypatch.setattr(conv, "_IN_PLACE_STEPS", float("inf"))
+    rows = parse_block(block)[0]
+    for (kh, kw), h, wd in (((3, 3), 9, 23), ((5, 5), 9, 23), ((5, 5), 3, 23), ((5, 2), 9, 23), ((2, 4), 9, 23),
+                            ((1, 3), 9, 23), ((3, 3), 5, 7)):
+        x, w = _amid_nan(rng, 2, h, wd, 16), f32(rng, kh, kw, 16, 40)   # NHWC
+        for padding in ("same", "valid"):
+            if padding == "valid" and kh > h:
+                continue
+            xt, wt, yt = torch_conv(ref.to_nchw(x, "NHWC").copy(), w, 1, padding)
+            want = ref.to_layout(yt.detach().numpy(), "NHWC")
+            dy = _amid_nan(rng, *want.shape)
+            yt.backward(torch.tensor(ref.to_nchw(dy, "NHWC").copy()))
+            ws = K.Workspace()
+            y = K.conv2d_forward(x, w, layout="NHWC", padding=padding, block=block, workspace=ws,
+                                 out=np.full(want.shape, np.nan, np.float32))
+            close(y, want, scale=kh * kw * 16)
+            if padding == "same":
+                assert ("conv2d.xp" in ws._buffers) == (kh * kw * 16 < 64 or wd - kw + 1 < rows), (kh, kw, h, wd)
+            dx, _ = K.conv2d_backward(x, w, dy, layout="NHWC", padding=padding, block=block, workspace=ws,
+                                      out=(np.full(x.shape, np.nan, np.float32), None))
+            close(dx, ref.to_layout(xt.grad.numpy(), "NHWC"), scale=40 * kh * kw)
+            inner = wd - 2 * kw + 2 if padding == "valid" else wd - kw + 1   # columns of dx whose windows lie on dy
+            assert ("conv2d.dy_full" in ws._buffers) == (inner < rows), (kh, kw, h, wd, padding)
+
+
+
+def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, exact):
+    """An independent count of the block steps of _forward_nhwc's walk at stride 1: columns a:e
+    run on in lines of whole blocks, each block at most p pixels over at most one row end, the
+    other columns apart in blocks of p rows. With `exact` a block crosses a row end only between
+    two rows whose every kernel row reaches x, and each other row of an outer column is a block."""
+    d0, d1, c0, c1 = data
+    width = e - a
+    full = [d0 <= r and r + kh <= d1 for r in range(oh_)]
+
+    def rows(first, last):   # kernel rows that reach x from some of the output rows first..last
+        return max(0, min(kh, d1 - first) - max(0, d0 - last))
+    steps, line = 0, -(-width // p) * p
+    for l0 in range(0, oh_ * width, line):
+        q, end = l0, min(oh_ * width, l0 + line)
+        while q < end:
+            r, col = divmod(q, width)
+            n = min(p, end - q, 2 * width - col)
+            if col + n > width and exact and not (full[r] and full[r + 1]):
+                n = width - col
+            steps += kw * rows(r, (q + n - 1) // width)
+            q += n
+    for col in [*range(a), *range(e, ow_)]:
+        r = 0
+        while r < oh_:
+            n = min(p, oh_ - r)
+            if exact:
+                n = next((i for i in range(1, n) if not full[r + i]), n) if full[r] else 1
+            steps += max(0, min(kw, c1 - col) - max(0, c0 - col)) * rows(r, r + n - 1)
+            r += n
+    return steps
+
+
+def test_in_place_steps_count_the_walk_over_x_itself():
+    """_in_place_steps against an independent walk of the blocks (_walk_steps), and _block_steps
+    (the padded copy's walk) against it too, over 'same' and full-correlation paddings, kernels
+    1-5 rows and columns, images 3-26 rows and 7-26 columns, blocks of 5, 6 and 8 rows, wherever
+    a block's worth of columns have windows wholly on x."""
+    from kernels import conv
+    for p in (5, 6, 8):
+        for kh, kw in ((3, 3), (5, 5), (5, 2), (2, 4), (1, 3), (3, 1)):
+            for oh_, ow_ in ((26, 26), (15, 15), (9, 23), (3, 23), (13, 7)):
+                for pt, pb, pl, pr in (((kh - 1) // 2, kh // 2, (kw - 1) // 2, kw // 2), (kh - 1, kh - 1, kw - 1, kw - 1)):
+                    h, wd = oh_ + kh - 1 - pt - pb, ow_ + kw - 1 - pl - pr
+                    if h < 1 or wd < 1:
+                        continue
+                    data = (pt, pt + h, pl, pl + wd)
+                    a, e = conv._inner(kw, ow_, pl, pl + wd, 1, 0)
+                    if e - a < p:   # _reads_in_place takes the copy
+                        continue
+                    want = _walk_steps(p, oh_, ow_, kh, kw, data, a, e, True)
+                    assert conv._in_place_steps(p, oh_, ow_, kh, kw, data) == want, (p, kh, kw, oh_, ow_, data)
+                    assert conv._block_steps(p, 1, oh_, ow_, kh, kw, 1, data, a, e) == _walk_steps(
+                        p, oh_, ow_, kh, kw, data, a, e, False), (p, kh, kw, oh_, ow_, data)
+
+
+def test_nhwc_products_read_in_place_where_it_costs_few_block_steps():
+    """_reads_in_place on the seed models' layers (AVX-512's blocks): the input grads of mnist
+    conv2 and cifar conv2 read dy in place (their walks 5.4% and 4.1% more block steps than the
+    padded copy's); cifar conv3's 'same' forward and input grad, and cifar conv4's input grad
+    (8.7-15.6% more: their 15-row images lose more to the top and bottom rows) take the copy;
+    the 'valid' forwards have no padding to copy."""
+    from kernels import conv
+    for (n, h, c, cout, padding), forward, grad in (((128, 26, 32, 64, "valid"), False, True),
+                                                     ((32, 32, 32, 32, "valid"), False, True),
+                                                     ((32, 15, 32, 64, "same"), False, False),
+                                                     ((32, 15, 64, 64, "valid"), False, False)):
+        x, w = np.zeros((n, h, h, c), np.float32), np.zeros((3, 3, c, cout), np.float32)
+        dy = np.zeros(K.conv2d_output_shape(x.shape, w.shape, layout="NHWC", padding=padding), np.float32)
+        plan = conv._Plan(x, w, "NHWC", 1, padding, K.Workspace(), None)
+        q = plan.full_correlation(dy)
+        assert conv._reads_in_place(plan, conv.lanes_block("8x32", cout)) == forward, (h, c, cout)
+        assert conv._reads_in_place(q, conv.lanes_block("8x32", c)) == grad, (h, c, cout)
+
+
 @pytest.mark.parametrize("rows", [1, 3])
 def test_nhwc_forward_stores_zeros_where_a_block_reaches_no_row_of_x(rows, rng):
     """_forward_nhwc over a padded input whose x is one row in the middle of 20 (a window the
