@@ -223,7 +223,7 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
     L1. 8 channels down all the band's rows (each plane read in one run) wrote a 32-channel
     pixel's 128 bytes in four pieces far apart in time; it paid while bands held part of each
     plane (session 22), but with the seed models' whole images a band (since session 31), the
-    forwards took 0.96-1.00x the time by rows (AVX-512 and emulated AVX2, 1 and 2 threads;
+    forwards took 0.96-1.01x the time by rows (AVX-512 and emulated AVX2, 1 and 2 threads;
     docs/performance.md, session 33). x comes from memory at each band, with no arithmetic to
     hide it. It runs _forward_nhwc's blocks on that copy into a channels-last block of the band's
     outputs (whole J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after),
