@@ -438,7 +438,7 @@ def _amid_nan(rng, *shape):
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, rng):
+def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, request, rng):
     """The NHWC stride-1 products from 64 deep (_reads_in_place, here whatever their block steps)
     read x itself, not a padded copy: the 'same' forward of x, and the input grads of 'valid' and
     'same' layers (full correlations over dy padded by K - 1 - pad) of dy, each between NaN in
@@ -451,6 +451,8 @@ def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, rng
     block has rows (5 x 7), pads a copy."""
     from kernels import conv
     monkeypatch.setattr(conv, "_IN_PLACE_STEPS", float("inf"))
+    conv._in_place_pays.cache_clear()   # its answers depend on the threshold, not in its key
+    request.addfinalizer(conv._in_place_pays.cache_clear)
     rows = parse_block(block)[0]
     for (kh, kw), h, wd in (((3, 3), 9, 23), ((5, 5), 9, 23), ((5, 5), 3, 23), ((5, 2), 9, 23), ((2, 4), 9, 23),
                             ((1, 3), 9, 23), ((3, 3), 5, 7)):
