@@ -72,7 +72,7 @@ def _forward_nhwc(xp, wk, s, data, inner, rows, y):
     one (_reads_in_place), whose padding is never read. A block sums only over the kernel rows
     that reach x from some of its output pixels:
     - the output columns inner[0]:inner[1] (_columns_apart: at least those whose windows lie wholly
-      on x's columns, all of them under _COLUMN_DEPTH deep) run in blocks of P consecutive output
+      on x's columns, all of them under _COLUMN_DEPTH deep; over x itself exactly those) run in blocks of P consecutive output
       pixels of an image, running on from one output row to the next (row blocks left P - OW % P
       rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
       26-pixel input grad rows 81%), each over the kernel rows that reach x from any of its output
@@ -155,11 +155,11 @@ def _column_block(k, top, bottom, oh_, p):
     one a block, the rows between in blocks of p."""
     if k < top:
         return k, 1
-    inner = (bottom - top + p - 1) // p
-    if k < top + inner:
+    mid = (bottom - top + p - 1) // p   # blocks of the rows between
+    if k < top + mid:
         oh = top + (k - top) * p
         return oh, min(p, bottom - oh)
-    return bottom + k - top - inner, 1
+    return bottom + k - top - mid, 1
 
 
 # the reduction depth from which the NHWC forward skips padding columns: the outer columns' blocks
@@ -979,7 +979,7 @@ def _nhwc_input(plan, blk):
     """(xp, inner) for _forward_nhwc: x itself (_reads_in_place) with the output columns whose
     windows lie wholly on x run on, or the padded copy of x with _columns_apart's split."""
     if _reads_in_place(plan, blk):
-        return plan.x, _inner(plan.kw, plan.ow, plan.data[2], plan.data[3], 1, 0)
+        return plan.x, _on_x(plan.kw, plan.ow, plan.data)
     return plan.x_nhwc(), _columns_apart(plan, 1, blk.rows)
 
 
@@ -991,12 +991,17 @@ def _reads_in_place(plan, blk):
             and plan.x.shape != plan.xp_shape and _in_place_pays(blk.rows, plan.oh, plan.ow, plan.kh, plan.kw, plan.data))
 
 
+def _on_x(kw, ow_, data):
+    """The stride-1 output columns whose windows lie wholly on x's columns (_inner, however few)."""
+    return _inner(kw, ow_, data[2], data[3], 1, 0)
+
+
 @functools.lru_cache(maxsize=256)
 def _in_place_pays(p, oh_, ow_, kh, kw, data):
-    """Whether the stride-1 walk over x itself (_in_place_steps) can run, its columns whose
-    windows lie wholly on x at least a block of p (or all of them), and takes at most
+    """Whether the stride-1 walk over x itself (_in_place_steps) runs its columns whose windows
+    lie wholly on x in whole blocks of p (or all of them run on), and takes at most
     _IN_PLACE_STEPS times the block steps of the padded copy's walk with _split's columns."""
-    lo, hi = _inner(kw, ow_, data[2], data[3], 1, 0)
+    lo, hi = _on_x(kw, ow_, data)
     if hi - lo < p and hi - lo < ow_:
         return False
     copy_steps = _block_steps(p, 1, oh_, ow_, kh, kw, 1, data, *_split(p, 1, oh_, ow_, kh, kw, 1, data))
@@ -1017,7 +1022,7 @@ def _in_place_steps(p, oh_, ow_, kh, kw, data):
     the columns whose windows lie wholly on x run on in blocks that stop at the ends of the rows
     outside _full_rows, the others apart in _column_block's blocks."""
     d0, d1, c0, c1 = data
-    a, e = _inner(kw, ow_, c0, c1, 1, 0)
+    a, e = _on_x(kw, ow_, data)
     top, bottom = _full_rows.py_func(oh_, kh, 1, data)
     pixels, per_line, lines = _pixel_lines.py_func(oh_, e - a, p)
     steps = 0
