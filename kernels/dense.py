@@ -6,13 +6,13 @@ kernels, and OpenBLAS's idle threads spin for a while after every call: on 2 cor
 cores from numba's workers and cifar10-cnn ran no faster on 2 threads than on 1 (121 vs 126 ms
 per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thread pool.
 
-Each product is C = A @ B with A and C read and written through strides (so x.T, w and dx.T need
-no copies) and B packed into J-column panels in the caller's workspace or read in place. The
-forward reads w in place when its outputs are whole blocks (_reads_w_in_place), else packs w (x for batches up
-to 32, computing y.T = w.T @ x.T); the weight grad packs dy; the input grad packs dy.T (dx.T =
-w @ dy.T, w read in place). With a batch large against the outputs, both grads
-are formed together a slab of inputs at a time instead (_backward_slabs, see _DX_BY_ROWS). The
-bias uses broadcast_add on (N, C), the kernel the conv layers use.
+Each product is C = A @ B with A and C read and written through strides (so x.T and w need no
+copies) and B packed into J-column panels in the caller's workspace or read in place. The
+forward reads w in place when its outputs are whole blocks (_reads_w_in_place), else packs w (x
+for batches up to 32, computing y.T = w.T @ x.T). The backward forms both grads together a slab
+of inputs at a time (_backward_slabs): dx.T = w @ dy.T, w read in place against dy.T's panels,
+and dw = x.T @ dy against dy's. The bias uses broadcast_add on (N, C), the kernel the conv
+layers use.
 """
 
 import numba
@@ -42,19 +42,16 @@ _BLAS_MAX = 65536 * 4   # OpenBLAS runs GEMMs of fewer multiply-adds on the call
 # multiply-adds, most of a batch-32 product's time (32x2304 @ 2304x512: 1.9 -> 1.4 ms; at 64 rows
 # reading w in place was 1.1x slower than packing it)
 _SMALL_BATCH = 32
-# The input grad as dx.T = w @ dy.T stores each whole block of dx transposed (_tile's _store_cols:
-# a run of P floats per batch row), the rows 36 KB apart for mnist's 9216 inputs (one L1 set), and
-# the weight grad reads x.T with the same stride. With a batch of at least a
-# quarter of the outputs, both grads are formed a slab of inputs at a time instead
-# (_backward_slabs), dx's blocks stored into an in-cache copy. With cifar's batch of 32 and 512
-# outputs the stores are few against the 512-step reductions (slabs of 32 inputs, with w's rows
-# transposed in them: 1.2-1.4x slower). AVX2's 6 x 16 blocks (emulated on an AVX-512 host), mnist's
-# backward by slabs against the two products, 1 thread: 0.92 of the time.
-_DX_BY_ROWS = 4
-# J-lane blocks of inputs per slab of _backward_slabs: x's and dx's rows are copied in runs of
-# 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
-# against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks, 0.60-0.81 with 8, 0.51-0.74
-# with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
+# The backward forms both grads a slab of inputs at a time (_backward_slabs). Two products, the
+# earlier way, stored each whole block of dx.T = w @ dy.T transposed (_tile's _store_cols: a run of
+# P floats per batch row), the rows 36 KB apart for mnist's 9216 inputs (one L1 set), and read x.T
+# with the same stride for dw = x.T @ dy. Session 34 (the Intel Xeon, 8 x 32 blocks) timed slabs
+# against those products at 1 thread: 1.16-1.52x as fast on cifar10-cnn's 32x2304->512 and on
+# batches of 8 to 1024 against 100 to 4096 outputs (docs/performance.md); AVX2's 4 x 16 (emulated)
+# 1.16x on cifar's. At most _SLAB_BLOCKS J-lane blocks of inputs make a slab: x's and dx's rows are
+# copied in runs of 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's
+# 128x9216->128 backward against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks,
+# 0.60-0.81 with 8, 0.51-0.74 with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
 _SLAB_BLOCKS = 16
 
 
@@ -105,9 +102,10 @@ def _forward_in_place(x, w, y, bands, group):
 
 @tiled
 def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
-    """dx = dy @ w.T and dw = x.T @ dy, a slab of _SLAB_BLOCKS * J inputs at a time, each chunk
-    of slabs with its own `scratch` row: the slab's columns of x are copied out of x's rows (runs
-    of 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns are
+    """dx = dy @ w.T and dw = x.T @ dy, a slab of inputs at a time (a whole number of J-lane
+    blocks, half of a `scratch` row's length over the batch), each chunk of slabs with its own
+    `scratch` row: the slab's columns of x are copied out of x's rows (runs
+    of up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns are
     formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
     written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's 9216
     inputs: one L1 set), which a weight grad reading x.T in place did. Each block of J inputs
@@ -116,7 +114,7 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
     `dyp`: w and dw are read and written once, in order."""
     n, i_ = x.shape
     o = w.shape[1]
-    width = _SLAB_BLOCKS * J
+    width = scratch.shape[1] // (2 * n)
     xf, wf, dxf, dwf = x.reshape(-1), w.reshape(-1), dx.reshape(-1), dw.reshape(-1)
     slabs = (i_ + width - 1) // width
     chunks = scratch.shape[0]
@@ -189,9 +187,24 @@ def _in_place_bands(blk, n):
     and 6 x 64), took 0.89-0.99x the time of three bands of up to 8 over half the outputs each
     (six iterations), in six processes; the whole forward 0.935-1.006x on AVX-512 and 0.83-1.11x
     on emulated AVX2 (its 2-thread noise), six processes each (session 31)."""
+    return _parts(-(-n // blk.rows), _IN_PLACE_BLOCKS)
+
+
+def _slab_width(blk, i):
+    """Inputs per slab of the backward (_backward_slabs): whole J-lane blocks, at most
+    _SLAB_BLOCKS of them, in slabs of near-equal width as many as a multiple of the threads. At 2
+    threads 512 inputs make two slabs of 256, not one that leaves a thread idle: 32x512->4096's
+    backward 1.8x as fast, 1024x512->512's 2.2x (session 34)."""
+    blocks = -(-i // blk.lanes)
+    return -(-blocks // _parts(blocks, _SLAB_BLOCKS)) * blk.lanes
+
+
+def _parts(blocks, most):
+    """Parts to split `blocks` into for the threads: a multiple of the threads' count (at most one
+    part a block), each of at most `most` blocks once split evenly, so that each thread takes the
+    same share."""
     threads = numba.get_num_threads()
-    blocks = -(-n // blk.rows)
-    return min(blocks, threads * -(-blocks // (threads * _IN_PLACE_BLOCKS)))
+    return min(blocks, threads * -(-blocks // (threads * most)))
 
 
 def _in_place_group(blk, n, o, bands):
@@ -288,15 +301,15 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
     no_overlap("out[1] (dw)", dw, inputs | {"out[2] (db)": db})
     no_overlap("out[2] (db)", db, inputs)
     n, i, o = x.shape[0], x.shape[1], w.shape[1]
-    if n * _DX_BY_ROWS >= o and n * i * o >= _BLAS_MAX:
-        # two chunks per thread, for the balance
-        chunks = min(-(-i // (_SLAB_BLOCKS * blk.lanes)), 2 * numba.get_num_threads())
+    if n * i * o < _BLAS_MAX:   # as in _product
+        np.matmul(dy, w.T, out=dx)
+        np.matmul(x.T, dy, out=dw)
+    else:
+        width = _slab_width(blk, i)
+        chunks = min(-(-i // width), 2 * numba.get_num_threads())   # two chunks per thread, for the balance
         rows = rows_block(block, blk.lanes)   # its blocks' rows run over J inputs: AVX2's 16 as 4 x 16, not 6 + 6 + 4
         _backward_slabs[rows](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
-                              dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * _SLAB_BLOCKS * n * blk.lanes)))
-    else:
-        _product(blk, ws, "dense.dyT", w, dy.T, dx.T)   # dx.T = w @ dy.T: w read in place, only dy is packed
-        _product(blk, ws, "dense.dy", x.T, dy, dw)
+                              dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * width * n)))
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
 

@@ -802,8 +802,8 @@ def test_dense_finite_differences(rng):
 
 
 # dense's orientations for 32-lane blocks (kernels/dense.py): the forward reading w in place when
-# its outputs are whole 32-lane blocks, the grads by slabs of inputs when the batch is at least a
-# quarter of the outputs (their workspace: tests/test_kernels_dense.py), each with ragged inputs
+# its outputs are whole 32-lane blocks, the grads by slabs of inputs (their workspace:
+# tests/test_kernels_dense.py), each with ragged inputs
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [(40, 300, 64), (20, 530, 96), (130, 1000, 32), (33, 700, 128)])
 def test_dense_orientations_match_a_float64_reference(n, i, o, block, rng):

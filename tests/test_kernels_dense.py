@@ -1,6 +1,6 @@
 """dense's backward against a float64 reference at several block shapes: by slabs of inputs
-(kernels/dense.py, _backward_slabs: a batch of at least a quarter of the outputs) and as two
-products, whose transposed result (dx.T) _tile stores a whole block at a time."""
+(kernels/dense.py, _backward_slabs), each block of dx.T = w @ dy.T stored transposed, whole
+blocks by _tile's _store_cols, partial ones lane by lane."""
 
 import re
 
@@ -43,7 +43,7 @@ def test_backward_by_slabs_splits_the_inputs_among_the_threads(threads, rng):
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        for i in (1100, 5000):   # 3 slabs of 512 inputs in 2 or 3 chunks, 10 in 2 or 4
+        for i in (512, 1100, 5000):   # 1 or 2 slabs; 3 of 384-512 inputs in 2 or 3 chunks; 10 in 2 or 4
             x, w, dy = f32(rng, 128, i), f32(rng, i, 64), f32(rng, 128, 64)
             check_backward(x, w, dy, "8x32", K.Workspace())
     finally:
@@ -78,13 +78,14 @@ def test_backward_by_slabs_keeps_no_copy_of_w(rng):
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [
-    (32, 600, 300),    # whole blocks, each added to over two reduction blocks of 256 outputs
+    (32, 600, 300),    # whole blocks, a reduction over 300 outputs
     (64, 333, 260),    # a last row block of 5 inputs (stored lane by lane)
     (40, 257, 170),    # a last lane block of 8 of the batch (stored lane by lane)
 ])
 def test_backward_transposed_blocks_match_a_float64_reference(n, i, o, block, rng):
-    """A batch under a quarter of the outputs takes dx.T = w @ dy.T, whose whole blocks _tile stores
-    transposed (_store_cols: runs of P floats, one per lane); the partial ones lane by lane."""
+    """Batches small against the outputs (long reductions over them for dx.T = w @ dy.T, short ones
+    over the batch for dw): dx.T's whole blocks _tile stores transposed (_store_cols: runs of P
+    floats, one per lane), the partial ones lane by lane."""
     x, w, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, n, o)
     check_backward(x, w, dy, block, K.Workspace())
 
@@ -166,6 +167,23 @@ def test_forward_in_place_bands_split_the_batch_evenly_over_the_threads(monkeypa
         assert -(-n // rows) <= 32 * bands
         group = dense._in_place_group(blk, n, 128, bands)
         assert group == 128 if bands >= threads else group < 128, (threads, n, group)
+
+
+def test_backward_slabs_split_the_inputs_evenly_over_the_threads(monkeypatch):
+    """_slab_width: mnist-cnn's 9216 inputs in 32-lane blocks (288) are 18 slabs of 16 blocks at
+    1 and 2 threads, 20 at 4 (of 15 blocks, the last of 3); 512 inputs one slab at 1 thread, two of
+    256 at 2 (one would leave a thread idle); 784 two slabs of 13 and 12 blocks at 1 and 2
+    threads; the slabs a multiple of the threads, or one a block."""
+    from kernels import dense
+    from kernels._tile import block
+    for threads, i, lanes, want in ((1, 9216, 32, 512), (2, 9216, 32, 512), (4, 9216, 32, 480), (1, 512, 32, 512),
+                                    (2, 512, 32, 256), (1, 784, 32, 416), (2, 784, 32, 416), (2, 2304, 32, 384),
+                                    (2, 2304, 16, 240), (8, 40, 32, 32), (2, 20, 16, 16)):
+        monkeypatch.setattr(dense.numba, "get_num_threads", lambda: threads)
+        width = dense._slab_width(block(f"8x{lanes}"), i)
+        assert width == want, (threads, i, lanes, width)
+        slabs = -(-i // width)
+        assert slabs == -(-i // lanes) or slabs % threads == 0, (threads, i, slabs)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
