@@ -65,19 +65,20 @@ from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_bl
 
 
 @tiled
-def _forward_nhwc(xp, wk, s, data, inner, rows, y):
+def _forward_nhwc(xp, wk, s, data, on_x, inner, rows, y):
     """y (B, OH, OW, N) from NHWC xp and wk (KH, KW*C, Np), Np = N padded to J: xp is either the
     padded input (B, Hp, Wp, C), whose rows data[0]:data[1] and columns data[2]:data[3] hold x
-    and the others zero padding, or x itself (B, H, W, C) at those rows and columns of the padded
-    one (_reads_in_place), whose padding is never read. A block sums only over the kernel rows
-    that reach x from some of its output pixels:
+    and the others zero padding, or, with `on_x`, x itself (B, H, W, C) at those rows and columns
+    of the padded one (_reads_in_place), whose padding is never read. A block sums only over the
+    kernel rows that reach x from some of its output pixels:
     - the output columns inner[0]:inner[1] (_columns_apart: at least those whose windows lie wholly
-      on x's columns, all of them under _COLUMN_DEPTH deep; over x itself exactly those) run in blocks of P consecutive output
-      pixels of an image, running on from one output row to the next (row blocks left P - OW % P
-      rows idle at each row's end: cifar conv4's 13-pixel rows used 81% of the rows, mnist conv2's
-      26-pixel input grad rows 81%), each over the kernel rows that reach x from any of its output
-      rows (the input grad of a 'valid' layer, a full correlation over dy padded by KH - 1 rows,
-      skips 2 of 15 rows' worth of work on cifar conv4);
+      on x's columns, all of them under _COLUMN_DEPTH deep; over x itself exactly those) run in
+      blocks of P consecutive output pixels of an image, running on from one output row to the
+      next (row blocks left P - OW % P rows idle at each row's end: cifar conv4's 13-pixel rows
+      used 81% of the rows, mnist conv2's 26-pixel input grad rows 81%), each over the kernel rows
+      that reach x from any of its output rows (the input grad of a 'valid' layer, a full
+      correlation over dy padded by KH - 1 rows, skips 2 of 15 rows' worth of work on cifar
+      conv4);
     - each of the others in blocks of P output rows down its column, over only its kernel columns
       that reach x (cifar conv3's 'same' forward with 6-row blocks: 1 of 15 columns, a third
       shorter; cifar conv4's input grad: 3 of 15 columns, one a third and two two thirds
@@ -92,9 +93,8 @@ def _forward_nhwc(xp, wk, s, data, inner, rows, y):
     kh_, kl, np_ = wk.shape
     _, oh_, ow_, n = y.shape
     kw_ = kl // c
-    exact = hx != (oh_ - 1) * s + kh_ or wx != (ow_ - 1) * s + kw_   # x itself: its padding is not there
-    origin = (data[0] * wx + data[2]) * c if exact else 0   # x's first float in the padded input's coordinates
-    top, bottom = _full_rows(oh_, kh_, s, data) if exact else (0, oh_)
+    origin = (data[0] * wx + data[2]) * c if on_x else 0   # x's first float in the padded input's coordinates
+    top, bottom = _full_rows(oh_, kh_, s, data) if on_x else (0, oh_)
     xf, wf, yf = xp.reshape(-1), wk.reshape(-1), y.reshape(-1)
     a, e = inner
     width = e - a
@@ -968,19 +968,20 @@ def _forward(plan, block, y):
         _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
-    xp, inner = _nhwc_input(plan, blk)
-    _forward_nhwc[blk](plan.macs(), xp, wk, plan.stride, plan.data, inner, _chunk(plan, wk.shape[2]), yh)
+    xp, on_x, inner = _nhwc_input(plan, blk)
+    _forward_nhwc[blk](plan.macs(), xp, wk, plan.stride, plan.data, on_x, inner, _chunk(plan, wk.shape[2]), yh)
     if plan.nchw:   # strided NCHW goes through NHWC copies: rows of strided pixels are not vectors
         _unpack(y.size, yh, 0, 0, True, plan.oh, plan.ow, y)
     return y
 
 
 def _nhwc_input(plan, blk):
-    """(xp, inner) for _forward_nhwc: x itself (_reads_in_place) with the output columns whose
-    windows lie wholly on x run on, or the padded copy of x with _columns_apart's split."""
+    """(xp, on_x, inner) for _forward_nhwc: x itself (_reads_in_place, on_x) with the output
+    columns whose windows lie wholly on x run on, or the padded copy of x with _columns_apart's
+    split."""
     if _reads_in_place(plan, blk):
-        return plan.x, _on_x(plan.kw, plan.ow, plan.data)
-    return plan.x_nhwc(), _columns_apart(plan, 1, blk.rows)
+        return plan.x, True, _on_x(plan.kw, plan.ow, plan.data)
+    return plan.x_nhwc(), False, _columns_apart(plan, 1, blk.rows)
 
 
 def _reads_in_place(plan, blk):

@@ -422,7 +422,7 @@ def test_nhwc_forward_never_reads_the_padding_columns(block, rng):
         wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(kh, kw * 8, -1)
         for size, rows in ((0, kh), (PARALLEL_MIN, kh), (PARALLEL_MIN, 1)):   # the twins; passes of a row
             y = np.empty(want.shape, np.float32)
-            conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23),
+            conv._forward_nhwc[blk](size, xp, wk, s, (pt, pt + 9, pl, pl + 23), False,
                                     conv._inner(kw, ow, pl, pl + 23, s, blk.rows), rows, y)
             close(y, want, scale=kh * kw * 8)
 
@@ -566,7 +566,7 @@ def test_nhwc_forward_stores_zeros_where_a_block_reaches_no_row_of_x(rows, rng):
     want = ref.conv2d(xp, w, "NHWC", 1, "valid")   # 18 x 12 outputs, rows 7-9 reach x's row
     wk = conv._lanes(blk, K.Workspace(), "wk", w).reshape(3, 3 * 16, -1)
     y = np.full(want.shape, np.nan, np.float32)
-    conv._forward_nhwc[blk](0, xp, wk, 1, (9, 10, 1, 13), (0, 12), rows, y)
+    conv._forward_nhwc[blk](0, xp, wk, 1, (9, 10, 1, 13), False, (0, 12), rows, y)
     close(y, want, scale=3 * 16)
     assert (y[:, :7] == 0).all() and (y[:, 10:] == 0).all()
 
