@@ -477,6 +477,66 @@ def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, req
             assert ("conv2d.dy_full" in ws._buffers) == (inner < rows), (kh, kw, h, wd, padding)
 
 
+# Run in a child process: a read past the guarded memory ends it with SIGSEGV.
+_GUARDED_READS = """
+import ctypes, mmap, sys
+import numpy as np
+import kernels as K
+from kernels import conv
+
+conv._IN_PLACE_STEPS = float("inf")   # every geometry that can reads in place
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def guarded(a, at_end):
+    # a's values in memory flush against a page no access is allowed to: right after its last
+    # float, or right before its first
+    page = mmap.PAGESIZE
+    pages = -(-a.nbytes // page)
+    mm = mmap.mmap(-1, (pages + 2) * page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    for at in (base, base + (pages + 1) * page):
+        assert libc.mprotect(ctypes.c_void_p(at), page, 0) == 0, ctypes.get_errno()
+    g = np.frombuffer(mm, np.float32, a.size, page + (pages * page - a.nbytes if at_end else 0)).reshape(a.shape)
+    g[...] = a
+    return g
+
+
+rng = np.random.default_rng(0)
+for block in sys.argv[1:]:
+    for (kh, kw), h, wd in (((3, 3), 9, 23), ((5, 5), 9, 23), ((5, 5), 3, 23), ((5, 2), 9, 23), ((2, 4), 9, 23)):
+        x = rng.standard_normal((2, h, wd, 16)).astype(np.float32)
+        w = rng.standard_normal((kh, kw, 16, 40)).astype(np.float32)
+        for padding in ("same", "valid"):
+            if padding == "valid" and kh > h:
+                continue
+            args = dict(layout="NHWC", padding=padding, block=block)
+            y = K.conv2d_forward(x, w, **args)
+            dy = rng.standard_normal(y.shape).astype(np.float32)
+            dx = K.conv2d_backward(x, w, dy, **args)[0]
+            for at_end in (False, True):
+                ws = K.Workspace()
+                if padding == "same":
+                    assert np.array_equal(K.conv2d_forward(guarded(x, at_end), w, workspace=ws, **args), y)
+                    assert "conv2d.xp" not in ws._buffers, (block, kh, kw, h, wd)   # x read in place
+                got = K.conv2d_backward(x, w, guarded(dy, at_end), workspace=ws, **args)[0]
+                assert np.array_equal(got, dx)
+                assert "conv2d.dy_full" not in ws._buffers, (block, kh, kw, h, wd, padding)   # dy read in place
+print("ok")
+"""
+
+
+def test_nhwc_products_read_in_place_nothing_outside_x():
+    """Reading x itself, the NHWC stride-1 products read no float outside it: x (for the 'same'
+    forwards) and dy (for the input grads) lie flush against a page no access is allowed to, after
+    their last float and then before their first, in a child process where a read past them ends
+    it; the results equal those from ordinary memory, and no padded copy is taken. A NaN
+    neighbour (test_nhwc_products_read_x_in_place_never_its_padding) shows only reads that reach
+    an output; this catches those whose products are overwritten later too."""
+    proc = subprocess.run([sys.executable, "-c", _GUARDED_READS, *BLOCKS], capture_output=True, text=True,
+                          timeout=600, env=os.environ | {"PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
+
 
 def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, exact):
     """An independent count of the block steps of _forward_nhwc's walk at stride 1: columns a:e
