@@ -45,13 +45,14 @@ _SMALL_BATCH = 32
 # The backward forms both grads a slab of inputs at a time (_backward_slabs). Two products, the
 # earlier way, stored each whole block of dx.T = w @ dy.T transposed (_tile's _store_cols: a run of
 # P floats per batch row), the rows 36 KB apart for mnist's 9216 inputs (one L1 set), and read x.T
-# with the same stride for dw = x.T @ dy. Session 34 (the Intel Xeon, 8 x 32 blocks) timed slabs
-# against those products at 1 thread: 1.16-1.52x as fast on cifar10-cnn's 32x2304->512 and on
-# batches of 8 to 1024 against 100 to 4096 outputs (docs/performance.md); AVX2's 4 x 16 (emulated)
-# 1.16x on cifar's. At most _SLAB_BLOCKS J-lane blocks of inputs make a slab: x's and dx's rows are
-# copied in runs of 2 KB, long enough for the hardware prefetchers (at 1 thread, mnist-cnn's
-# 128x9216->128 backward against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks,
-# 0.60-0.81 with 8, 0.51-0.74 with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
+# with the same stride for dw = x.T @ dy. On the shapes that took them (a batch under a quarter of
+# the outputs), slabs took 0.90-0.91x the time at 1 thread and 0.86-0.88x at 2 on cifar10-cnn's
+# 32x2304->512, 0.77-0.99x on batches of 8-64 against 128-4096 outputs (the Intel Xeon, 8 x 32;
+# emulated AVX2's 4 x 16 on cifar's 0.97-1.00x: docs/performance.md, session 34). At most
+# _SLAB_BLOCKS J-lane blocks of inputs make a slab: x's and dx's rows are copied in runs of 2 KB,
+# long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
+# against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks, 0.60-0.81 with 8,
+# 0.51-0.74 with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
 _SLAB_BLOCKS = 16
 
 
