@@ -2,7 +2,9 @@
 
 Pure functions on numpy arrays; they know nothing of the engine or the profiler. Every kernel
 checks its arguments before any compiled code runs (see _checks for the dtype policy) and takes
-optional `out=` buffers so a training step need not allocate.
+optional `out=` buffers so a training step need not allocate. The arrays the kernels allocate, and
+a `Workspace`'s buffers, start on a 64-byte cache line; `kernels.aligned_empty` and
+`aligned_zeros` make such arrays for a caller's own buffers.
 
 `import kernels` is cheap: each kernel's module (and numba) is imported on first access.
 `kernels.isa_info()` reports the host's vector ISA and the micro-kernel block shape without
@@ -23,7 +25,7 @@ import importlib
 from ._isa import isa_info
 
 _MODULES = {
-    "LAYOUTS": "_checks", "Workspace": "workspace",
+    "LAYOUTS": "_checks", "Workspace": "workspace", "aligned_empty": "workspace", "aligned_zeros": "workspace",
     "relu_backward": "activations", "relu_forward": "activations",
     "sigmoid_backward": "activations", "sigmoid_forward": "activations",
     "broadcast_add_backward": "bias", "broadcast_add_forward": "bias",

@@ -13,6 +13,8 @@ import numbers
 
 import numpy as np
 
+from .workspace import Workspace, aligned_empty
+
 LAYOUTS = ("NCHW", "NHWC")
 
 
@@ -52,9 +54,10 @@ def writeable(name, a):
 
 
 def out_buffer(out, shape, name="out", dtype=_F32):
-    """Allocate the result, or check a caller's buffer (which must be exactly right: no copies)."""
+    """Allocate the result (on a cache line), or check a caller's buffer (which must be exactly
+    right: no copies)."""
     if out is None:
-        return np.empty(shape, dtype)
+        return aligned_empty(shape, dtype)
     if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != tuple(shape) \
             or not out.flags.c_contiguous:
         got = f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}".strip()
@@ -90,7 +93,6 @@ def number(name, v):
 
 
 def check_workspace(ws):
-    from .workspace import Workspace
     if ws is None:
         return Workspace()
     if not isinstance(ws, Workspace):

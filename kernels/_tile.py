@@ -21,7 +21,6 @@ shape from the Block it was given. Any shape gives the same results; tests run s
 
 
 import contextlib
-import math
 
 from llvmlite import ir
 from numba import prange, types, uint64
@@ -543,20 +542,11 @@ def _panels(src, dst):
                 dst[g, k, j] = row[g * J + j] if g * J + j < n else 0.0
 
 
-def aligned(workspace, name, shape):
-    """A float32 workspace buffer of `shape` that starts on a 64-byte line, so the J-float runs a
-    block loads from it (J a multiple of 16) never straddle two lines (numpy aligns to 16 bytes)."""
-    size = math.prod(shape)
-    flat = workspace.take(name, (size + 15,))
-    skip = -flat.ctypes.data % 64 // 4
-    return flat[skip:skip + size].reshape(shape)
-
-
 def panels(blk, workspace, name, b):
     """A (K, N) B operand as (ceil(N/J), K, J) panels, so a block reads one contiguous J-float run
     per step (read in place with N = 128, a block's lines are 512 bytes apart and share 8 of L1's
     64 sets)."""
     k, n = b.shape
-    out = aligned(workspace, name, (blk.padded(n) // blk.lanes, k, blk.lanes))
+    out = workspace.take(name, (blk.padded(n) // blk.lanes, k, blk.lanes))
     _panels[blk](out.size, b, out)
     return out

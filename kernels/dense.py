@@ -22,7 +22,7 @@ from numba import prange
 from ._checks import check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, transpose
 from ._jit import kernel
-from ._tile import J, P, aligned, block as block_of, lanes_block, panels, rows_block, tile, tiled
+from ._tile import J, P, block as block_of, lanes_block, panels, rows_block, tile, tiled
 from .bias import broadcast_add_backward, broadcast_add_forward
 
 _KB = 256       # reduction block
@@ -161,7 +161,7 @@ def _packed(blk, ws, name, b):
     """b (K, N) as (ceil(N/J), K, J) panels; b may be the transpose of a C-ordered array."""
     if b.flags.c_contiguous:
         return panels(blk, ws, name, b)
-    out = aligned(ws, name, (blk.padded(b.shape[1]) // blk.lanes, b.shape[0], blk.lanes))
+    out = ws.take(name, (blk.padded(b.shape[1]) // blk.lanes, b.shape[0], blk.lanes))
     _panels_t(out.size, b.T, out)
     return out
 
@@ -310,7 +310,7 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
         chunks = min(-(-i // width), 2 * numba.get_num_threads())   # two chunks per thread, for the balance
         rows = rows_block(block, blk.lanes)   # its blocks' rows run over J inputs: AVX2's 16 as 4 x 16, not 6 + 6 + 4
         _backward_slabs[rows](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
-                              dx, dw, aligned(ws, "dense.slabs", (chunks, 2 * width * n)))
+                              dx, dw, ws.take("dense.slabs", (chunks, 2 * width * n)))
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
 

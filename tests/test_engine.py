@@ -79,6 +79,33 @@ def test_mlp_scenario_is_the_seed_model():
     assert isinstance(sc.optimizer, Adam) and sc.model.fused_softmax
 
 
+@pytest.mark.parametrize("name", ["mlp", "mnist-cnn", "cifar10-cnn"])
+def test_parameters_and_gradients_start_on_cache_lines_with_zeros_between(name):
+    """The model's flat parameter and gradient buffers hold each parameter (and its gradient) from
+    a 64-byte line on; the floats between them (the mlp's 200-, 100- and 200-float parameters are
+    followed by 8, 12 and 8) are zero, and stay zero through training steps with the scenario's
+    optimizer (Adam, Adadelta, RMSprop), whose slots start on lines too."""
+    sc = scenarios.build(name, samples=64)
+    model = sc.model
+    views = [(getattr(layer, n), getattr(layer, "d" + n)) for layer in model.layers for n in layer.param_names]
+    base, used = model.flat_params.ctypes.data, np.zeros(model.flat_params.size, bool)
+    assert base % 64 == 0 and model.flat_grads.ctypes.data % 64 == 0
+    for p, g in views:
+        assert p.ctypes.data % 64 == 0 and g.ctypes.data % 64 == 0
+        assert np.shares_memory(p, model.flat_params) and np.shares_memory(g, model.flat_grads)
+        start = (p.ctypes.data - base) // 4
+        used[start:start + p.size] = True
+    assert used.sum() == sum(p.size for p, _ in views) and model.flat_params.size - used.sum() < 16 * len(views)
+    assert np.abs(model.flat_params[used]).sum() > 0
+    for x, y in list(sc.data.epoch(0))[:2]:
+        model.train_step(x, y)
+        sc.optimizer.step([model.flat_params], [model.flat_grads])
+    assert not model.flat_params[~used].any() and not model.flat_grads[~used].any()
+    assert model.flat_grads[used].any()
+    slots = [s for state in sc.optimizer.state.values() for s in state]
+    assert slots and all(s.ctypes.data % 64 == 0 and s.shape == model.flat_params.shape for s in slots)
+
+
 def test_steady_state_training_allocates_no_large_arrays():
     sc = scenarios.build("mnist-cnn", samples=256)
     batches = list((x.copy(), y.copy()) for x, y in sc.data.epoch(0))

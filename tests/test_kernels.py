@@ -746,6 +746,28 @@ def test_conv2d_workspace_and_out_buffers_are_reused(rng):
     close(y, ref.conv2d(x, w, "NCHW", 1, "valid"), scale=27)
 
 
+def test_workspace_buffers_and_allocated_results_start_on_a_cache_line(rng):
+    """A Workspace's buffers, grown or reused, and the results a kernel allocates (no out=) start
+    on a 64-byte line (kernels.aligned_empty), where numpy's large arrays start 16-48 bytes past
+    one; their values are the kernels' all the same."""
+    ws = K.Workspace()
+    for name, shape, dtype in (("a", (5,), np.float32), ("a", (3, 1000), np.float32), ("a", (7,), np.float32),
+                               ("b", (1 << 20,), np.float32), ("c", (33,), np.int64), ("d", (9,), np.uint8)):
+        buf = ws.take(name, shape, dtype)
+        assert buf.ctypes.data % 64 == 0 and buf.shape == shape and buf.dtype == dtype, (name, shape, dtype)
+    assert ws.nbytes == 3 * 1000 * 4 + (1 << 20) * 4 + 33 * 8 + 9
+    a = K.aligned_empty((3, 5, 7), np.float64)
+    assert a.ctypes.data % 64 == 0 and a.shape == (3, 5, 7) and a.dtype == np.float64 and a.flags.c_contiguous
+    x, w, b = f32(rng, 70, 600), f32(rng, 600, 130), f32(rng, 130)
+    y = K.dense_forward(x, w, b)
+    dx, dw, db = K.dense_backward(x, w, f32(rng, 70, 130))
+    xc, wc = f32(rng, 2, 3, 9, 9), f32(rng, 3, 3, 3, 5)
+    for out in (y, dx, dw, db, K.conv2d_forward(xc, wc, layout="NCHW"), *K.conv2d_backward(xc, wc, f32(rng, 2, 5, 7, 7),
+                                                                                         layout="NCHW")):
+        assert out.ctypes.data % 64 == 0, out.shape
+    close(y, x.astype(np.float64) @ w + b, scale=np.sqrt(600))
+
+
 def test_conv2d_backward_packs_x_and_dy_into_buffers_of_their_own(rng):
     """The NHWC backward's weight grad reads x padded and its input grad (a full correlation) dy
     padded, each packed into a workspace buffer of its own: x's pack is still whole afterwards. In

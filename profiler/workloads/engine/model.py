@@ -2,10 +2,12 @@
 
 import numpy as np
 
-from kernels import LAYOUTS
+from kernels import LAYOUTS, aligned_zeros
 
 from .layers import Activation, Dense, Flatten, untimed
 from .losses import CategoricalCrossentropy
+
+_LINE = 16   # float32s in a 64-byte cache line
 
 
 class Sequential:
@@ -34,19 +36,21 @@ class Sequential:
 
     def _pack(self):
         """Move all parameters into one flat buffer and all gradients into another (the layers keep
-        views), so the optimizer updates the whole model in one fused call per step."""
+        views), so the optimizer updates the whole model in one fused call per step. Each starts on
+        a cache line, as the kernels' own buffers do (kernels.aligned_zeros); the floats between
+        them are zero in both buffers, and the optimizers' updates keep them so."""
         owners = [(layer, name) for layer in self.layers for name in layer.param_names]
-        total = sum(getattr(layer, name).size for layer, name in owners)
-        self.flat_params = np.empty(total, np.float32)
-        self.flat_grads = np.zeros(total, np.float32)
-        offset = 0
+        offsets, total = [], 0
         for layer, name in owners:
+            offsets.append(total)
+            total += -(-getattr(layer, name).size // _LINE) * _LINE
+        self.flat_params, self.flat_grads = aligned_zeros((total,)), aligned_zeros((total,))
+        for (layer, name), offset in zip(owners, offsets):
             p = getattr(layer, name)
             view = self.flat_params[offset:offset + p.size].reshape(p.shape)
             view[...] = p
             setattr(layer, name, view)
             setattr(layer, "d" + name, self.flat_grads[offset:offset + p.size].reshape(p.shape))
-            offset += p.size
 
     def _strip_softmax(self):
         """A trailing softmax is fused into the loss (and applied by predict); nowhere else is it valid."""

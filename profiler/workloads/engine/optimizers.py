@@ -2,8 +2,6 @@
 
 import math
 
-import numpy as np
-
 import kernels as K
 
 
@@ -20,7 +18,7 @@ class Optimizer:
         for p, g in zip(params, grads):
             slots = self.state.get(id(p))
             if slots is None:
-                slots = self.state[id(p)] = [np.zeros_like(p) for _ in range(self.slots)]
+                slots = self.state[id(p)] = [K.aligned_zeros(p.shape) for _ in range(self.slots)]   # as p, on lines
             self.update(p, g, *slots)
 
 
