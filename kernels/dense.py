@@ -52,7 +52,10 @@ _SMALL_BATCH = 32
 # _SLAB_BLOCKS J-lane blocks of inputs make a slab: x's and dx's rows are copied in runs of 2 KB,
 # long enough for the hardware prefetchers (at 1 thread, mnist-cnn's 128x9216->128 backward
 # against PyTorch, medians in five processes: 0.62-0.89 with 16 blocks, 0.60-0.81 with 8,
-# 0.51-0.74 with one; 0.55-0.77 packing w.T for dx = dy @ w.T)
+# 0.51-0.74 with one; 0.55-0.77 packing w.T for dx = dy @ w.T). The blocks split evenly into as
+# many slabs as a multiple of the threads (_parts): at 2 threads 512 inputs make two slabs of 256,
+# not one that leaves a thread idle (the slab kernel on 32x512->4096 1.8x as fast, on
+# 1024x512->512 2.2x; session 34).
 _SLAB_BLOCKS = 16
 
 
@@ -65,7 +68,7 @@ def _matmul(a, sam, sak, b, sbn, sbk, k_, m_, n, c, scm, scn, group):
     Each parallel iteration is a band of rows x a group of `group` columns, walked row block by
     row block, so successive blocks write adjacent lines of C (column blocks first, the earlier
     order, left each block's six 64-byte stores 12 KB from the last: the K = 32 weight grad of
-    cifar10-cnn's dense layer ran 1.7x slower)."""
+    cifar10-cnn's dense layer, then a product, ran 1.7x slower)."""
     groups = (n + group - 1) // group
     band = _BAND_BLOCKS * P
     for it in prange((m_ + band - 1) // band * groups):
@@ -102,10 +105,10 @@ def _forward_in_place(x, w, y, bands, group):
 
 
 @tiled
-def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
-    """dx = dy @ w.T and dw = x.T @ dy, a slab of inputs at a time (a whole number of J-lane
-    blocks, half of a `scratch` row's length over the batch), each chunk of slabs with its own
-    `scratch` row: the slab's columns of x are copied out of x's rows (runs
+def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch, slabs):
+    """dx = dy @ w.T and dw = x.T @ dy, a slab of inputs at a time (the J-lane blocks of inputs
+    split evenly into `slabs`), each chunk of slabs with its own `scratch` row (two halves, each
+    the widest slab over the batch): the slab's columns of x are copied out of x's rows (runs
     of up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns are
     formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
     written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's 9216
@@ -115,15 +118,15 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch):
     `dyp`: w and dw are read and written once, in order."""
     n, i_ = x.shape
     o = w.shape[1]
-    width = scratch.shape[1] // (2 * n)
+    blocks = (i_ + J - 1) // J
+    half = scratch.shape[1] // 2
     xf, wf, dxf, dwf = x.reshape(-1), w.reshape(-1), dx.reshape(-1), dw.reshape(-1)
-    slabs = (i_ + width - 1) // width
     chunks = scratch.shape[0]
     for t in prange(chunks):
-        xs, dxs = scratch[t, :width * n], scratch[t, width * n:]
+        xs, dxs = scratch[t, :half], scratch[t, half:]
         for s in range(t * slabs // chunks, (t + 1) * slabs // chunks):
-            s0 = s * width
-            sw = min(width, i_ - s0)
+            s0 = s * blocks // slabs * J
+            sw = min(i_, (s + 1) * blocks // slabs * J) - s0
             for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
                 for j in range(0, sw, J):
                     copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
@@ -189,15 +192,6 @@ def _in_place_bands(blk, n):
     (six iterations), in six processes; the whole forward 0.935-1.006x on AVX-512 and 0.83-1.11x
     on emulated AVX2 (its 2-thread noise), six processes each (session 31)."""
     return _parts(-(-n // blk.rows), _IN_PLACE_BLOCKS)
-
-
-def _slab_width(blk, i):
-    """Inputs per slab of the backward (_backward_slabs): whole J-lane blocks, at most
-    _SLAB_BLOCKS of them, in slabs of near-equal width as many as a multiple of the threads. At 2
-    threads 512 inputs make two slabs of 256, not one that leaves a thread idle: 32x512->4096's
-    backward 1.8x as fast, 1024x512->512's 2.2x (session 34)."""
-    blocks = -(-i // blk.lanes)
-    return -(-blocks // _parts(blocks, _SLAB_BLOCKS)) * blk.lanes
 
 
 def _parts(blocks, most):
@@ -306,11 +300,13 @@ def dense_backward(x, w, dy, *, out=None, workspace=None, block=None):
         np.matmul(dy, w.T, out=dx)
         np.matmul(x.T, dy, out=dw)
     else:
-        width = _slab_width(blk, i)
-        chunks = min(-(-i // width), 2 * numba.get_num_threads())   # two chunks per thread, for the balance
+        blocks = -(-i // blk.lanes)
+        slabs = _parts(blocks, _SLAB_BLOCKS)
+        chunks = min(slabs, 2 * numba.get_num_threads())   # two chunks per thread, for the balance
+        widest = -(-blocks // slabs) * blk.lanes
         rows = rows_block(block, blk.lanes)   # its blocks' rows run over J inputs: AVX2's 16 as 4 x 16, not 6 + 6 + 4
         _backward_slabs[rows](n * i * o, x, w, panels(blk, ws, "dense.dy", dy), _packed(blk, ws, "dense.dyT", dy.T),
-                              dx, dw, ws.take("dense.slabs", (chunks, 2 * width * n)))
+                              dx, dw, ws.take("dense.slabs", (chunks, 2 * widest * n)), slabs)
     broadcast_add_backward(dy, layout="NHWC", out=db)
     return dx, dw, db
 

@@ -2,6 +2,7 @@
 and the arrays the kernels allocate: each starts on a 64-byte cache line."""
 
 import math
+import numbers
 
 import numpy as np
 
@@ -12,12 +13,13 @@ def aligned_empty(shape, dtype=np.float32):
     """np.empty(shape, dtype), but starting on a 64-byte cache line. numpy's large arrays start
     16-48 bytes past one, where a block's vector runs straddle two lines and the memory-bound loops
     ran 1.05-1.3x slower (docs/performance.md, session 20); the seed models' training steps took
-    0.89-0.97x the time with every buffer on a line (session 34)."""
+    0.89-0.95x the time with every buffer on a line (session 34)."""
+    shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
     dtype = np.dtype(dtype)
-    size = math.prod(shape)
-    flat = np.empty(size + LINE // dtype.itemsize, dtype)
-    skip = -flat.ctypes.data % LINE // dtype.itemsize
-    return flat[skip:skip + size].reshape(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + LINE, np.uint8)
+    skip = -raw.ctypes.data % LINE
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
 
 
 def aligned_zeros(shape, dtype=np.float32):

@@ -538,10 +538,10 @@ def test_nhwc_products_read_in_place_nothing_outside_x():
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
 
 
-def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, exact):
+def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, on_x):
     """An independent count of the block steps of _forward_nhwc's walk at stride 1: columns a:e
     run on in lines of whole blocks, each block at most p pixels over at most one row end, the
-    other columns apart in blocks of p rows. With `exact` a block crosses a row end only between
+    other columns apart in blocks of p rows. With `on_x` a block crosses a row end only between
     two rows whose every kernel row reaches x, and each other row of an outer column is a block."""
     d0, d1, c0, c1 = data
     width = e - a
@@ -555,7 +555,7 @@ def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, exact):
         while q < end:
             r, col = divmod(q, width)
             n = min(p, end - q, 2 * width - col)
-            if col + n > width and exact and not (full[r] and full[r + 1]):
+            if col + n > width and on_x and not (full[r] and full[r + 1]):
                 n = width - col
             steps += kw * rows(r, (q + n - 1) // width)
             q += n
@@ -563,7 +563,7 @@ def _walk_steps(p, oh_, ow_, kh, kw, data, a, e, exact):
         r = 0
         while r < oh_:
             n = min(p, oh_ - r)
-            if exact:
+            if on_x:
                 n = next((i for i in range(1, n) if not full[r + i]), n) if full[r] else 1
             steps += max(0, min(kw, c1 - col) - max(0, c0 - col)) * rows(r, r + n - 1)
             r += n
@@ -862,9 +862,10 @@ def test_dense_matches_torch(block, n, i, o, strided, seed):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [(70, 600, 130), (50, 700, 20), (5, 300, 400), (32, 520, 70)])
 def test_dense_blocked_products_match_a_float64_reference(n, i, o, block, rng):
-    """Sizes that take the numba path (past OpenBLAS's single-thread threshold): reduction blocks
-    of 256, row bands of 48, column groups split for the threads, and their partial edges; batches
-    up to 32 run the forward transposed (x packed, w read in place)."""
+    """Sizes that take the numba path (past OpenBLAS's single-thread threshold): the forward's
+    reduction blocks of 256, row bands of 48, column groups split for the threads, and their
+    partial edges; batches up to 32 run the forward transposed (x packed, w read in place); the
+    backward by slabs."""
     x, w, b, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, o), f32(rng, n, o)
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
     close(K.dense_forward(x, w, b, block=block), x64 @ w64 + b, scale=np.sqrt(i))

@@ -26,10 +26,10 @@ def check_backward(x, w, dy, block, ws):
 
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("n,i,o", [
-    (128, 1000, 128),   # a last slab of 488 inputs, its last block of 32 lanes 8 wide
-    (67, 530, 96),      # a batch that is not whole row blocks; a last slab of 18 inputs
-    (40, 1100, 130),    # outputs not whole 32-lane panels; three slabs
-    (33, 2049, 100),    # a one-input last slab
+    (128, 1000, 128),   # 32-lane blocks: two slabs of 16 blocks, the last 8 inputs wide
+    (67, 530, 96),      # a batch that is not whole row blocks; slabs of 8 and 9 blocks, the last 18 wide
+    (40, 1100, 130),    # outputs not whole 32-lane panels; three slabs of 11-12 blocks
+    (33, 2049, 100),    # five slabs of 13 blocks, the last block one input
 ])
 def test_backward_by_slabs_matches_a_float64_reference(n, i, o, block, rng):
     x, w, dy = f32(rng, n, i), f32(rng, i, o), f32(rng, n, o)
@@ -43,7 +43,7 @@ def test_backward_by_slabs_splits_the_inputs_among_the_threads(threads, rng):
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        for i in (512, 1100, 5000):   # 1 or 2 slabs; 3 of 384-512 inputs in 2 or 3 chunks; 10 in 2 or 4
+        for i in (512, 1100, 5000):   # 1 / 2 threads: 1 slab / 2; 3 slabs in 2 chunks / 4 in 4; 10 in 2 / 10 in 4
             x, w, dy = f32(rng, 128, i), f32(rng, i, 64), f32(rng, 128, 64)
             check_backward(x, w, dy, "8x32", K.Workspace())
     finally:
@@ -170,20 +170,20 @@ def test_forward_in_place_bands_split_the_batch_evenly_over_the_threads(monkeypa
 
 
 def test_backward_slabs_split_the_inputs_evenly_over_the_threads(monkeypatch):
-    """_slab_width: mnist-cnn's 9216 inputs in 32-lane blocks (288) are 18 slabs of 16 blocks at
-    1 and 2 threads, 20 at 4 (of 15 blocks, the last of 3); 512 inputs one slab at 1 thread, two of
-    256 at 2 (one would leave a thread idle); 784 two slabs of 13 and 12 blocks at 1 and 2
-    threads; the slabs a multiple of the threads, or one a block."""
+    """The backward's slabs (_parts over its J-lane blocks of inputs): mnist-cnn's 9216 inputs in
+    32-lane blocks (288) are 18 slabs of 16 blocks at 1 and 2 threads, 20 of 14-15 at 4; 512
+    inputs one slab at 1 thread, two of 256 at 2 (one would leave a thread idle); 9 blocks four
+    slabs of 2-3 at 4 threads; always a multiple of the threads (or one a block), split evenly
+    as _backward_slabs splits them, none over 16 blocks."""
     from kernels import dense
-    from kernels._tile import block
-    for threads, i, lanes, want in ((1, 9216, 32, 512), (2, 9216, 32, 512), (4, 9216, 32, 480), (1, 512, 32, 512),
-                                    (2, 512, 32, 256), (1, 784, 32, 416), (2, 784, 32, 416), (2, 2304, 32, 384),
-                                    (2, 2304, 16, 240), (8, 40, 32, 32), (2, 20, 16, 16)):
+    for threads, blocks, want in ((1, 288, 18), (2, 288, 18), (4, 288, 20), (1, 16, 1), (2, 16, 2), (2, 25, 2),
+                                  (4, 9, 4), (2, 72, 6), (1, 72, 5), (8, 2, 2), (2, 1, 1), (2, 271, 18)):
         monkeypatch.setattr(dense.numba, "get_num_threads", lambda: threads)
-        width = dense._slab_width(block(f"8x{lanes}"), i)
-        assert width == want, (threads, i, lanes, width)
-        slabs = -(-i // width)
-        assert slabs == -(-i // lanes) or slabs % threads == 0, (threads, i, slabs)
+        slabs = dense._parts(blocks, 16)
+        assert slabs == want, (threads, blocks, slabs)
+        assert slabs == blocks or slabs % threads == 0
+        widths = [(s + 1) * blocks // slabs - s * blocks // slabs for s in range(slabs)]   # as _backward_slabs
+        assert sum(widths) == blocks and max(widths) <= 16 and max(widths) - min(widths) <= 1, widths
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -3,11 +3,12 @@
 import numpy as np
 
 from kernels import LAYOUTS, aligned_zeros
+from kernels.workspace import LINE
 
 from .layers import Activation, Dense, Flatten, untimed
 from .losses import CategoricalCrossentropy
 
-_LINE = 16   # float32s in a 64-byte cache line
+_LINE = LINE // np.dtype(np.float32).itemsize   # floats a cache line
 
 
 class Sequential:

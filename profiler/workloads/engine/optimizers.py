@@ -18,7 +18,7 @@ class Optimizer:
         for p, g in zip(params, grads):
             slots = self.state.get(id(p))
             if slots is None:
-                slots = self.state[id(p)] = [K.aligned_zeros(p.shape) for _ in range(self.slots)]   # as p, on lines
+                slots = self.state[id(p)] = [K.aligned_zeros(p.shape, p.dtype) for _ in range(self.slots)]
             self.update(p, g, *slots)
 
 
