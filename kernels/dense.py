@@ -6,7 +6,7 @@ kernels, and OpenBLAS's idle threads spin for a while after every call: on 2 cor
 cores from numba's workers and cifar10-cnn ran no faster on 2 threads than on 1 (121 vs 126 ms
 per step; 73 with OpenBLAS single-threaded). In numba, all kernels share one thread pool.
 
-Each product is C = A @ B with A and C read and written through strides (so x.T and w need no
+Each product is C = A @ B with A and C read and written through strides (so w.T and y.T need no
 copies) and B packed into J-column panels in the caller's workspace or read in place. The
 forward reads w in place when its outputs are whole blocks (_reads_w_in_place), else packs w (x
 for batches up to 32, computing y.T = w.T @ x.T). The backward forms both grads together a slab
@@ -108,9 +108,9 @@ def _forward_in_place(x, w, y, bands, group):
 def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch, slabs):
     """dx = dy @ w.T and dw = x.T @ dy, a slab of inputs at a time (the J-lane blocks of inputs
     split evenly into `slabs`), each chunk of slabs with its own `scratch` row (two halves, each
-    the widest slab over the batch): the slab's columns of x are copied out of x's rows (runs
-    of up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns are
-    formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
+    the widest slab over the batch): the slab's columns of x are copied out of x's rows (runs of
+    up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns
+    are formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
     written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's 9216
     inputs: one L1 set), which a weight grad reading x.T in place did. Each block of J inputs
     takes dx.T = w @ dy.T, w's rows read in place against dy.T's panels `dytp` and each block
