@@ -84,7 +84,8 @@ def test_parameters_and_gradients_start_on_cache_lines_with_zeros_between(name):
     """The model's flat parameter and gradient buffers hold each parameter (and its gradient) from
     a 64-byte line on; the floats between them (the mlp's 200-, 100- and 200-float parameters are
     followed by 8, 12 and 8) are zero, and stay zero through training steps with the scenario's
-    optimizer (Adam, Adadelta, RMSprop), whose slots start on lines too."""
+    optimizer (Adam, Adadelta, RMSprop), whose slots start on lines too, as do the shuffled
+    batches' buffers."""
     sc = scenarios.build(name, samples=64)
     model = sc.model
     views = [(getattr(layer, n), getattr(layer, "d" + n)) for layer in model.layers for n in layer.param_names]
@@ -98,6 +99,7 @@ def test_parameters_and_gradients_start_on_cache_lines_with_zeros_between(name):
     assert used.sum() == sum(p.size for p, _ in views) and model.flat_params.size - used.sum() < 16 * len(views)
     assert np.abs(model.flat_params[used]).sum() > 0
     for x, y in list(sc.data.epoch(0))[:2]:
+        assert x.ctypes.data % 64 == 0 and y.ctypes.data % 64 == 0   # gathered into buffers on lines
         model.train_step(x, y)
         sc.optimizer.step([model.flat_params], [model.flat_grads])
     assert not model.flat_params[~used].any() and not model.flat_grads[~used].any()

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from kernels import aligned_empty
+
 
 class Batches:
     def __init__(self, x, y, batch_size, *, shuffle=True, seed=0):
@@ -15,8 +17,8 @@ class Batches:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.x, self.y = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(y, np.float32)
         self.batch_size, self.shuffle, self.seed = int(batch_size), shuffle, seed
-        self._xb = np.empty((self.batch_size,) + self.x.shape[1:], np.float32)
-        self._yb = np.empty((self.batch_size,) + self.y.shape[1:], np.float32)
+        self._xb = aligned_empty((self.batch_size,) + self.x.shape[1:])   # on a cache line, as the kernels' buffers
+        self._yb = aligned_empty((self.batch_size,) + self.y.shape[1:])
 
     def __len__(self):
         """Steps per epoch; the last batch may be partial."""
