@@ -169,21 +169,34 @@ def test_forward_in_place_bands_split_the_batch_evenly_over_the_threads(monkeypa
         assert group == 128 if bands >= threads else group < 128, (threads, n, group)
 
 
-def test_backward_slabs_split_the_inputs_evenly_over_the_threads(monkeypatch):
+def test_backward_slabs_split_the_inputs_evenly_over_the_threads(monkeypatch, rng):
     """The backward's slabs (_parts over its J-lane blocks of inputs): mnist-cnn's 9216 inputs in
     32-lane blocks (288) are 18 slabs of 16 blocks at 1 and 2 threads, 20 of 14-15 at 4; 512
     inputs one slab at 1 thread, two of 256 at 2 (one would leave a thread idle); 9 blocks four
     slabs of 2-3 at 4 threads; always a multiple of the threads (or one a block), split evenly
-    as _backward_slabs splits them, none over 16 blocks."""
+    as _backward_slabs splits them, none over 16 blocks. dense_backward hands the kernel that
+    count, two chunks a thread at most, and scratch rows for the widest slab."""
     from kernels import dense
     for threads, blocks, want in ((1, 288, 18), (2, 288, 18), (4, 288, 20), (1, 16, 1), (2, 16, 2), (2, 25, 2),
                                   (4, 9, 4), (2, 72, 6), (1, 72, 5), (8, 2, 2), (2, 1, 1), (2, 271, 18)):
         monkeypatch.setattr(dense.numba, "get_num_threads", lambda: threads)
-        slabs = dense._parts(blocks, 16)
+        slabs = dense._parts(blocks, dense._SLAB_BLOCKS)
         assert slabs == want, (threads, blocks, slabs)
         assert slabs == blocks or slabs % threads == 0
         widths = [(s + 1) * blocks // slabs - s * blocks // slabs for s in range(slabs)]   # as _backward_slabs
         assert sum(widths) == blocks and max(widths) <= 16 and max(widths) - min(widths) <= 1, widths
+    calls = []
+
+    class Recorded:   # the kernel's arguments, not its run (the thread count above is pretended)
+        def __getitem__(self, blk):
+            return lambda size, *args: calls.append((blk.lanes, args[-2].shape, args[-1]))
+    monkeypatch.setattr(dense, "_backward_slabs", Recorded())
+    for threads, i, want in ((1, 512, (1, (1, 2 * 512 * 64), 1)), (2, 512, (2, (2, 2 * 256 * 64), 2)),
+                             (2, 5000, (4, (4, 2 * 512 * 64), 10)), (4, 9 * 32, (4, (4, 2 * 96 * 64), 4))):
+        monkeypatch.setattr(dense.numba, "get_num_threads", lambda: threads)
+        K.dense_backward(f32(rng, 64, i), f32(rng, i, 96), f32(rng, 64, 96), block="8x32")
+        lanes, scratch, slabs = calls.pop()
+        assert (scratch[0], scratch, slabs) == want and lanes == 32, (threads, i, scratch, slabs)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
