@@ -430,17 +430,41 @@ def test_a_run_that_wrote_no_epoch_does_not_point_at_report(tmp_path):
 def test_ctrl_c_while_the_engine_imports_is_raised_after_the_import():
     # numba's C extensions turned a Ctrl-C inside their import into "ImportError: numba._devicearray
     # failed to import" (a CI rehearsal's test_ctrl_c_in_the_first_second_is_one_line)
-    from profiler.commands.run import _interrupts_held
+    from profiler.commands.interrupts import interrupts_held
     finished = False
     with pytest.raises(KeyboardInterrupt):
-        with _interrupts_held():
+        with interrupts_held():
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(100_000):   # bytecode boundaries, where Python runs its signal handlers
                 pass
             finished = True
     assert finished and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with _interrupts_held():   # no Ctrl-C: nothing raised
+    with interrupts_held():   # no Ctrl-C: nothing raised
         pass
+
+
+def test_ctrl_c_while_a_kernel_compiles_is_raised_after_the_compile():
+    # llvmlite printed and dropped a Ctrl-C that landed in its callbacks from C during a compile,
+    # and the run went on (CI, stop 47); the hold raises it once numba's compiler lock is released
+    import numba
+    from numba.core import event
+    from profiler.commands.interrupts import interrupts_held_in_compiles
+
+    class CtrlC(event.Listener):
+        def on_start(self, ev):
+            os.kill(os.getpid(), signal.SIGINT)
+
+        def on_end(self, ev):
+            pass
+
+    twice = numba.njit(lambda v: 2 * v)   # not cached: compiles on its first call
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held_in_compiles(), event.install_listener("numba:compiler_lock", CtrlC()):
+            twice(1.5)
+    assert len(twice.overloads) == 1, "the interrupt cut the compile short"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with interrupts_held_in_compiles():   # compiles with no Ctrl-C raise nothing
+        assert numba.njit(lambda v: v + 1)(1) == 2
 
 
 def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_path, monkeypatch):

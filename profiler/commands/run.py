@@ -12,16 +12,14 @@ OUT/rank-<RANK>/; --nproc-per-node N starts torchrun itself.
 """
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
 from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
+from .interrupts import interrupts_held, interrupts_held_in_compiles
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
 from .output import output_dir, show
 
@@ -97,25 +95,6 @@ def _launch(args, argv, stem):
         print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def _interrupts_held():
-    """Ctrl-C held until the block ends, then raised: numba's C extensions turn a KeyboardInterrupt
-    that lands inside their import into an ImportError ("numba._devicearray failed to import"),
-    after printing its traceback. Only in the main thread, over Python's own SIGINT handler."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    held = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held:
-        raise KeyboardInterrupt
-
-
 def _run_scenario(args, scenario, rest):
     from ..integrations.launch import rank_out_dir
     given = [flag for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn),
@@ -144,15 +123,16 @@ def _run_scenario(args, scenario, rest):
         argv = scenario_argv(args, scenario, None, args.epochs) + ["--gc-policy", args.gc_policy] + (
             ["--straggler-rank", str(args.straggler_rank)] if args.straggler_rank is not None else [])
         return _launch(args, argv, f"{scenario}-{args.layout}")
-    with _interrupts_held():   # the engine imports numba
+    with interrupts_held():   # the engine imports numba
         from ..workloads.run import run_scenario
     out = str(rank_out_dir(args.out or _default_out(f"{scenario}-{args.layout}")))
     try:
-        state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
-                             history=args.history, gc_collect=args.gc_collect,
-                             tracemalloc=TRACEMALLOC[args.tracemalloc], samples=args.samples, seed=args.seed,
-                             labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
-                             straggler_rank=args.straggler_rank)
+        with interrupts_held_in_compiles():   # the kernels compile on their first call
+            state = run_scenario(scenario, out, layout=args.layout, epochs=args.epochs, halt_after=args.halt_after,
+                                 history=args.history, gc_collect=args.gc_collect,
+                                 tracemalloc=TRACEMALLOC[args.tracemalloc], samples=args.samples, seed=args.seed,
+                                 labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
+                                 straggler_rank=args.straggler_rank)
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
         lines = Path(out, "epochs.jsonl")
         if not args.quiet and lines.exists() and lines.stat().st_size:

@@ -1,0 +1,81 @@
+"""Ctrl-C while numba works, held and then raised where Python can take it.
+
+numba's C extensions turn a KeyboardInterrupt that lands inside their import into an ImportError
+("numba._devicearray failed to import") after printing its traceback. llvmlite prints and drops
+one that lands in its callbacks from C while a kernel compiles ("Exception ignored on calling
+ctypes callback function"), and the run went on or failed with "no compiled object yet". Both
+holds act only in the main thread, over Python's own SIGINT handler; elsewhere they do nothing.
+"""
+
+import contextlib
+import signal
+import threading
+
+
+class _Hold:
+    """Ctrl-C held from the outermost enter to its leave, then raised (unless `raise_held` is
+    False: the block is already ending by an exception)."""
+
+    def __init__(self):
+        self.depth = 0
+        self.interrupted = False
+
+    def enter(self):
+        if self.depth == 0:
+            signal.signal(signal.SIGINT, self._note)
+        self.depth += 1
+
+    def leave(self, raise_held=True):
+        self.depth -= 1
+        if self.depth == 0:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            interrupted, self.interrupted = self.interrupted, False
+            if interrupted and raise_held:
+                raise KeyboardInterrupt
+
+    def _note(self, signum, frame):
+        self.interrupted = True
+
+
+def _ours():
+    return threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Ctrl-C held through the block (an import of numba), then raised."""
+    if not _ours():
+        yield
+        return
+    hold = _Hold()
+    hold.enter()
+    try:
+        yield
+    except BaseException:
+        hold.leave(raise_held=False)
+        raise
+    hold.leave()
+
+
+@contextlib.contextmanager
+def interrupts_held_in_compiles():
+    """Ctrl-C that lands while numba compiles or loads a kernel in the block, held until that
+    compile ends (numba's compiler lock is released) and raised there. numba must be imported."""
+    if not _ours():
+        yield
+        return
+    from numba.core import event
+    hold = _Hold()
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            if threading.current_thread() is threading.main_thread():
+                hold.enter()
+
+        def on_end(self, ev):
+            if threading.current_thread() is threading.main_thread():
+                hold.leave()
+
+    with event.install_listener("numba:compiler_lock", Compiles()):
+        yield
