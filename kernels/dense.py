@@ -57,6 +57,14 @@ _SMALL_BATCH = 32
 # not one that leaves a thread idle (the slab kernel on 32x512->4096 1.8x as fast, on
 # 1024x512->512 2.2x; session 34).
 _SLAB_BLOCKS = 16
+# x's rows copied into a slab's J-wide copies this many at a time, block by block: row by row, a
+# row's J-float pieces went to copies 16 KB apart (mnist's batch of 128), all in one L1 set; in
+# groups of 8 each copy takes a 1 KB run. The copy alone 0.76x the time (mnist-cnn's x, 1 thread);
+# the whole backward 0.950x (twice) at 1 thread and 0.984x at 2, emulated AVX2 0.962x and 0.984x,
+# cifar10-cnn's and 64x4096->1024 0.99-1.02x (docs/performance.md, session 35). dx's copy out of
+# the slabs, grouped alike, gained nothing on top (0.98-1.00x): its stores go to dx in 2 KB runs
+# either way.
+_COPY_ROWS = 8
 
 
 @tiled
@@ -127,9 +135,10 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch, slabs):
         for s in range(t * slabs // chunks, (t + 1) * slabs // chunks):
             s0 = s * blocks // slabs * J
             sw = min(i_, (s + 1) * blocks // slabs * J) - s0
-            for k in range(n):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
+            for k0 in range(0, n, _COPY_ROWS):   # xs[b, k, :] = x[k, s0 + b*J : s0 + (b+1)*J]
                 for j in range(0, sw, J):
-                    copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
+                    for k in range(k0, min(n, k0 + _COPY_ROWS)):
+                        copy(xf, k * i_ + s0 + j, xs, j * n + k * J, min(J, sw - j))
             for j in range(0, sw, J):   # the slab's blocks of J inputs
                 i0, jn = s0 + j, min(J, sw - j)
                 for n0 in range(0, n, J):   # dxs[b].T = w[i0:i0+jn] @ dy.T, a panel of dy.T over the block's rows
