@@ -465,6 +465,16 @@ def test_ctrl_c_while_a_kernel_compiles_is_raised_after_the_compile():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with interrupts_held_in_compiles():   # compiles with no Ctrl-C raise nothing
         assert numba.njit(lambda v: v + 1)(1) == 2
+    seen = []   # a SIGINT handler of the program's own stays, and takes the Ctrl-C
+    program = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with interrupts_held_in_compiles(), event.install_listener("numba:compiler_lock", CtrlC()):
+            assert numba.njit(lambda v: v - 1)(1) == 0
+            for _ in range(100_000):   # bytecode boundaries, where Python runs its signal handlers
+                pass
+        assert seen and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, program)
 
 
 def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ numba's C extensions turn a KeyboardInterrupt that lands inside their import int
 ("numba._devicearray failed to import") after printing its traceback. llvmlite prints and drops
 one that lands in its callbacks from C while a kernel compiles ("Exception ignored on calling
 ctypes callback function"), and the run went on or failed with "no compiled object yet". Both
-holds act only in the main thread, over Python's own SIGINT handler; elsewhere they do nothing.
+holds act only in the main thread, over Python's own SIGINT handler; elsewhere, and over a handler
+the program installed, they do nothing.
 """
 
 import contextlib
@@ -14,22 +15,25 @@ import threading
 
 class _Hold:
     """Ctrl-C held from the outermost enter to its leave, then raised (unless `raise_held` is
-    False: the block is already ending by an exception)."""
+    False: the block is already ending by an exception). Held only over Python's own handler,
+    found at that enter: a handler the program installed stays as it is."""
 
     def __init__(self):
         self.depth = 0
-        self.interrupted = False
+        self.holding = self.interrupted = False
 
     def enter(self):
         if self.depth == 0:
-            signal.signal(signal.SIGINT, self._note)
+            self.holding = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            if self.holding:
+                signal.signal(signal.SIGINT, self._note)
         self.depth += 1
 
     def leave(self, raise_held=True):
         self.depth -= 1
-        if self.depth == 0:
+        if self.depth == 0 and self.holding:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            interrupted, self.interrupted = self.interrupted, False
+            interrupted, self.holding, self.interrupted = self.interrupted, False, False
             if interrupted and raise_held:
                 raise KeyboardInterrupt
 
@@ -37,15 +41,14 @@ class _Hold:
         self.interrupted = True
 
 
-def _ours():
-    return threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+def _main_thread():
+    return threading.current_thread() is threading.main_thread()
 
 
 @contextlib.contextmanager
 def interrupts_held():
     """Ctrl-C held through the block (an import of numba), then raised."""
-    if not _ours():
+    if not _main_thread():   # signal.signal works in the main thread only
         yield
         return
     hold = _Hold()
@@ -62,7 +65,7 @@ def interrupts_held():
 def interrupts_held_in_compiles():
     """Ctrl-C that lands while numba compiles or loads a kernel in the block, held until that
     compile ends (numba's compiler lock is released) and raised there. numba must be imported."""
-    if not _ours():
+    if not _main_thread():
         yield
         return
     from numba.core import event
@@ -70,11 +73,11 @@ def interrupts_held_in_compiles():
 
     class Compiles(event.Listener):
         def on_start(self, ev):
-            if threading.current_thread() is threading.main_thread():
+            if _main_thread():
                 hold.enter()
 
         def on_end(self, ev):
-            if threading.current_thread() is threading.main_thread():
+            if _main_thread():
                 hold.leave()
 
     with event.install_listener("numba:compiler_lock", Compiles()):
