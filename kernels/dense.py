@@ -59,7 +59,7 @@ _SMALL_BATCH = 32
 _SLAB_BLOCKS = 16
 # x's rows copied into a slab's J-wide copies this many at a time, block by block: row by row, a
 # row's J-float pieces went to copies 16 KB apart (mnist's batch of 128), all in one L1 set; in
-# groups of 8 each copy takes a 1 KB run. The copy alone 0.76x the time (mnist-cnn's x, 1 thread);
+# groups of 8 each copy takes a 1 KB run. The copy alone 0.74-0.77x the time (mnist-cnn's x, 1 thread);
 # the whole backward 0.950x (twice) at 1 thread and 0.984x at 2, emulated AVX2 0.962x and 0.984x,
 # cifar10-cnn's and 64x4096->1024 0.99-1.02x (docs/performance.md, session 35). dx's copy out of
 # the slabs, grouped alike, gained nothing on top (0.98-1.00x): its stores go to dx in 2 KB runs
