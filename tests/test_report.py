@@ -253,3 +253,13 @@ def test_folded_stacks_broken_by_py_spy_are_joined_and_a_torn_end_is_one_error(t
     folded.write_text(f"{whole} 3\n{whole[:40]}\n")
     with pytest.raises(FlamegraphError, match=r"x\.folded line 2 is not 'frame;frame;\.\.\. count'"):
         read_folded(folded)
+
+
+def test_flamegraph_files_that_cannot_be_read_or_written_are_one_error_naming_them(tmp_path):
+    # a directory given to --diff was an IsADirectoryError, a full disk an OSError not naming the file
+    from profiler.errors import FlamegraphError, RunWriteError
+    from profiler.report.flamegraph import read_folded, write_svg
+    with pytest.raises(FlamegraphError, match=f"cannot read {tmp_path}: Is a directory"):
+        read_folded(tmp_path)
+    with pytest.raises(RunWriteError, match="cannot write the flamegraph to /dev/full: No space left on device"):
+        write_svg({("main (a.py:1)",): 1}, "/dev/full", title="t")

@@ -10,7 +10,7 @@ import os
 import zlib
 from pathlib import Path
 
-from ..errors import FlamegraphError
+from ..errors import FlamegraphError, RunWriteError
 from ..replaced import replaced
 
 
@@ -20,7 +20,10 @@ def read_folded(path):
     sometimes breaks a line with a stray newline inside a frame (py-spy issue #772: '...lib/pyth'
     then 'on3.10/...'): a line without a count is the head of the next one and is joined to it."""
     stacks, head, first = {}, "", None
-    lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+    except OSError as e:   # a directory, a file we may not read
+        raise FlamegraphError(f"cannot read {path}: {e.strerror or e}") from e
     for number, line in enumerate(lines, 1):
         line = head + line.rstrip("\r")
         if not line.strip():
@@ -116,10 +119,13 @@ def render_svg(stacks, *, title, baseline=None, width=1200, row=17):
 
 def write_svg(stacks, svg_path, **kwargs):
     svg_path = Path(svg_path)
-    svg_path.parent.mkdir(parents=True, exist_ok=True)
     page = render_svg(stacks, **kwargs)
-    with replaced(svg_path) as target:   # an earlier graph stays until this one is written whole
-        target.write_text(page, encoding="utf-8")
+    try:
+        svg_path.parent.mkdir(parents=True, exist_ok=True)
+        with replaced(svg_path) as target:   # an earlier graph stays until this one is written whole
+            target.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise RunWriteError(f"cannot write the flamegraph to {svg_path}: {e.strerror or e}") from e
     return svg_path
 
 
