@@ -120,6 +120,8 @@ class Detection:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
                          f"ended (an epoch cut short is not written)")
+        elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
+            notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
         elif not marks.epochs and uncalled:
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
         elif not marks.epochs and not any(t.note() for t in self.targets):

@@ -1,6 +1,6 @@
 """A loop whose epoch function can stop the script in its first epoch: `fail` raises, `exit N`
-calls sys.exit(N) (or sys.exit(MESSAGE)), `none` never calls it; otherwise it trains 3 epochs and prints how many full
-collections ran before each one."""
+calls sys.exit(N) (or sys.exit(MESSAGE)), `none` never calls it, `interrupt` is a Ctrl-C before the
+first; otherwise it trains 3 epochs and prints how many full collections ran before each one."""
 
 import gc
 import sys
@@ -20,5 +20,7 @@ def train_epoch(epoch, how):
 
 
 how = sys.argv[1] if len(sys.argv) > 1 else "train"
+if how == "interrupt":
+    raise KeyboardInterrupt
 if how != "none":
     print([train_epoch(epoch, how) for epoch in range(3)])
