@@ -271,3 +271,15 @@ def test_a_run_wide_difference_with_more_gc_names_the_pauses(tmp_path):
     assert "run-wide (its GC pauses, which land inside the ops, or the thread count" in words, words
     c = _layout_runs(tmp_path / "nogc", {"conv2d_forward": 1.3, "dense_forward": 1.3, "relu_forward": 1.3}, {})
     assert "run-wide (the thread count, the machine or its load" in text.comparison_verdict(c)
+
+
+def test_scaling_into_a_directory_that_holds_its_runs_already_stops_before_any_run(tmp_path, capsys, monkeypatch):
+    # the first child to find its run directory taken failed, nested in a WorkloadError (exit 1)
+    from profiler import cli
+    from profiler.workloads import processes
+    monkeypatch.setattr(processes, "run_many", lambda *a: pytest.fail("a run started"))
+    run_with_ops(tmp_path / "out" / "max-8", {("f", ()): 0.001}, 0.002)
+    assert cli.main(["scaling", "mlp", "--max-epochs", "4,8", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"profiler: error: --out {tmp_path / 'out'}: {tmp_path / 'out' / 'max-8'} already holds a run (epochs.jsonl "
+        f"exists); choose a new directory"]

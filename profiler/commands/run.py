@@ -100,7 +100,8 @@ def _run_scenario(args, scenario, rest):
     given = [flag for flag, value in (("--epoch-fn", args.epoch_fn), ("--step-fn", args.step_fn),
                                       ("--window", args.window)) if value is not None]
     if given:
-        raise UsageError(f"{', '.join(given)} apply to scripts, not to the built-in scenario {scenario}")
+        raise UsageError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to scripts, not to the "
+                         f"built-in scenario {scenario}")
     parser = _ScenarioParser(prog=f"profiler run {scenario}")
     parser.add_argument("--out", help="run directory (default runs/SCENARIO-LAYOUT-TIMESTAMP)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
