@@ -1,10 +1,12 @@
 """Multi-rank run directories written directly (no training): known answers for the merged analysis,
 and synthetic jobs for benchmarks/ranks.py."""
 
+import json
+
 import numpy as np
 
 from profiler.rundir import FORMAT, GC_EVENTS, STEPS, RunWriter
-from profiler.rundir.format import GC_EVENT_DTYPE
+from profiler.rundir.format import EPOCHS, GC_EVENT_DTYPE, META, STEP_RECORD
 
 from .fixtures import step_records
 
@@ -90,3 +92,18 @@ def synthetic_job(root, ranks, steps, *, straggler=None, every=10, pause_s=0.008
                    gap_gc2_s=gap_gc2[rank] if gap_gc2[rank].any() else None, steps_per_epoch=max(steps // epochs, 1),
                    host=f"node-{rank // 8}", local_rank=rank % 8)
     return root
+
+
+def cut_rank(path, epochs, *, steps=None, torn=False, status=None):
+    """A rank's run directory cut as a kill leaves it: epochs.jsonl's first `epochs` lines, then
+    half of the next one when `torn` (a crash mid-write); steps.bin's first `steps` records (all by
+    default: steps of the epochs after are written before their lines); meta.json's status
+    `status` (kept by default)."""
+    lines = (path / EPOCHS).read_bytes().splitlines(keepends=True)
+    (path / EPOCHS).write_bytes(b"".join(lines[:epochs]) + (lines[epochs][:len(lines[epochs]) // 2] if torn else b""))
+    if steps is not None:
+        (path / STEPS).write_bytes((path / STEPS).read_bytes()[:steps * STEP_RECORD.itemsize])
+    if status is not None:
+        meta = json.loads((path / META).read_text())
+        (path / META).write_text(json.dumps({**meta, "status": status}))
+    return path

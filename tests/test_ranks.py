@@ -16,7 +16,7 @@ from profiler.report import rank_text, text
 from profiler.rundir import RunDirError
 from profiler.rundir.ranks import is_multi_rank, rank_dirs
 
-from .rank_runs import ORIGIN_UNIX, synthetic_job, write_rank
+from .rank_runs import ORIGIN_UNIX, cut_rank, synthetic_job, write_rank
 
 
 def test_rank_dirs_sorted_with_host_and_local_rank(tmp_path):
@@ -412,6 +412,31 @@ def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(t
     assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0, "error": None,
                             "first": False, "killed_before": []}]
     assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]
+
+
+@pytest.mark.parametrize("cut", [
+    dict(),                                      # epochs.jsonl lost its lines after epoch 3, steps.bin kept them all
+    dict(torn=True),                             # and epoch 4's line is torn mid-write
+    dict(steps=90, status="running")])           # SIGKILL in epoch 4, after a buffer of its steps was written
+def test_rank_holding_steps_of_epochs_without_a_line_is_compared_up_to_its_last_epoch(tmp_path, cut):
+    # rank 1 stopped after 4 of 10 epochs (20 steps each); its steps.bin holds steps of epochs that
+    # epochs.jsonl has no line for, which the reader leaves out: the job is compared over the 80
+    # steps every rank finished, rank 2 still the straggler, rank 1 the rank that stopped early
+    synthetic_job(tmp_path, 3, 200, straggler=2, every=10)
+    cut_rank(tmp_path / "rank-1", 4, **cut)
+    a = analyze_ranks(tmp_path)
+    assert a.aligned == 80 and a.unit == "step"
+    assert [(r.steps, r.epochs, r.last_step, r.complete) for r in a.per_rank] == [
+        (200, 10, 199, True), (80, 4, 79, False), (200, 10, 199, True)]
+    stalls = [i for i in range(a.warmup, 80) if i % 10 == 9]
+    assert a.stragglers.rank == 2 and a.stragglers.steps == len(stalls) > 0
+    assert a.stragglers.stall_s == pytest.approx(0.008 * len(stalls), rel=0.1)
+    assert [u["rank"] for u in a.unfinished] == ([1] if cut.get("status") else [])
+    heat = rank_heatmap(tmp_path, bins=8)
+    assert heat.edges[-1] == 80 and heat.stall_s.shape[0] == 3
+    d = analyze(tmp_path)
+    assert d.rank_analysis.diagnosed == 2 and not d.complete    # rank 2 completed; the job did not
+    assert "the job is incomplete" in text.diagnosis(d).splitlines()[0]
 
 
 @pytest.mark.parametrize("cause", ["gc", "compute"])

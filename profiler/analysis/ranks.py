@@ -80,6 +80,7 @@ class RankSummary:
     stopped_unix: float | None = None   # when it ended: its final status's time, else its last step's (or epoch's) end
     straggled: int = 0           # aligned steps this rank held the others back
     stall_s: float = 0.0         # the time those stalls cost the job
+    complete: bool = True        # its run as read is whole (Run.complete): a final status, no line lost or torn
 
 
 @dataclass
@@ -236,7 +237,7 @@ def _rank(rank_dir, unit):
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error") if isinstance(run.meta.get("error"), str) else None,
-        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix))
+        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -324,17 +325,26 @@ def _count(rank_dir, unit):
 
 
 def _open(run_dir):
-    """The checked rank directories, the unit to align (steps, when every rank that finished
-    anything recorded steps), and whether each rank takes part: a rank that died before writing a
-    step (or epoch) is reported, not aligned."""
+    """The checked rank directories and the unit to align (steps, when every rank that finished
+    anything recorded steps)."""
     dirs = rank_dirs(run_dir)
     steps = [_count(d, "step") for d in dirs]
     no_steps = [_count(d, "epoch") for d, s in zip(dirs, steps) if not s]   # epochs of the ranks without steps
     unit = "step" if any(steps) and not any(no_steps) else "epoch"
-    counts = steps if unit == "step" else [_count(d, "epoch") for d in dirs]
+    if not any(steps) and not any(no_steps):
+        raise rundir.RunDirError(f"no rank in {run_dir} finished an epoch: nothing to analyze")
+    return dirs, unit
+
+
+def _taking_part(run_dir, per_rank, unit):
+    """Whether each rank takes part (a rank that died before finishing a step, or epoch, is reported,
+    not aligned) and the units every one that does finished. Counted as read (RankSummary), not from
+    steps.bin's size: that holds the steps of an epoch a killed rank never finished (no line in
+    epochs.jsonl), which the reader leaves out, as it leaves out a torn last line's epoch."""
+    counts = [s.steps if unit == "step" else s.epochs for s in per_rank]
     if not any(counts):
         raise rundir.RunDirError(f"no rank in {run_dir} finished an epoch: nothing to analyze")
-    return dirs, unit, [c > 0 for c in counts], min(c for c in counts if c)
+    return [c > 0 for c in counts], min(c for c in counts if c)
 
 
 @dataclass
@@ -355,14 +365,14 @@ def _layout(run_dir):
     """The _Layout of a job. Ranks whose steps drift apart (collective "none") but whose epochs
     begin together meet once an epoch (a barrier, a metric's all-reduce, local SGD's averaging):
     their epochs are aligned, collective "between-epochs"."""
-    dirs, unit, live, aligned = _open(run_dir)
+    dirs, unit = _open(run_dir)
     read = list(zip(*(_rank(d, unit) for d in dirs)))
+    live, aligned = _taking_part(run_dir, read[0], unit)
     collective, drift = _collective(*_live(read, live, aligned), aligned)
     if collective == "none" and _epochs_begin_together(dirs):
-        counts = [_count(d, "epoch") for d in dirs]
         unit, collective = "epoch", "between-epochs"
-        live, aligned = [c > 0 for c in counts], min(c for c in counts if c)
         read = list(zip(*(_rank(d, unit) for d in dirs)))
+        live, aligned = _taking_part(run_dir, read[0], unit)
     sources, first = _live(read, live, aligned)
     return _Layout(dirs, unit, live, aligned, list(read[0]), sources, first, collective, drift)
 
@@ -532,7 +542,7 @@ def diagnose_ranks(run_dir):
                             merged.lost_fraction, merged.lost_gc_by_generation)
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
-    d.complete = d.complete and not merged.unfinished
+    d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
     return d
 
 
