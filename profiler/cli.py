@@ -87,7 +87,8 @@ def main(argv=None):
             raise UsageError(f"`profiler {args.command_name}` takes no -- COMMAND")
         args.command = command
         args.handler.run(args)
-        sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
+        if sys.stdout is not None and not sys.stdout.closed:   # `>&-`: nothing to flush, as at Python's exit
+            sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
         if debug:
             raise

@@ -256,3 +256,90 @@ def test_scenario_argv_repeats_the_options_with_or_without_an_out_directory():
     assert with_out[4:] == without[2:] and without[-2:] == ["--samples", "64"]
     assert without[without.index("--seed") + 1] == "3" and without[without.index("--gc-collect") + 1] == "epoch"
     assert parser.parse_args([a for a in without[2:] if a != "--quiet"]) == args   # it repeats them exactly
+
+
+def _closing(redirect, *args):
+    """`python -m profiler ARGS` with a standard stream closed as a shell's `2>&-` or `>&-` does."""
+    return subprocess.run(["sh", "-c", f'"$@" {redirect}', "sh", sys.executable, "-m", "profiler", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_closed_stderr_trains_without_a_bar_and_the_run_completes(tmp_path):
+    proc = _closing("2>&-", "run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert proc.returncode == 0 and (meta["status"], meta["error"], meta["epochs"]) == ("completed", None, 2), proc
+    assert len((tmp_path / "r" / "epochs.jsonl").read_text().splitlines()) == 2
+    assert proc.stdout.startswith(f"wrote {tmp_path / 'r'}: 2 epochs")
+
+
+def test_a_closed_stdout_is_a_failed_write_and_the_run_is_complete(tmp_path):
+    said = ["profiler: error: cannot write to standard output: it is closed"]
+    proc = _closing(">&-", "run", "mlp", "--epochs", 2, "--samples", 500, "--out", tmp_path / "r")
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert proc.returncode == 1 and proc.stderr.splitlines() == said, proc.stderr
+    assert (meta["status"], meta["epochs"]) == ("completed", 2)
+    assert len((tmp_path / "r" / "epochs.jsonl").read_text().splitlines()) == 2
+    proc = _closing(">&-", "report", tmp_path / "r")
+    assert proc.returncode == 1 and proc.stderr.splitlines() == said, proc.stderr
+
+
+@pytest.mark.parametrize("to_the_group", [False, True], ids=["kill", "killpg"])
+def test_ctrl_c_during_scaling_leaves_the_running_child_interrupted(tmp_path, to_the_group):
+    # the child must record `interrupted` with its finished epochs, not be killed as `running`;
+    # as `kill -INT` (the parent alone) and as a terminal's Ctrl-C (the whole process group)
+    out = tmp_path / "scal"
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "scaling", "mlp", "--max-epochs", "100000,200000",
+                             "--samples", "500", "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    lines = out / "max-100000" / "epochs.jsonl"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not (lines.exists() and lines.stat().st_size):
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        if to_the_group:   # the child stopped meanwhile, as one that takes the Ctrl-C late (in a long kernel)
+            child = json.loads((out / "max-100000" / "meta.json").read_text())["pid"]
+            os.kill(child, signal.SIGSTOP)
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.3)
+            try:
+                os.kill(child, signal.SIGCONT)
+            except ProcessLookupError:   # killed already
+                pass
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # whatever is left of the group, the child included
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=60)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "profiler: interrupted", err
+    meta = json.loads((out / "max-100000" / "meta.json").read_text())
+    written = len(lines.read_text().splitlines())
+    assert (meta["status"], meta["error"]) == ("interrupted", "KeyboardInterrupt") and meta["epochs"] == written >= 1
+    assert not (out / "max-200000").exists()
+
+
+def test_a_child_that_ignores_the_ctrl_c_gets_one_sigint_and_is_killed_after_the_bound(tmp_path, monkeypatch):
+    from profiler.workloads import processes
+    monkeypatch.setattr(processes, "INTERRUPT_GRACE_S", 0.2)
+    monkeypatch.setattr(processes, "INTERRUPT_BOUND_S", 0.5)
+    seen = tmp_path / "sigints"
+    proc = subprocess.Popen([sys.executable, "-c", "import pathlib, signal, sys, time\n"
+                             "seen = pathlib.Path(sys.argv[1])\n"
+                             "signal.signal(signal.SIGINT, lambda *a: seen.write_text(seen.read_text() + 'int\\n'))\n"
+                             "seen.write_text('')\ntime.sleep(60)\n", seen])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not seen.exists():
+            time.sleep(0.02)
+        started = time.time()
+        processes.stop_interrupted(proc)
+        took = time.time() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL and 0.7 <= took < 5 and seen.read_text() == "int\n"

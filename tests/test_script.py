@@ -563,3 +563,19 @@ def test_a_write_that_fails_stops_the_marking_and_the_code_goes_on(tmp_path, cap
         "(what was written is kept)"]
     run = read_run(tmp_path / "run")
     assert [r["epoch"] for r in run.epochs] == [0] and len(run.steps()) == 0 and run.status == "completed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("closes", ["sys.stdout.close()", "sys.stdout = None", "sys.stdout.close(); os.close(1)",
+                                    "sys.stderr.close()", "sys.stdout.close(); sys.stderr.close()"])
+def test_a_script_that_closes_its_standard_streams_exits_as_python_does(tmp_path, closes):
+    # the stream is the script's to close: the profiler's summary and flush after it are not its error
+    path = tmp_path / "closes.py"
+    path.write_text(f"import os, sys\nprint('before')\n{closes}\n")
+    python = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=60)
+    proc = profiler("run", "--window", "0.1", "--out", tmp_path / "run", path, check=False, timeout=120)
+    assert python.returncode == proc.returncode == 0, proc.stderr
+    assert proc.stdout == python.stdout == "before\n" and "Error" not in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines() == [f"profiler: wrote {tmp_path / 'run'}: 1 epoch from windows, 0 steps",
+                                        f"next: profiler report {tmp_path / 'run'}"]
+    assert meta(tmp_path / "run")["status"] == "completed"

@@ -58,7 +58,11 @@ def show(*lines):
     """Print `lines` on standard output and flush them. A write that fails is a RunWriteError that
     says so (the OSError of a print named no file), with stdout then pointed at os.devnull so the
     interpreter's flush at exit does not fail on the same bytes again; a reader that went away
-    stays a BrokenPipeError (the CLI's quiet 141)."""
+    stays a BrokenPipeError (the CLI's quiet 141). A standard output that is closed (`>&-`, where
+    Python sets sys.stdout to None and print() writes nothing) is such a failed write too: the
+    lines would be lost without a word."""
+    if _closed(sys.stdout):
+        raise RunWriteError("cannot write to standard output: it is closed")
     try:
         for line in lines:
             print(line)
@@ -68,11 +72,23 @@ def show(*lines):
     except OSError as e:
         stdout_to_devnull()
         raise RunWriteError(f"cannot write to standard output: {e.strerror or e}") from e
+    except ValueError:   # closed while we wrote (I/O operation on closed file)
+        if not _closed(sys.stdout):
+            raise
+        raise RunWriteError("cannot write to standard output: it is closed") from None
+
+
+def _closed(stream):
+    return stream is None or getattr(stream, "closed", False)
 
 
 def stdout_to_devnull():
     """Point stdout at os.devnull so the interpreter's flush at exit does not fail again on a
-    closed pipe or a full disk (the Python documentation's "Note on SIGPIPE")."""
+    closed pipe or a full disk (the Python documentation's "Note on SIGPIPE"). A stdout that is
+    None or closed is left as it is: the interpreter flushes neither, and its descriptor may be
+    another file's by now."""
+    if _closed(sys.stdout):
+        return
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):   # stdout is not a file descriptor: nothing is flushed to it at exit

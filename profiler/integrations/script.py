@@ -102,13 +102,56 @@ def run_main(main, args):
         else:
             sys.path.insert(0, main.path0)
     sys.modules["__main__"] = main.module
+    streams = _stream_files()
     try:
         exec(main.code, main.namespace)
     finally:
+        _replace_closed_streams(streams)
         sys.argv = saved_argv
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
+
+
+def _stream_files():
+    """{name: (fd, st_dev, st_ino, encoding, errors)} of sys.stdout and sys.stderr, each that is an
+    open file (not None, not closed, not a stream without a descriptor)."""
+    found = {}
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+            st = os.fstat(fd)
+        except (AttributeError, OSError, ValueError):
+            continue
+        found[name] = (fd, st.st_dev, st.st_ino, getattr(stream, "encoding", None), getattr(stream, "errors", None))
+    return found
+
+
+def _replace_closed_streams(before):
+    """After the script: a sys.stdout or sys.stderr (open before it ran) that it closed or set to
+    None is replaced, so that the profiler's own writes and flushes after the script (its summary
+    on stderr, the CLI's flush of stdout) do not fail where `python SCRIPT.py` would exit quietly
+    (Python flushes neither at exit). stderr is written to its descriptor again when that is still
+    the same file (the summary is seen); stdout, which the script was done with, goes to os.devnull,
+    as does stderr when its descriptor was closed or is another file now."""
+    for name, (fd, dev, ino, encoding, errors) in before.items():
+        stream = getattr(sys, name)
+        if stream is not None and not getattr(stream, "closed", False):
+            continue   # usable: the script's own, or ours
+        try:
+            st = os.fstat(fd)
+            same = (st.st_dev, st.st_ino) == (dev, ino)
+        except OSError:
+            same = False
+        try:
+            if name == "stderr" and same:
+                stream = open(fd, "w", buffering=1, encoding=encoding, errors=errors, closefd=False)
+            else:
+                stream = open(os.devnull, "w", encoding=encoding, errors=errors)
+        except (OSError, LookupError):
+            continue
+        setattr(sys, name, stream)
 
 
 @dataclass

@@ -1,15 +1,88 @@
-"""Run `profiler run` argument lists in fresh processes (GC state must not carry over between runs)."""
+"""Run `profiler run` argument lists in fresh processes (GC state must not carry over between runs).
 
+Ctrl-C stops the child as it stops `profiler run` itself: the child records its run as
+`interrupted`, with every finished epoch, before this process says `profiler: interrupted`. A
+Ctrl-C at a terminal reaches the child too (it is in our process group); one sent to this process
+alone (`kill -INT`) does not, so the child gets its SIGINT from us when it is still running a
+moment later (not at once: a second SIGINT could land while the first one's status is written).
+"""
+
+import signal
 import subprocess
 import sys
+import tempfile
 
 from ..errors import WorkloadError
+
+# after a Ctrl-C here: how long the child has to end of its own (a Ctrl-C at the terminal reached
+# it too), then how long after our SIGINT, before it is killed (its run then stays `running`)
+INTERRUPT_GRACE_S = 1.0
+INTERRUPT_BOUND_S = 5.0
 
 
 def run_many(jobs, desc):
     from tqdm import tqdm
-    for argv in tqdm(jobs, desc=desc, unit="run", leave=False, disable=not sys.stderr.isatty()):
-        proc = subprocess.run([sys.executable, "-m", "profiler", *argv], stderr=subprocess.PIPE, text=True)
-        if proc.returncode != 0:
-            lines = proc.stderr.strip().splitlines()
-            raise WorkloadError(f"`profiler {' '.join(argv)}` failed: {lines[-1] if lines else proc.returncode}")
+    for argv in tqdm(jobs, desc=desc, unit="run", leave=False, disable=not stderr_is_a_terminal()):
+        code, err = run_child([sys.executable, "-m", "profiler", *argv])
+        if code != 0:
+            lines = err.strip().splitlines()
+            raise WorkloadError(f"`profiler {' '.join(argv)}` failed: {lines[-1] if lines else code}")
+
+
+def stderr_is_a_terminal():
+    """Whether a progress bar belongs on stderr: a terminal, not a log file, and not a stderr that
+    is closed (`2>&-`: sys.stderr is None), where the work goes on without one."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (OSError, ValueError):   # a stream closed since (ValueError: I/O operation on closed file)
+        return False
+
+
+def run_child(cmd):
+    """Run `cmd` to its end: (exit code, its stderr). Its stderr goes to a temporary file, not a
+    pipe, so that nothing needs reading while we wait for it after a Ctrl-C."""
+    with tempfile.TemporaryFile(mode="w+b") as err:
+        proc = subprocess.Popen(cmd, stderr=err)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            stop_interrupted(proc)
+            raise
+        except BaseException:
+            _kill(proc)
+            raise
+        err.seek(0)
+        return code, err.read().decode("utf-8", "replace")
+
+
+def stop_interrupted(proc):
+    """After a Ctrl-C in this process: let `proc` end of its own for INTERRUPT_GRACE_S (it had the
+    Ctrl-C too), else send it SIGINT and wait INTERRUPT_BOUND_S more; SIGKILL only after that.
+    Another Ctrl-C while waiting moves on to the next step at once."""
+    for send, wait_s in ((None, INTERRUPT_GRACE_S), (signal.SIGINT, INTERRUPT_BOUND_S)):
+        if send is not None and proc.poll() is None:
+            try:
+                proc.send_signal(send)
+            except OSError:   # it has just ended
+                pass
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        except KeyboardInterrupt:   # pressed again: on to the next step
+            pass
+    _kill(proc)
+
+
+def _kill(proc):
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    while True:
+        try:
+            proc.wait()
+            return
+        except KeyboardInterrupt:   # a SIGKILLed child ends at once: reap it all the same
+            continue

@@ -4,8 +4,6 @@ Under torchrun (WORLD_SIZE > 1) the scenario trains data-parallel (engine/distri
 rank takes its shard of every global batch and the ranks average their gradients over gloo.
 """
 
-import sys
-
 import kernels
 from tqdm import tqdm
 
@@ -15,6 +13,7 @@ from ..integrations.gc_policy import GcPolicy
 from ..integrations.launch import rank_env
 from . import scenarios
 from .history import check_history_fits
+from .processes import stderr_is_a_terminal
 from .engine import Events, Loop
 from .straggler import GcStraggler
 
@@ -87,7 +86,7 @@ def run_scenario(name, out, *, layout="NHWC", epochs=10, halt_after=None, histor
             if halt_after is not None:
                 loop.on(Events.EPOCH_STARTED, lambda state: state.halt(), when=lambda s: s.epoch >= halt_after)
             total = min(epochs, halt_after) if halt_after is not None else epochs
-            show = progress and sys.stderr.isatty()   # a bar in a log file is noise
+            show = progress and stderr_is_a_terminal()   # a bar in a log file is noise
             with tqdm(total=total, desc=f"{name} {layout}", unit="epoch", disable=not show, leave=False) as bar:
                 loop.on(Events.EPOCH_COMPLETED, lambda state: bar.update(1))
                 try:
