@@ -336,3 +336,81 @@ def test_steps_of_epochs_without_a_line_are_left_out_or_named(tmp_path):
     assert "meta.json counts 3 epochs but epochs.jsonl holds 2: lines were lost or removed after the run" in r.problems
     rewrite(run, [original[0], b"", original[2]])
     assert "epochs.jsonl line 2 is blank (not written by this profiler); it was skipped" in read_run(run).problems
+
+
+def damage_meta(run, **fields):
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(fields)
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("fields,shown", [
+    ({"status": 5}, "status 5, not a string"),
+    ({"status": None}, "status None, not a string"),
+    ({"options": "zz"}, "options 'zz', not an object"),
+    ({"options": {"gc_policy": ["off"]}}, "options.gc_policy ['off'], not a string or null"),
+    ({"error": {"type": "x"}}, "error {'type': 'x'}, not a string or null"),
+    ({"epochs": "3"}, "epochs '3', not a count of epochs"),
+    ({"epochs": True}, "epochs True, not a count of epochs"),
+    ({"gc_events_dropped": -1}, "gc_events_dropped -1, not a count of GC events"),
+    ({"finished_unix": "today"}, "finished_unix 'today', not a Unix time or null"),
+], ids=["status-int", "status-null", "options-string", "gc-policy-list", "error-object", "epochs-string",
+        "epochs-bool", "dropped-negative", "finished-string"])
+def test_a_meta_field_of_the_wrong_json_type_is_one_clear_error(tmp_path, fields, shown):
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    damage_meta(run, **fields)
+    with pytest.raises(RunDirError) as info:
+        read_run(run)
+    assert str(info.value) == f"{run / 'meta.json'} has {shown}: not written by this profiler"
+
+
+BIG = 10 ** 400   # digits JSON holds, and no float does
+
+
+@pytest.mark.parametrize("middle,words", [
+    (record(wall_s=BIG), ["line 2 has wall_s 100000000000... (401 digits), not a number of seconds"]),
+    (record(rss_bytes=BIG), ["line 2 has rss_bytes 100000000000... (401 digits), not a number of bytes"]),
+    (record(steps=BIG), ["line 2 has steps 100000000000... (401 digits), not a non-negative number"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], collections=[0, 0, BIG])), ["line 2 has gc.collections [0, 0, 1000"]),
+    (record(ops={"f": {"calls": BIG, "total_s": 0.001}}), ["line 2 has ops['f']"]),
+    (record(epoch=2 ** 63), ["line 2 has epoch 9223372036854775808, not a non-negative integer below 2**63"]),
+    (b'{"epoch": 1, "wall_s": ' + b"1" * 5000 + b"}", ["line 2 is not valid JSON (an integer of more than 4,300 digits)"]),
+], ids=["wall-400-digits", "rss-400-digits", "steps-400-digits", "collections-400-digits", "calls-400-digits",
+        "epoch-2**63", "int-5000-digits"])
+def test_a_number_no_float_holds_is_one_clear_error(tmp_path, middle, words):
+    run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
+    first, _, last = lines(run)
+    rewrite(run, [first, middle, last])
+    with pytest.raises(RunDirError) as info:
+        read_run(run)
+    assert str(info.value).startswith(f"{run / 'epochs.jsonl'} ")
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_a_meta_json_with_an_integer_too_long_to_read_is_one_clear_error(tmp_path):
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    (run / "meta.json").write_text('{"format": 1, "status": "completed", "pid": ' + "9" * 5000 + "}")
+    with pytest.raises(RunDirError, match=r"meta.json is not valid JSON \(an integer of more than 4,300 digits\)$"):
+        read_run(run)
+
+
+@pytest.mark.parametrize("damage,line", [
+    (lambda run: damage_meta(run, options="zz"), "{run}/meta.json has options 'zz', not an object: not written by "
+                                                 "this profiler"),
+    (lambda run: damage_meta(run, status=5), "{run}/meta.json has status 5, not a string: not written by this profiler"),
+    (lambda run: rewrite(run, lines(run)[:-1] + [record(epoch=BIG)]),
+     "{run}/epochs.jsonl line 3 has epoch 100000000000... (401 digits), not a non-negative integer below 2**63: not "
+     "an epoch record written by this profiler"),
+], ids=["options-string", "status-int", "last-epoch-400-digits"])
+@pytest.mark.parametrize("command", [["report", "{run}"], ["report", "{run}", "--json"],
+                                     ["report", "{run}", "--html", "{tmp}/r.html"], ["compare", "{good}", "{run}"]],
+                         ids=["report", "json", "html", "compare"])
+def test_the_cli_reads_a_damaged_meta_or_epoch_as_one_line_and_exit_2(tmp_path, capsys, damage, line, command):
+    from profiler.cli import main
+    good = from_walls(tmp_path / "good", [0.01] * 3)
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    damage(run)
+    assert main([a.format(run=run, good=good, tmp=tmp_path) for a in command]) == 2
+    assert capsys.readouterr().err.splitlines() == ["profiler: error: " + line.format(run=run)]
+    assert not (tmp_path / "r.html").exists()

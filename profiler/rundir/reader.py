@@ -19,6 +19,7 @@ from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYP
 CHUNK = 1 << 18              # records checked at a time
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
 MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
+MAX_COUNT = 1 << 63          # nor is a count or an epoch index from 2**63 (steps.bin holds epochs as int64)
 PAUSE_SLACK = (0.01, 1e-3)   # an epoch's GC pauses may exceed its wall time by 1% + 1 ms (clock reads)
 
 
@@ -109,6 +110,30 @@ def step_count(path):
     return len(_records(Path(path) / STEPS, _step_layout(meta)))
 
 
+def _check_meta(meta, file):
+    """RunDirError for the first field of meta.json that readers use and that holds what this profiler
+    never writes there (a string where an object belongs, a number where a string does); an absent
+    field is fine (a run from before it was written)."""
+    origin = meta.get("clock_origin_ns", 0)
+    if not (type(origin) is int and 0 <= origin < 1 << 63):
+        raise RunDirError(f"{file} has clock_origin_ns {_shown(origin)}, not a perf_counter_ns() reading: not written "
+                          f"by this profiler")
+    options = meta.get("options")
+    for key, value, check, what in (
+            ("status", meta.get("status", ""), lambda v: isinstance(v, str), "a string"),
+            ("error", meta.get("error"), lambda v: v is None or isinstance(v, str), "a string or null"),
+            ("options", options, lambda v: v is None or isinstance(v, dict), "an object"),
+            ("options.gc_policy", options.get("gc_policy") if isinstance(options, dict) else None,
+             lambda v: v is None or isinstance(v, str),
+             "a string or null"),
+            ("epochs", meta.get("epochs"), lambda v: v is None or _count(v), "a count of epochs"),
+            ("gc_events_dropped", meta.get("gc_events_dropped"), lambda v: v is None or _count(v),
+             "a count of GC events"),
+            ("finished_unix", meta.get("finished_unix"), lambda v: v is None or _number(v), "a Unix time or null")):
+        if not check(value):
+            raise RunDirError(f"{file} has {key} {_shown(value)}, not {what}: not written by this profiler")
+
+
 def _check_times(block, fields, source, offset):
     """RunDirError naming the first record of `block` (a structured array read from `source`, its
     first record at index `offset`) whose `fields` hold a time that is not in 0..MAX_SECONDS."""
@@ -168,16 +193,13 @@ def read_run(path):
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
     except OSError as e:
         raise RunDirError(unreadable(meta_file, e)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError, an int of 4,301+ digits
         raise RunDirError(f"{meta_file} is not valid JSON ({why_not_json(e)})") from None
     if not isinstance(meta, dict) or "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
-    origin = meta.get("clock_origin_ns", 0)
-    if not (type(origin) is int and 0 <= origin < 1 << 63):
-        raise RunDirError(f"{meta_file} has clock_origin_ns {origin!r}, not a perf_counter_ns() reading: not written "
-                          f"by this profiler")
+    _check_meta(meta, meta_file)
     problems = []
     status = meta.get("status")
     if status == "running":
@@ -264,12 +286,27 @@ def why_not_json(error):
         return error.msg
     if isinstance(error, UnicodeDecodeError):
         return f"not UTF-8: {error.reason}"
+    if isinstance(error, ValueError):   # int(): sys.get_int_max_str_digits()
+        return "an integer of more than 4,300 digits"
     return "nested too deeply"
 
 
-def _number(value, nonneg=True, limit=math.inf):
-    # type(), not isinstance(): JSON gives int, float or bool, and a bool is not a number here
-    return type(value) in (int, float) and math.isfinite(value) and (value >= 0 or not nonneg) and value <= limit
+def _number(value, nonneg=True, limit=MAX_COUNT):
+    # type(), not isinstance(): JSON gives int, float or bool, and a bool is not a number here.
+    # Compared, not converted: an int of 400 digits is refused, not an OverflowError of float()
+    return (type(value) in (int, float) and (type(value) is int or math.isfinite(value))
+            and (value >= 0 or not nonneg) and -limit <= value <= limit)
+
+
+def _count(value):
+    """A non-negative int below 2**63 (what an int64 holds: steps.bin's epoch index)."""
+    return type(value) is int and 0 <= value < MAX_COUNT
+
+
+def _shown(value):
+    """repr(value) for a RunDirError; an integer of more than 24 digits by its first ones and length."""
+    text = repr(value)
+    return f"{text[:12]}... ({len(text)} digits)" if type(value) is int and len(text) > 24 else text
 
 
 def _seconds(value):
@@ -293,13 +330,13 @@ def _check_optional(record):
     for key, check, what in (("start_s", _seconds, SECONDS), ("malloc_bytes", _bytes, BYTES),
                              ("steps", _number, "a non-negative number")):
         if record.get(key) is not None and not check(record[key]):
-            return f"has {key} {record[key]!r}, not {what}"
+            return f"has {key} {_shown(record[key])}, not {what}"
     gc = record["gc"]
     for key in ("collected", "tracked"):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
-        return f"has gc.max_pause_s {gc['max_pause_s']!r}, not {SECONDS}"
+        return f"has gc.max_pause_s {_shown(gc['max_pause_s'])}, not {SECONDS}"
     for key, op in record.get("ops", {}).items():
         if not (isinstance(op, dict) and _number(op.get("calls")) and _seconds(op.get("total_s"))):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
@@ -337,11 +374,11 @@ def _check_epoch(record):
     if not isinstance(record, dict):
         return "is not a JSON object"
     epoch = record.get("epoch")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        return f"has epoch {epoch!r}, not a non-negative integer"
+    if not _count(epoch):
+        return f"has epoch {_shown(epoch)}, not a non-negative integer below 2**63"
     wall = record.get("wall_s")
     if not _seconds(wall):
-        return f"has wall_s {wall!r}, not {SECONDS}"
+        return f"has wall_s {_shown(wall)}, not {SECONDS}"
     gc = record.get("gc")
     if not isinstance(gc, dict):
         return "has no 'gc' object"
@@ -352,7 +389,7 @@ def _check_epoch(record):
     if sum(gc["pause_s"]) > wall * (1 + PAUSE_SLACK[0]) + PAUSE_SLACK[1]:
         return f"has GC pauses of {sum(gc['pause_s']):.6g} s in an epoch of {wall:.6g} s (wall_s), more than it lasted"
     if not _bytes(record.get("rss_bytes")):
-        return f"has rss_bytes {record.get('rss_bytes')!r}, not {BYTES}"
+        return f"has rss_bytes {_shown(record.get('rss_bytes'))}, not {BYTES}"
     if not isinstance(record.get("ops", {}), dict):
         return "has 'ops' that is not an object"
     return _check_optional(record)
@@ -376,7 +413,7 @@ def _read_epochs(file, problems):
             continue
         try:
             record = json.loads(line.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:
             if number == len(lines) and torn:
                 problems.append(f"{EPOCHS} line {number} is truncated (a crash mid-write); it was skipped")
                 break
