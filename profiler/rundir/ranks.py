@@ -10,14 +10,13 @@ agreeing with the rank its meta.json records. Anything else is a RunDirError tha
 directories disagree.
 """
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RunDirError
 from .format import META, RANK_PREFIX, run_path
-from .reader import listed, unreadable, why_not_json
+from .reader import listed, read_json
 
 _NAME = re.compile(re.escape(RANK_PREFIX) + r"(\d+)$")
 MAX_UNIX = 1e11   # clock_origin_unix above this (the year 5138) is not a time.time() reading
@@ -63,12 +62,7 @@ def _read_rank(path):
     file = path / META
     if not file.exists():
         raise RunDirError(f"{path} has no {META}: the rank's process did not start its profiling session")
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise RunDirError(unreadable(file, e)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise RunDirError(f"{file} is not valid JSON ({why_not_json(e)})") from None
+    meta = read_json(file)
     if not isinstance(meta, dict):
         raise RunDirError(f"{file} is not a JSON object: not written by this profiler")
     rank, world = _int_field(meta, "rank", file), _int_field(meta, "world_size", file)

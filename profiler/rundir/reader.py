@@ -189,12 +189,7 @@ def read_run(path):
         if runs:
             raise RunDirError(f"{path} is not a run directory but holds {len(runs)} ({listed(runs, 5)}): give one of them")
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
-    try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise RunDirError(unreadable(meta_file, e)) from None
-    except (ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError, an int of 4,301+ digits
-        raise RunDirError(f"{meta_file} is not valid JSON ({why_not_json(e)})") from None
+    meta = read_json(meta_file)
     if not isinstance(meta, dict) or "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
@@ -279,6 +274,16 @@ def _check_records(run, last_lined):
         seen.update(np.unique(epochs).tolist())
         kept += int(np.count_nonzero(epochs <= last_lined))
     return seen, kept
+
+
+def read_json(file):
+    """The JSON value in `file`, or a RunDirError saying why it cannot be read."""
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise RunDirError(unreadable(file, e)) from None
+    except (ValueError, RecursionError) as e:   # JSONDecodeError, UnicodeDecodeError, an int of 4,301+ digits
+        raise RunDirError(f"{file} is not valid JSON ({why_not_json(e)})") from None
 
 
 def why_not_json(error):
