@@ -263,3 +263,28 @@ def test_flamegraph_files_that_cannot_be_read_or_written_are_one_error_naming_th
         read_folded(tmp_path)
     with pytest.raises(RunWriteError, match="cannot write the flamegraph to /dev/full: No space left on device"):
         write_svg({("main (a.py:1)",): 1}, "/dev/full", title="t")
+
+
+def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_kept(tmp_path, capsys):
+    # `report RUN --html RUN/meta.json` replaced the run's meta.json with the page, and the run was lost
+    from profiler import cli
+    from tests.fixtures import epoch, write_run
+    from tests.rank_runs import synthetic_job
+    run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(6)])
+    job = synthetic_job(tmp_path / "job", 2, 40)
+    kept = {p: p.read_bytes() for p in [*run.iterdir(), *(job / "rank-1").iterdir()]}
+    for args, said in [
+            (["report", run, "--html", run / "meta.json"], f"--html {run / 'meta.json'} is a record of the run {run} "
+                                                           f"that this command reads: give another file, e.g. --html "
+                                                           f"{run / 'report.html'}"),
+            (["timeline", run, "--out", run / "epochs.jsonl"], f"--out {run / 'epochs.jsonl'} is a record of the run "
+                                                               f"{run} that this command reads: give another file, "
+                                                               f"e.g. --out {run / 'trace.json'}"),
+            (["compare", job, job, "--html", job / "rank-1" / "steps.bin"],
+             f"--html {job / 'rank-1' / 'steps.bin'} is a record of the run {job} that this command reads: give "
+             f"another file, e.g. --html {job / 'compare.html'}")]:
+        assert cli.main(list(map(str, args))) == 2
+        assert capsys.readouterr().err.splitlines() == [f"profiler: error: {said}"]
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert cli.main(["report", str(run), "--html", str(run / "report.html")]) == 0   # beside the records: fine
+    assert (run / "report.html").read_text().startswith("<!doctype html>")

@@ -19,7 +19,8 @@ class CompareCommand:
         from ..analysis import compare
         from ..analysis.ranks import RankComparison
         from ..report import json_out, rank_text, text
-        html_path = output_file(args.html, "--html", "compare.html") if args.html is not None else None
+        html_path = None if args.html is None else output_file(args.html, "--html", "compare.html",
+                                                               reads=[args.run_a, args.run_b])
         comparison = compare(args.run_a, args.run_b)
         jobs = isinstance(comparison, RankComparison)   # two multi-rank runs
         show(json_out.render(comparison) if args.json else text.comparison(comparison))

@@ -7,23 +7,39 @@ import sys
 from pathlib import Path
 
 from ..errors import RunWriteError, UsageError
+from ..rundir.format import EPOCHS, GC_EVENTS, META, RANK_PREFIX, STEPS
+
+RECORDS = (META, EPOCHS, STEPS, GC_EVENTS)   # what a run directory holds (rundir/format.py)
 
 
-def output_file(path, flag, example):
+def output_file(path, flag, example, reads=()):
     """`path` (given with `flag`, e.g. "--html") as a file to write, its parent directories created;
-    UsageError when it is a directory (`example`: a file name to suggest in it) or a file stands
-    where a parent directory belongs."""
+    UsageError when it is a directory (`example`: a file name to suggest in it), a file stands
+    where a parent directory belongs, or it is one of the records of a run the command `reads`
+    (its meta.json, epochs.jsonl, ..., or a rank's): the output would replace what it is made of."""
     if not str(path).strip():
         raise UsageError(f"{flag} {str(path)!r}: give a file name, e.g. {flag} {example}")
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory: give a file name, e.g. {flag} {path / example}")
     _no_file_in_the_way(path, path.parents, flag)
+    _not_a_record(path, flag, example, reads)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RunWriteError(f"cannot create {path.parent} for {flag} {path}: {e.strerror or e}") from e
     return path
+
+
+def _not_a_record(path, flag, example, runs):
+    target = path.resolve()
+    if target.name not in RECORDS:
+        return
+    for run in map(Path, runs):
+        folder = run.resolve()
+        if target.parent == folder or (target.parent.parent == folder and target.parent.name.startswith(RANK_PREFIX)):
+            raise UsageError(f"{flag} {path} is a record of the run {run} that this command reads: give another "
+                             f"file, e.g. {flag} {run / example}")
 
 
 def output_dir(path, flag):

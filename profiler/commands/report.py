@@ -21,7 +21,7 @@ class ReportCommand:
         from ..report import json_out, text
         from ..rundir import read_run
         from ..rundir.ranks import is_multi_rank, rank_dirs
-        html_path = output_file(args.html, "--html", "report.html") if args.html is not None else None
+        html_path = None if args.html is None else output_file(args.html, "--html", "report.html", reads=[args.run_dir])
         run = None if is_multi_rank(args.run_dir) else read_run(args.run_dir)   # read once: diagnosis and page
         diagnosis = analyze(args.run_dir if run is None else run)
         show(json_out.render(diagnosis) if args.json else text.diagnosis(diagnosis))

@@ -17,5 +17,5 @@ class TimelineCommand:
     @staticmethod
     def run(args):
         from ..report import trace
-        count = trace.write_run(args.run_dir, output_file(args.out, "--out", "trace.json"))
+        count = trace.write_run(args.run_dir, output_file(args.out, "--out", "trace.json", reads=[args.run_dir]))
         show(f"wrote {args.out} ({count:,} events): open it in https://ui.perfetto.dev")
