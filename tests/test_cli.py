@@ -103,6 +103,7 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["run", "mlp", "--epochs", "0"], ["--epochs", "positive"]),
     (["run", "mlp", "--epochs", "5", "--halt-after", "9"], ["--halt-after 9", "--epochs 5"]),
     (["run", "mnist-cnn", "--labels", "random"], ["--labels", "mlp"]),
+    (["run", "--window", "1", "mlp"], ["--window applies to scripts, not to the built-in scenario mlp"]),
     (["report"], ["run_dir"]),
     (["report", "/nonexistent/run"], ["/nonexistent/run", "does not exist"]),
     (["run", "mlp", "--seed", "-1"], ["--seed", "non-negative", "-1"]),
