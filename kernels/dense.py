@@ -117,10 +117,11 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch, slabs):
     """dx = dy @ w.T and dw = x.T @ dy, a slab of inputs at a time (the J-lane blocks of inputs
     split evenly into `slabs`), each chunk of slabs with its own `scratch` row (two halves, each
     the widest slab over the batch): the slab's columns of x are copied out of x's rows (runs of
-    up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), and dx's columns
-    are formed in the same layout and copied out to dx's rows the same way. So x is read once, dx
-    written once, and no tile reads or writes lines a whole row of x apart (36 KB for mnist's 9216
-    inputs: one L1 set), which a weight grad reading x.T in place did. Each block of J inputs
+    up to 2 KB) into J-wide copies (N x J each, 16 KB for mnist's batch of 128), _COPY_ROWS rows at
+    a time block by block, and dx's columns are formed in the same layout and copied out to dx's
+    rows, row by row. So x is read once, dx written once, and no tile reads or writes lines a
+    whole row of x apart (36 KB for mnist's 9216 inputs: one L1 set), which a weight grad reading
+    x.T in place did. Each block of J inputs
     takes dx.T = w @ dy.T, w's rows read in place against dy.T's panels `dytp` and each block
     stored transposed (_tile's _store_cols), and dw = x.T @ dy from x's copies against dy's panels
     `dyp`: w and dw are read and written once, in order."""

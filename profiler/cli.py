@@ -12,7 +12,7 @@ import sys
 
 from .errors import ProfilerError, UsageError
 from .commands.options import remove_unused
-from .commands.output import stdout_to_devnull
+from .commands.output import closed, stdout_to_devnull
 
 EXAMPLES = """examples:
   profiler run mlp --epochs 1000 --halt-after 100 --history preallocated --gc-collect epoch
@@ -77,9 +77,34 @@ def _forget_unhandled_interrupt():
     exec("")
 
 
+def _fill_closed_descriptors():
+    """A standard stream closed at start (`>&-`, `2>&-`): Python sets it to None and leaves its
+    descriptor free, so the next file opened (a run's records) would take it, and a C library's
+    writes to it (LLVM's, TBB's) would land in that file. os.devnull takes the descriptor. stderr
+    then writes there (there is nowhere to say anything; print() to a None stderr went to stdout);
+    stdout stays None, so output to it is a failed write (commands/output.show)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None and not _open_descriptor(fd):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")
+
+
+def _open_descriptor(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(os.environ.get("PROFILER_DEBUG"))
+    _fill_closed_descriptors()
     try:
         argv, command = _split_command(argv)
         args = _parse(argv)
@@ -87,7 +112,7 @@ def main(argv=None):
             raise UsageError(f"`profiler {args.command_name}` takes no -- COMMAND")
         args.command = command
         args.handler.run(args)
-        if sys.stdout is not None and not sys.stdout.closed:   # `>&-`: nothing to flush, as at Python's exit
+        if not closed(sys.stdout):   # `>&-`: nothing to flush, as at Python's exit
             sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
     except BrokenPipeError:
         if debug:

@@ -44,3 +44,13 @@ def test_import_alone_loads_no_submodule():
                           "print(sorted(m for m in sys.modules if m.startswith('profiler.')))"],
                          capture_output=True, text=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_the_cli_starts_without_numpy():
+    # a Ctrl-C in the first second lands in the CLI's own code, not in numpy's import (which runs
+    # before main() can say "profiler: interrupted"); the output checks imported rundir.format once
+    out = subprocess.run([sys.executable, "-c", "import sys, profiler.cli; "
+                          "print([m for m in ('numpy', 'numba', 'matplotlib', 'profiler.rundir') if m in sys.modules])"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "[]"

@@ -271,6 +271,8 @@ def test_a_closed_stderr_trains_without_a_bar_and_the_run_completes(tmp_path):
     assert proc.returncode == 0 and (meta["status"], meta["error"], meta["epochs"]) == ("completed", None, 2), proc
     assert len((tmp_path / "r" / "epochs.jsonl").read_text().splitlines()) == 2
     assert proc.stdout.startswith(f"wrote {tmp_path / 'r'}: 2 epochs")
+    proc = _closing("2>&-", "report", tmp_path / "none")   # print() to a None stderr wrote to stdout
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
 
 
 def test_a_closed_stdout_is_a_failed_write_and_the_run_is_complete(tmp_path):

@@ -283,3 +283,6 @@ def test_scaling_into_a_directory_that_holds_its_runs_already_stops_before_any_r
     assert capsys.readouterr().err.splitlines() == [
         f"profiler: error: --out {tmp_path / 'out'}: {tmp_path / 'out' / 'max-8'} already holds a run (epochs.jsonl "
         f"exists); choose a new directory"]
+    html = tmp_path / "new" / "max-8" / "meta.json"   # the page would replace a run scaling reads at its end
+    assert cli.main(["scaling", "mlp", "--max-epochs", "4,8", "--out", str(tmp_path / "new"), "--html", str(html)]) == 2
+    assert "is a record of the run" in capsys.readouterr().err

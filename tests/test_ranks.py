@@ -122,6 +122,11 @@ def test_missing_rank_says_which_and_what_to_do(tmp_path):
         write_rank(tmp_path / f"rank-{rank}", rank, 4, np.full(10, 0.01))
     with pytest.raises(RunDirError, match=r"lacks rank\(s\) 2 of world size 4: copy every rank"):
         rank_dirs(tmp_path)
+    for rank in (0, 1, 3):   # a world of 4 billion ranks is named, not listed into memory
+        write_rank(tmp_path / "huge" / f"rank-{rank}", rank, 4_000_000_000, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"lacks rank\(s\) 2, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 3999999987 more of "
+                                          r"world size 4000000000: copy every rank"):
+        rank_dirs(tmp_path / "huge")
 
 
 def test_directory_name_disagreeing_with_meta_is_an_error(tmp_path):

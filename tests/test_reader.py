@@ -376,8 +376,6 @@ def test_a_meta_field_of_the_wrong_json_type_is_one_clear_error(tmp_path, fields
     assert str(info.value) == f"{run / 'meta.json'} has {shown}: not written by this profiler"
 
 
-
-
 def test_a_meta_json_with_an_integer_too_long_to_read_is_one_clear_error(tmp_path):
     run = from_walls(tmp_path / "run", [0.01] * 3)
     (run / "meta.json").write_text('{"format": 1, "status": "completed", "pid": ' + "9" * 5000 + "}")

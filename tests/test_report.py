@@ -282,7 +282,10 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
                                                                f"e.g. --out {run / 'trace.json'}"),
             (["compare", job, job, "--html", job / "rank-1" / "steps.bin"],
              f"--html {job / 'rank-1' / 'steps.bin'} is a record of the run {job} that this command reads: give "
-             f"another file, e.g. --html {job / 'compare.html'}")]:
+             f"another file, e.g. --html {job / 'compare.html'}"),
+            (["report", job, "--html", job / "node-0" / "rank-1" / "meta.json"],   # a job with a directory per host
+             f"--html {job / 'node-0' / 'rank-1' / 'meta.json'} is a record of the run {job} that this command "
+             f"reads: give another file, e.g. --html {job / 'report.html'}")]:
         assert cli.main(list(map(str, args))) == 2
         assert capsys.readouterr().err.splitlines() == [f"profiler: error: {said}"]
     assert {p: p.read_bytes() for p in kept} == kept

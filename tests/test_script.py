@@ -477,6 +477,18 @@ def test_ctrl_c_while_a_kernel_compiles_is_raised_after_the_compile():
     finally:
         signal.signal(signal.SIGINT, program)
 
+    class Fails(event.Listener):   # raises at a compile's start, after ours: that compile never ends
+        def on_start(self, ev):
+            raise RuntimeError("listener")
+
+        def on_end(self, ev):
+            pass
+
+    with pytest.raises(RuntimeError, match="listener"):
+        with interrupts_held_in_compiles(), event.install_listener("numba:compiler_lock", Fails()):
+            numba.njit(lambda v: v * 3)(1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
 
 def test_default_run_directories_of_runs_started_in_one_second_are_apart(tmp_path, monkeypatch):
     from profiler.commands import options

@@ -236,7 +236,7 @@ def _rank(rank_dir, unit):
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
-        error=run.meta.get("error") if isinstance(run.meta.get("error"), str) else None,
+        error=run.meta.get("error"),   # a string or None (the reader checks it)
         stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm

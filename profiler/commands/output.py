@@ -7,9 +7,6 @@ import sys
 from pathlib import Path
 
 from ..errors import RunWriteError, UsageError
-from ..rundir.format import EPOCHS, GC_EVENTS, META, RANK_PREFIX, STEPS
-
-RECORDS = (META, EPOCHS, STEPS, GC_EVENTS)   # what a run directory holds (rundir/format.py)
 
 
 def output_file(path, flag, example, reads=()):
@@ -32,12 +29,12 @@ def output_file(path, flag, example, reads=()):
 
 
 def _not_a_record(path, flag, example, runs):
-    target = path.resolve()
-    if target.name not in RECORDS:
+    if not runs:
         return
+    from ..rundir.format import RECORDS   # numpy with it: not at the CLI's start
+    target = path.resolve()
     for run in map(Path, runs):
-        folder = run.resolve()
-        if target.parent == folder or (target.parent.parent == folder and target.parent.name.startswith(RANK_PREFIX)):
+        if target.name in RECORDS and run.resolve() in target.parents:   # the run's, a rank's, a host's rank's
             raise UsageError(f"{flag} {path} is a record of the run {run} that this command reads: give another "
                              f"file, e.g. {flag} {run / example}")
 
@@ -77,7 +74,7 @@ def show(*lines):
     stays a BrokenPipeError (the CLI's quiet 141). A standard output that is closed (`>&-`, where
     Python sets sys.stdout to None and print() writes nothing) is such a failed write too: the
     lines would be lost without a word."""
-    if _closed(sys.stdout):
+    if closed(sys.stdout):
         raise RunWriteError("cannot write to standard output: it is closed")
     try:
         for line in lines:
@@ -89,12 +86,13 @@ def show(*lines):
         stdout_to_devnull()
         raise RunWriteError(f"cannot write to standard output: {e.strerror or e}") from e
     except ValueError:   # closed while we wrote (I/O operation on closed file)
-        if not _closed(sys.stdout):
+        if not closed(sys.stdout):
             raise
         raise RunWriteError("cannot write to standard output: it is closed") from None
 
 
-def _closed(stream):
+def closed(stream):
+    """Whether a standard stream is closed: None (closed at start) or closed since."""
     return stream is None or getattr(stream, "closed", False)
 
 
@@ -103,7 +101,7 @@ def stdout_to_devnull():
     closed pipe or a full disk (the Python documentation's "Note on SIGPIPE"). A stdout that is
     None or closed is left as it is: the interpreter flushes neither, and its descriptor may be
     another file's by now."""
-    if _closed(sys.stdout):
+    if closed(sys.stdout):
         return
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,7 +1,6 @@
 """`profiler scaling SCENARIO --max-epochs ...`: does epoch time depend on max_epochs?"""
 
 from ..errors import UsageError
-from ..rundir.format import EPOCHS
 from ..workloads.names import SCENARIO_NAMES
 from .output import output_dir, output_file, show, write_html
 from .options import add_scenario_options, default_dir, int_list, scenario_argv
@@ -32,11 +31,12 @@ class ScalingCommand:
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
         check_history_fits(args.history, max(args.max_epochs))   # before the first run, not after it
-        html_path = output_file(args.html, "--html", "scaling.html") if args.html is not None else None
+        from ..rundir.writer import holds_a_run
         runs = {n: out / f"max-{n}" for n in args.max_epochs}
-        held = [d for d in runs.values() if (d / EPOCHS).exists()]
-        if held:   # said before any run starts, not by the first child that finds it
-            raise UsageError(f"--out {out}: {held[0]} already holds a run ({EPOCHS} exists); choose a new directory")
+        html_path = None if args.html is None else output_file(args.html, "--html", "scaling.html",
+                                                               reads=runs.values())
+        for run in runs.values():   # said before any run starts, not by the first child that finds it
+            holds_a_run(run, f"--out {out}: ")
         run_many([scenario_argv(args, args.scenario, d, n) for n, d in runs.items()], f"scaling {args.scenario}")
         result = scaling(runs)
         figures.save(figures.scaling(result), out / "scaling.png")

@@ -15,6 +15,7 @@ from ..errors import UsageError
 
 FORMAT = 1
 META, EPOCHS, STEPS, GC_EVENTS = "meta.json", "epochs.jsonl", "steps.bin", "gc_events.bin"
+RECORDS = (META, EPOCHS, STEPS, GC_EVENTS)   # the files a run directory holds
 STATUSES = ("running", "completed", "halted", "failed", "interrupted", "terminated")
 RANK_PREFIX = "rank-"
 

@@ -10,6 +10,7 @@ agreeing with the rank its meta.json records. Anything else is a RunDirError tha
 directories disagree.
 """
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,9 +136,11 @@ def rank_dirs(path):
     if beyond:
         raise RunDirError(f"{beyond[0].path} records rank {beyond[0].rank} but world size {world}: not a rank of "
                           f"this job")
-    missing = sorted(set(range(world)) - {r.rank for r in ranks})
-    if missing:
-        shown = listed(missing, 10)
+    present = {r.rank for r in ranks}
+    missing = world - len(present)   # every rank present is below world (checked above)
+    if missing:   # the first ten named without listing a world of 10^9
+        first = itertools.islice((r for r in range(world) if r not in present), 10)
+        shown = ", ".join(map(str, first)) + (f" and {missing - 10} more" if missing > 10 else "")
         raise RunDirError(f"{path} lacks rank(s) {shown} of world size {world}: copy every rank's "
                           f"{RANK_PREFIX}<RANK> directory (from every host) under {path}")
     return ranks

@@ -7,6 +7,7 @@ analysis relies on, so analysis never meets a string where a number belongs.
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +43,7 @@ class Run:
     @property
     def gc_policy(self):
         """The --gc-policy the run recorded (meta.json options.gc_policy), or None."""
-        policy = (self.meta.get("options") or {}).get("gc_policy")
-        return None if policy is None else str(policy)
+        return (self.meta.get("options") or {}).get("gc_policy")   # a string or None (_check_meta)
 
     @property
     def user_meta(self):
@@ -292,7 +292,7 @@ def why_not_json(error):
     if isinstance(error, UnicodeDecodeError):
         return f"not UTF-8: {error.reason}"
     if isinstance(error, ValueError):   # int(): sys.get_int_max_str_digits()
-        return "an integer of more than 4,300 digits"
+        return f"an integer of more than {sys.get_int_max_str_digits():,} digits"
     return "nested too deeply"
 
 

@@ -22,6 +22,12 @@ _now = time.perf_counter_ns
 ALIVE_CHECK_NS = 100_000_000   # a removed run directory is noticed within 0.1 s
 
 
+def holds_a_run(path, prefix=""):
+    """UsageError (its message after `prefix`) when the directory `path` holds a run already."""
+    if (Path(path) / EPOCHS).exists():
+        raise UsageError(f"{prefix}{path} already holds a run ({EPOCHS} exists); choose a new directory") from None
+
+
 class RunWriter:
     def __init__(self, path):
         self.path = Path(path)
@@ -39,7 +45,7 @@ class RunWriter:
         try:   # created exclusively: of two runs started on one directory, the second stops here
             self._files = {EPOCHS: open(self.path / EPOCHS, "xb", buffering=0)}
         except FileExistsError:
-            raise UsageError(f"{self.path} already holds a run ({EPOCHS} exists); choose a new directory") from None
+            holds_a_run(self.path)
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
         self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file; a file whose failed write

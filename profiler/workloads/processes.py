@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 from ..errors import WorkloadError
+from .terminal import stderr_is_a_terminal
 
 # after a Ctrl-C here: how long the child has to end of its own (a Ctrl-C at the terminal reached
 # it too), then how long after our SIGINT, before it is killed (its run then stays `running`)
@@ -27,15 +28,6 @@ def run_many(jobs, desc):
         if code != 0:
             lines = err.strip().splitlines()
             raise WorkloadError(f"`profiler {' '.join(argv)}` failed: {lines[-1] if lines else code}")
-
-
-def stderr_is_a_terminal():
-    """Whether a progress bar belongs on stderr: a terminal, not a log file, and not a stderr that
-    is closed (`2>&-`: sys.stderr is None), where the work goes on without one."""
-    try:
-        return sys.stderr is not None and sys.stderr.isatty()
-    except (OSError, ValueError):   # a stream closed since (ValueError: I/O operation on closed file)
-        return False
 
 
 def run_child(cmd):
@@ -60,12 +52,12 @@ def stop_interrupted(proc):
     Ctrl-C too), else send it SIGINT and wait INTERRUPT_BOUND_S more; SIGKILL only after that.
     Another Ctrl-C while waiting moves on to the next step at once."""
     for send, wait_s in ((None, INTERRUPT_GRACE_S), (signal.SIGINT, INTERRUPT_BOUND_S)):
-        if send is not None and proc.poll() is None:
-            try:
-                proc.send_signal(send)
-            except OSError:   # it has just ended
-                pass
         try:
+            if send is not None and proc.poll() is None:
+                try:
+                    proc.send_signal(send)
+                except OSError:   # it has just ended
+                    pass
             proc.wait(timeout=wait_s)
             return
         except subprocess.TimeoutExpired:

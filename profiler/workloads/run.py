@@ -13,9 +13,9 @@ from ..integrations.gc_policy import GcPolicy
 from ..integrations.launch import rank_env
 from . import scenarios
 from .history import check_history_fits
-from .processes import stderr_is_a_terminal
 from .engine import Events, Loop
 from .straggler import GcStraggler
+from .terminal import stderr_is_a_terminal
 
 
 class _LoopMarks:
