@@ -38,19 +38,18 @@ def test_an_unknown_name_is_an_attribute_error():
         raise AssertionError("profiler.nothing_here resolved")
 
 
+def _printed(code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip()
+
+
 @pytest.mark.slow
 def test_import_alone_loads_no_submodule():
-    out = subprocess.run([sys.executable, "-c", "import sys, profiler; "
-                          "print(sorted(m for m in sys.modules if m.startswith('profiler.')))"],
-                         capture_output=True, text=True, timeout=60).stdout
-    assert out.strip() == "[]"
+    assert _printed("import sys, profiler; print(sorted(m for m in sys.modules if m.startswith('profiler.')))") == "[]"
 
 
 @pytest.mark.slow
 def test_the_cli_starts_without_numpy():
     # a Ctrl-C in the first second lands in the CLI's own code, not in numpy's import (which runs
     # before main() can say "profiler: interrupted"); the output checks imported rundir.format once
-    out = subprocess.run([sys.executable, "-c", "import sys, profiler.cli; "
-                          "print([m for m in ('numpy', 'numba', 'matplotlib', 'profiler.rundir') if m in sys.modules])"],
-                         capture_output=True, text=True, timeout=60).stdout
-    assert out.strip() == "[]"
+    assert _printed("import sys, profiler.cli; print([m for m in ('numpy', 'numba', 'matplotlib', 'profiler.rundir') "
+                    "if m in sys.modules])") == "[]"
