@@ -122,6 +122,33 @@ def test_halted_loop_marks_the_run_halted(tmp_path):
     assert run.status == "halted" and len(run.epochs) == 3 and run.complete
 
 
+@pytest.mark.parametrize("ended_by", [None, KeyboardInterrupt])
+def test_a_ctrl_c_while_the_final_status_is_written_is_raised_after_it(tmp_path, monkeypatch, ended_by):
+    # profiler scaling's child had the terminal's Ctrl-C, then its parent's SIGINT while it wrote
+    # `interrupted`: the run stayed `running`
+    import signal
+    from profiler.rundir.writer import RunWriter
+    write_meta = RunWriter.write_meta
+
+    def interrupted_write(writer, meta):
+        if meta.get("status") != "running":   # the final one
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(100_000))   # bytecode boundaries, where Python runs its signal handlers
+        write_meta(writer, meta)
+
+    monkeypatch.setattr(RunWriter, "write_meta", interrupted_write)
+    callbacks = list(gc.callbacks)
+    with pytest.raises(KeyboardInterrupt):
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                pass
+            if ended_by:
+                raise ended_by
+    run = read_run(tmp_path / "run")
+    assert run.status == ("interrupted" if ended_by else "completed") and len(run.epochs) == 1
+    assert gc.callbacks == callbacks and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.parametrize("exc,status", [(RuntimeError("boom"), "failed"), (KeyboardInterrupt(), "interrupted")])
 def test_hooks_removed_and_status_recorded_on_errors(tmp_path, exc, status):
     callbacks, unraisable = list(gc.callbacks), sys.unraisablehook

@@ -431,7 +431,7 @@ def test_a_run_that_wrote_no_epoch_does_not_point_at_report(tmp_path):
 def test_ctrl_c_while_the_engine_imports_is_raised_after_the_import():
     # numba's C extensions turned a Ctrl-C inside their import into "ImportError: numba._devicearray
     # failed to import" (a CI rehearsal's test_ctrl_c_in_the_first_second_is_one_line)
-    from profiler.commands.interrupts import interrupts_held
+    from profiler.interrupts import interrupts_held
     finished = False
     with pytest.raises(KeyboardInterrupt):
         with interrupts_held():
@@ -449,7 +449,7 @@ def test_ctrl_c_while_a_kernel_compiles_is_raised_after_the_compile():
     # and the run went on (CI, stop 47); the hold raises it once numba's compiler lock is released
     import numba
     from numba.core import event
-    from profiler.commands.interrupts import interrupts_held_in_compiles
+    from profiler.interrupts import interrupts_held_in_compiles
 
     class CtrlC(event.Listener):
         def on_start(self, ev):

@@ -30,6 +30,7 @@ import threading
 import time
 
 from ..errors import SessionActiveError, UsageError
+from ..interrupts import interrupts_held
 from ..rundir import format as fmt
 from ..rundir.writer import RunWriter, RunWriteError
 from . import options, torchrun
@@ -210,7 +211,13 @@ class Session:
         return False
 
     def _finish(self, status, error):
-        """Write what is buffered and the final status, then remove every hook."""
+        """Write what is buffered and the final status, then remove every hook; a Ctrl-C meanwhile
+        (a second one, or a parent's SIGINT after the terminal's: profiler scaling's children) is
+        raised after, so the status is written whole."""
+        with interrupts_held():
+            self._write_final(status, error)
+
+    def _write_final(self, status, error):
         try:
             self._cut_unwritten()
             self._write_pending_gc_events()

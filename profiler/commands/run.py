@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import SessionActiveError, UsageError
 from ..workloads.names import SCENARIO_NAMES
-from .interrupts import interrupts_held, interrupts_held_in_compiles
+from ..interrupts import interrupts_held, interrupts_held_in_compiles
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
 from .output import output_dir, show
 

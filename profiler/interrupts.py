@@ -1,4 +1,5 @@
-"""Ctrl-C while numba works, held and then raised where Python can take it.
+"""Ctrl-C held through work it must not cut short, then raised where Python can take it: numba's
+import and compiles, and a Session's final status.
 
 numba's C extensions turn a KeyboardInterrupt that lands inside their import into an ImportError
 ("numba._devicearray failed to import") after printing its traceback. llvmlite prints and drops
@@ -47,7 +48,7 @@ def _main_thread():
 
 @contextlib.contextmanager
 def interrupts_held():
-    """Ctrl-C held through the block (an import of numba), then raised."""
+    """Ctrl-C held through the block (an import of numba, a run's final records), then raised."""
     if not _main_thread():   # signal.signal works in the main thread only
         yield
         return
