@@ -121,10 +121,9 @@ def _backward_slabs(x, w, dyp, dytp, dx, dw, scratch, slabs):
     a time block by block, and dx's columns are formed in the same layout and copied out to dx's
     rows, row by row. So x is read once, dx written once, and no tile reads or writes lines a
     whole row of x apart (36 KB for mnist's 9216 inputs: one L1 set), which a weight grad reading
-    x.T in place did. Each block of J inputs
-    takes dx.T = w @ dy.T, w's rows read in place against dy.T's panels `dytp` and each block
-    stored transposed (_tile's _store_cols), and dw = x.T @ dy from x's copies against dy's panels
-    `dyp`: w and dw are read and written once, in order."""
+    x.T in place did. Each block of J inputs takes dx.T = w @ dy.T, w's rows read in place against
+    dy.T's panels `dytp` and each block stored transposed (_tile's _store_cols), and dw = x.T @ dy
+    from x's copies against dy's panels `dyp`: w and dw are read and written once, in order."""
     n, i_ = x.shape
     o = w.shape[1]
     blocks = (i_ + J - 1) // J

@@ -33,8 +33,10 @@ def _not_a_record(path, flag, example, runs):
         return
     from ..rundir.format import RECORDS   # numpy with it: not at the CLI's start
     target = path.resolve()
+    if target.name not in RECORDS:
+        return
     for run in map(Path, runs):
-        if target.name in RECORDS and run.resolve() in target.parents:   # the run's, a rank's, a host's rank's
+        if run.resolve() in target.parents:   # the run's, a rank's, a host's rank's
             raise UsageError(f"{flag} {path} is a record of the run {run} that this command reads: give another "
                              f"file, e.g. {flag} {run / example}")
 

@@ -25,7 +25,11 @@ ALIVE_CHECK_NS = 100_000_000   # a removed run directory is noticed within 0.1 s
 def holds_a_run(path, prefix=""):
     """UsageError (its message after `prefix`) when the directory `path` holds a run already."""
     if (Path(path) / EPOCHS).exists():
-        raise UsageError(f"{prefix}{path} already holds a run ({EPOCHS} exists); choose a new directory") from None
+        raise _taken(path, prefix)
+
+
+def _taken(path, prefix=""):
+    return UsageError(f"{prefix}{path} already holds a run ({EPOCHS} exists); choose a new directory")
 
 
 class RunWriter:
@@ -45,7 +49,7 @@ class RunWriter:
         try:   # created exclusively: of two runs started on one directory, the second stops here
             self._files = {EPOCHS: open(self.path / EPOCHS, "xb", buffering=0)}
         except FileExistsError:
-            holds_a_run(self.path)
+            raise _taken(self.path) from None
         except OSError as e:
             raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
         self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file; a file whose failed write

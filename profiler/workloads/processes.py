@@ -4,7 +4,7 @@ Ctrl-C stops the child as it stops `profiler run` itself: the child records its 
 `interrupted`, with every finished epoch, before this process says `profiler: interrupted`. A
 Ctrl-C at a terminal reaches the child too (it is in our process group); one sent to this process
 alone (`kill -INT`) does not, so the child gets its SIGINT from us when it is still running a
-moment later (not at once: a second SIGINT could land while the first one's status is written).
+moment later (not at once: the terminal's Ctrl-C has most likely reached it, and one is enough).
 """
 
 import signal
@@ -53,11 +53,8 @@ def stop_interrupted(proc):
     Another Ctrl-C while waiting moves on to the next step at once."""
     for send, wait_s in ((None, INTERRUPT_GRACE_S), (signal.SIGINT, INTERRUPT_BOUND_S)):
         try:
-            if send is not None and proc.poll() is None:
-                try:
-                    proc.send_signal(send)
-                except OSError:   # it has just ended
-                    pass
+            if send is not None:
+                proc.send_signal(send)   # nothing to a child that has ended
             proc.wait(timeout=wait_s)
             return
         except subprocess.TimeoutExpired:
@@ -68,10 +65,7 @@ def stop_interrupted(proc):
 
 
 def _kill(proc):
-    try:
-        proc.kill()
-    except OSError:
-        pass
+    proc.kill()   # nothing to a child that has ended
     while True:
         try:
             proc.wait()
