@@ -42,7 +42,9 @@ layers' and the strided forwards; NCHW's bands) skip the kernel rows that read o
 64 deep, the output columns where running them apart takes fewer block steps also skip the kernel
 columns that do (_columns_apart). From 64 deep at stride 1, where it costs few block steps, the
 NHWC forward reads x itself, never its padding, rather than a zero-padded copy (_reads_in_place:
-mnist conv2's and cifar conv2's input grads read dy in place).
+mnist conv2's and cifar conv2's input grads read dy in place); under 64 deep, a padded NHWC
+forward (cifar conv1's) copies x band by band into scratch of its own, as NCHW's bands do
+(_forward_bands), rather than whole.
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
@@ -214,14 +216,15 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 
 
 @tiled
-def _forward_bands(x, pt, pl, wk, bands, inner, y):
+def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
-    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep. Each iteration takes one of an
-    image's `bands` bands of output rows (split evenly) and copies their input rows channels-last
-    into a block of its own (8 x 8 transposes in registers, the band sized to stay in cache), a
-    row of all channels at a time, so that each row of the copy is written whole while it is in
-    L1. 8 channels down all the band's rows (each plane read in one run) wrote a 32-channel
-    pixel's 128 bytes in four pieces far apart in time; it paid while bands held part of each
+    (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep; with `nchw` False, y (B, OH, OW, N)
+    from NHWC x (B, H, W, C), padded, under _COLUMN_DEPTH deep (below). Each iteration takes one
+    of an image's `bands` bands of output rows (split evenly) and copies their input rows
+    channels-last into a block of its own (8 x 8 transposes in registers, the band sized to stay
+    in cache), a row of all channels at a time, so that each row of the copy is written whole
+    while it is in L1. 8 channels down all the band's rows (each plane read in one run) wrote a
+    32-channel pixel's 128 bytes in four pieces far apart in time; it paid while bands held part of each
     plane (session 22), but with the seed models' whole images a band (since session 31), the
     forwards took 0.96-1.01x the time by rows (AVX-512 and emulated AVX2, 1 and 2 threads;
     docs/performance.md, session 33). x comes from memory at each band, with no arithmetic to
@@ -237,10 +240,22 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
     0.99-1.07x its time: no row of a column's block is contiguous in y, so its stores went one
     float at a time (docs/performance.md, session 30). Broadcasting the pixels from x's planes
     instead (one plane per reduction step, 10 floats of each line used by a block) took
-    1.15-1.53x the NHWC forward's time on the seed models' 32/64-channel layers (session 22)."""
-    bsz, c, h, w = x.shape
+    1.15-1.53x the NHWC forward's time on the seed models' 32/64-channel layers (session 22).
+    NHWC x's rows are copied as they are and the blocks store straight into y. The padded NHWC
+    forward packed all of x into a workspace buffer first (_forward_nhwc over _Plan.x_nhwc), whose
+    writes, and the blocks' reads of it, went through memory once y's stores had pushed it out of
+    L2: cifar conv1's forward (27 deep) by bands took 0.91-0.95x the time at 1 thread and
+    0.89-0.91x at 2 (AVX-512; emulated AVX2 0.93, 0.91), cifar10-cnn's NHWC training step 0.99x.
+    Deeper ones keep _forward_nhwc, which reads x in place or runs its blocks in passes of kernel
+    rows: cifar conv3's forward by bands without passes, 1.04-1.06x (docs/performance.md, session
+    36)."""
+    if nchw:
+        bsz, c, h, w = x.shape
+        _, n, oh_, ow_ = y.shape
+    else:
+        bsz, h, w, c = x.shape
+        _, oh_, ow_, n = y.shape
     kh_, kl, np_ = wk.shape
-    _, n, oh_, ow_ = y.shape
     kw_ = kl // c
     wp = ow_ + kw_ - 1   # the padded rows' width
     a, e = inner
@@ -256,21 +271,26 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
         if padded:
             xb[:] = 0.0
         for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):   # a row of all channels at a time
-            transpose(xf, (b * c * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c, c, c, cols)
-        yb = np.empty((oh1 - oh0) * ow_ * np_, np.float32)   # the band's outputs, channels-last
+            if nchw:
+                transpose(xf, (b * c * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c, c, c, cols)
+            else:
+                copy(xf, (b * h + r - pt) * w * c, xb, ((r - oh0) * wp + pl) * c, cols * c)
+        # the band's outputs: a channels-last block of them (NCHW), or y itself
+        yb = np.empty((oh1 - oh0) * ow_ * np_ if nchw else 0, np.float32)
+        yo, ys, y00 = (yb, np_, 0) if nchw else (yf, n, (b * oh_ + oh0) * ow_ * n)
         q0, oh, ow = 0, oh0, 0
         while q0 < (oh1 - oh0) * width:
             pn, last = _pixel_block(q0, (oh1 - oh0) * width, oh, ow, width, P, 0, oh_)
             kh0, kh1 = max(0, pt - last), min(kh_, pt + h - oh)   # kernel rows that reach x's rows
             x0 = ((oh - oh0 + kh0) * wp + a + ow) * c
-            y0 = ((oh - oh0) * ow_ + a + ow) * np_
+            y0 = y00 + ((oh - oh0) * ow_ + a + ow) * ys
             for n0 in range(0, n, J):
                 product = (xb, x0, (c, ow, width, (wp - width) * c), pn, (0, wp * c, 1),
-                           wf, kh0 * kl * np_ + n0, (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl), yb, y0 + n0)
-                if width == ow_:   # yb's rows run on as one
-                    tile(*product, np_, 1, J, False)
+                           wf, kh0 * kl * np_ + n0, (0, kl * np_, np_), (1, max(0, kh1 - kh0), kl), yo, y0 + n0)
+                if width == ow_:   # the output rows run on as one
+                    tile(*product, ys, 1, min(J, ys - n0), False)
                 else:
-                    tile(*product, (np_, ow, width, (ow_ - width) * np_), 1, J, False)
+                    tile(*product, (ys, ow, width, (ow_ - width) * ys), 1, min(J, ys - n0), False)
             q0, oh, ow = _next_pixel(q0, pn, oh, ow, width)
         for m in range(ow_ - width):   # the outer columns
             col = m if m < a else e + m - a
@@ -281,16 +301,17 @@ def _forward_bands(x, pt, pl, wk, bands, inner, y):
                 x0 = ((top - oh0 + kh0) * wp + col + kw0) * c
                 for n0 in range(0, n, J):
                     tile(xb, x0, wp * c, pn, (0, wp * c, 1), wf, (kh0 * kl + kw0 * c) * np_ + n0, (0, kl * np_, np_),
-                         (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yb, ((top - oh0) * ow_ + col) * np_ + n0,
-                         ow_ * np_, 1, J, False)
-        transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
+                         (1, max(0, kh1 - kh0), max(0, kw1 - kw0) * c), yo, y00 + ((top - oh0) * ow_ + col) * ys + n0,
+                         ow_ * ys, 1, min(J, ys - n0), False)
+        if nchw:
+            transpose(yb, 0, np_, yf, b * n * pixels + oh0 * ow_, pixels, (oh1 - oh0) * ow_, n)
 
 
 def _bands(plan, blk):
     """Bands of output rows per image for _forward_bands with blk's blocks: enough that each band's
-    channels-last copy of x and block of outputs (C_out padded to blk's lanes) stay within
-    _BAND_BYTES, and that a small batch still gives every thread work."""
-    x_row, y_row = plan.wp * plan.c * 4, plan.ow * blk.padded(plan.cout) * 4
+    channels-last copy of x and, for NCHW, block of outputs (C_out padded to blk's lanes) stay
+    within _BAND_BYTES, and that a small batch still gives every thread work."""
+    x_row, y_row = plan.wp * plan.c * 4, plan.ow * blk.padded(plan.cout) * 4 if plan.nchw else 0
     rows = max(1, (_BAND_BYTES - (plan.kh - 1) * x_row) // (x_row + y_row))
     per_image = -(-4 * numba.get_num_threads() // plan.n)   # bands per image for ~4 per thread
     return min(plan.oh, max(-(-plan.oh // rows), per_image))
@@ -963,9 +984,10 @@ def _forward(plan, block, y):
         return y
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
-    if plan.nchw and plan.stride == 1:
+    if plan.stride == 1 and (plan.nchw or (plan.x.shape != plan.xp_shape and plan.kh * plan.kl < _COLUMN_DEPTH)):
         bands = _bands(plan, blk)
-        _forward_bands[blk](plan.macs(), plan.x, plan.pt, plan.pl, wk, bands, _columns_apart(plan, bands, blk.rows), y)
+        _forward_bands[blk](plan.macs(), plan.x, plan.nchw, plan.pt, plan.pl, wk, bands,
+                            _columns_apart(plan, bands, blk.rows), y)
         return y
     yh = plan.ws.take("conv2d.y", (plan.n, plan.oh, plan.ow, plan.cout)) if plan.nchw else y
     xp, on_x, inner = _nhwc_input(plan, blk)

@@ -156,22 +156,42 @@ def test_copies_of_every_length(rng):
 @pytest.mark.parametrize("band_bytes", [1, 20000, 1 << 30])
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
-def test_nchw_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
-    """The deep NCHW forward's bands of output rows: one row each; 1-4 rows, unequal where they do
-    not divide the image's rows (20000 bytes); one band per image (a batch of 9: enough images for
-    the threads). Kernels 3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the right, more
-    than the top and left; 2x1 pads only the bottom), and 12 channels of 6 columns (transposed
-    ragged: no 8 x 8 block fits across) and of 10 (8 x 8 blocks for 8 channels, the other 4
-    ragged); 67 output channels, past a block of lanes for every block shape (fewer run
-    _forward_shifted instead), against PyTorch. Each band's scratch comes back dirty
-    (dirty_malloc), so padding the kernel leaves unzeroed shows."""
+def test_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
+    """The stride-1 forwards by bands of output rows (_forward_bands): one row each; 1-4 rows,
+    unequal where they do not divide the image's rows (20000 bytes); one band per image (a batch
+    of 9: enough images for the threads).
+    - NCHW's deep forwards: kernels 3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the
+      right, more than the top and left; 2x1 pads only the bottom), and 12 channels of 6 columns
+      (transposed ragged: no 8 x 8 block fits across) and of 10 (8 x 8 blocks for 8 channels, the
+      other 4 ragged).
+    - NHWC's shallow padded ones (under _COLUMN_DEPTH deep: 'same' only, 'valid' reads x itself),
+      C_in 3 and 2 of 7 and 6 columns.
+    67 output channels, past a block of lanes for every block shape (fewer run _forward_shifted
+    in NCHW), stored as partial lanes straight into NHWC's y; against PyTorch. Each band's
+    scratch comes back dirty (dirty_malloc), so padding the kernel leaves unzeroed shows."""
     from kernels import conv
     monkeypatch.setattr(conv, "_BAND_BYTES", band_bytes)
-    for c, h, w_, kernel in ((32, 9, 11, (3, 3)), (32, 9, 11, (2, 4)), (32, 9, 11, (2, 1)),
-                             (12, 5, 6, (3, 3)), (12, 5, 10, (3, 3))):
+    for layout, c, h, w_, kernel in (("NCHW", 32, 9, 11, (3, 3)), ("NCHW", 32, 9, 11, (2, 4)),
+                                     ("NCHW", 32, 9, 11, (2, 1)), ("NCHW", 12, 5, 6, (3, 3)),
+                                     ("NCHW", 12, 5, 10, (3, 3)), ("NHWC", 3, 9, 7, (3, 3)),
+                                     ("NHWC", 2, 5, 6, (2, 4)), ("NHWC", 3, 7, 6, (2, 1))):
         x, w = f32(rng, 9, c, h, w_), f32(rng, *kernel, c, 67)
-        y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
-        close(y, torch_conv(x, w, 1, padding)[2].detach().numpy(), scale=c * kernel[0] * kernel[1])
+        y = K.conv2d_forward(ref.to_layout(x, layout), w, layout=layout, padding=padding, block=block)
+        close(ref.to_nchw(y, layout), torch_conv(x, w, 1, padding)[2].detach().numpy(),
+              scale=c * kernel[0] * kernel[1])
+
+
+@pytest.mark.parametrize("block", BLOCKS + [None])
+def test_shallow_nhwc_forwards_copy_x_by_bands_not_whole(block, rng):
+    """A padded NHWC forward under _COLUMN_DEPTH deep (cifar10-cnn's first layer) copies each
+    band's rows of x into scratch of its own as it runs: no zero-padded copy of all of x lands in
+    the workspace (the whole copy cost its writes and the blocks' reads of it through memory:
+    docs/performance.md, session 36)."""
+    ws = K.Workspace()
+    x, w = f32(rng, 4, 10, 12, 3), f32(rng, 3, 3, 3, 40)
+    y = K.conv2d_forward(x, w, layout="NHWC", padding="same", workspace=ws, block=block)
+    assert "conv2d.xp" not in ws._buffers
+    close(y, ref.conv2d(x, w, "NHWC", 1, "same"), scale=27)
 
 
 @pytest.mark.parametrize("split", ["inner", "left on", "right on", "on"])
@@ -447,8 +467,8 @@ def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, req
     5x5 (two rows of padding above and below: the top and bottom two output rows each reach x's
     rows apart), 5x2 and 2x4 (more padding on one side than the other), C_in 16; images 9 x 23
     and 3 x 23 (5x5: no output row whose every kernel row reaches x). The forward with a 1x3
-    kernel (48 deep), or of an image with fewer columns whose windows lie wholly on x than a
-    block has rows (5 x 7), pads a copy."""
+    kernel (48 deep) copies x band by band (_forward_bands), and that of an image with fewer
+    columns whose windows lie wholly on x than a block has rows (5 x 7) pads a whole copy."""
     from kernels import conv
     monkeypatch.setattr(conv, "_IN_PLACE_STEPS", float("inf"))
     conv._in_place_pays.cache_clear()   # its answers depend on the threshold, not in its key
@@ -469,7 +489,7 @@ def test_nhwc_products_read_x_in_place_never_its_padding(block, monkeypatch, req
                                  out=np.full(want.shape, np.nan, np.float32))
             close(y, want, scale=kh * kw * 16)
             if padding == "same":
-                assert ("conv2d.xp" in ws._buffers) == (kh * kw * 16 < 64 or wd - kw + 1 < rows), (kh, kw, h, wd)
+                assert ("conv2d.xp" in ws._buffers) == (kh * kw * 16 >= 64 and wd - kw + 1 < rows), (kh, kw, h, wd)
             dx, _ = K.conv2d_backward(x, w, dy, layout="NHWC", padding=padding, block=block, workspace=ws,
                                       out=(np.full(x.shape, np.nan, np.float32), None))
             close(dx, ref.to_layout(xt.grad.numpy(), "NHWC"), scale=40 * kh * kw)
