@@ -34,8 +34,9 @@ layers with few input channels) use blocks of output channels x consecutive outp
 each image's column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks
 of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one whole
 transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (the first
-layers' weight grad transposes dy by bands instead, as their KW*C_in fills few lanes, and runs
-blocks of KW*C_in patch elements).
+layers' weight grad transposes dy by bands instead, as their KW*C_in fills few lanes, runs
+blocks of KW*C_in patch elements, and copies x a slab of rows at a time into scratch of its own,
+in either layout, rather than whole).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the pixel-block forwards' blocks (NHWC's, and so the NHWC stride-1 input grads past the first
 layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding; from
@@ -323,6 +324,10 @@ def _bands(plan, blk):
 # conv2's and mnist conv2's forwards 0.96-0.98x (AVX-512; docs/performance.md, session 31): fewer
 # halo rows copied twice, fewer blocks cut short at a band's end.
 _BAND_BYTES = 320 << 10
+# The padded rows of x the first layers' weight grad copies at a time (_backward_weight_shallow):
+# within half of a 32 KB L1, beside a band of dy. cifar10-cnn's first layer's images are one slab
+# (34 rows of 408 bytes).
+_SLAB_BYTES = 16 << 10
 
 
 # The weights the NHWC forward's run-on pixel blocks read in one pass over a line of them (_chunk),
@@ -566,7 +571,7 @@ def _within(lo, hi, o0, o1):
 
 
 @tiled
-def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
+def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
     """The first layers' weight grad (_shallow): _backward_weight's NHWC blocks (P patch elements
     x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at a time into a
     channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along KW*C (mnist
@@ -574,14 +579,30 @@ def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
     kernel rows (with _shallow_block's P = KW*C, one kernel row a block). Each block sums over the
     output pixels whose windows put some of its patch elements on x, as in _backward_weight. A
     kernel apart from _backward_weight, so that one's compiled loops, the deeper layers', stay as
-    they were measured."""
+    they were measured.
+    x (NCHW, or NHWC) is copied a slab of output rows at a time (_SLAB_BYTES of its padded rows,
+    whole bands of dy's rows) into scratch of each group's own, channels-last and zero-padded to
+    x_shape's rows and columns, as the forward's bands copy it; NHWC x that needs no padding is
+    read where it is. A copy of all of x, made before the kernel (x_nhwc), wrote to memory and was
+    read back from it: cifar conv1's weight grad by slabs took 0.97-1.00x the time at 1 thread and
+    0.89-0.94x at 2 (AVX-512; emulated AVX2 0.96-0.99x, 0.94x), mnist conv1's NCHW one 0.98-0.99x
+    and 0.93-0.95x (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
+        h, w = x.shape[2], x.shape[3]
     else:
         bsz, oh_, ow_, n = dy.shape
+        h, w = x.shape[1], x.shape[2]
     groups, kh_, kl, lanes = parts.shape
     band = max(1, 64 // ow_)
+    pt, pl = data[0], data[2]
+    cols = min(w, wp - pl)   # x's columns that some window reads
+    padded = pt > 0 or pl > 0 or wp > w or hp > h
+    own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's slabs, else x itself (NHWC, no padding)
+    slab = max(1, (_SLAB_BYTES // (wp * c * 4) - kh_) // s + 1) // band * band or band   # output rows a copy
+    xcopy = (min(oh_, slab) - 1) * s + kh_   # its padded rows
+    xs = x.reshape(-1)
     # each block of patch elements e0 .. e0 + pn - 1 (from kernel row kh, element t0): e0, pn, kh,
     # t0, and the output rows and columns it sums over (_span of the kernel rows, and of the
     # columns, its elements reach)
@@ -602,23 +623,36 @@ def _backward_weight_shallow(xf, x_shape, data, dy, nchw, run_on, s, parts, dw):
         part = parts[g].reshape(-1)
         part[:] = 0.0
         dyt = np.zeros(band * ow_ * lanes if nchw else 0, np.float32)   # a band of dy, channels-last
+        xb = np.empty(xcopy * wp * c if own else 0, np.float32)   # a slab of x's padded rows, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
-            for oh0 in range(0, oh_, band):
-                rows = min(band, oh_ - oh0)
-                d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
-                if nchw:
-                    transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
-                    d, d0, dn = dyt, 0, lanes
-                for i in range(count):
-                    e0, pn, kh, t0 = blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3]
-                    oh1, oh2 = _within(blocks[i, 4], blocks[i, 5], oh0, oh0 + rows)
-                    ow1, ow2 = blocks[i, 6], blocks[i, 7]
-                    x0 = (b * hp + oh1 * s + kh) * wp * c + ow1 * s * c + t0
-                    y0 = d0 + ((oh1 - oh0) * ow_ + ow1) * dn
-                    for n0 in range(0, n, J):
-                        tile(xf, x0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
-                             d, y0 + n0, (0, ow_ * dn, dn), (1, oh2 - oh1, ow2 - ow1), part, e0 * lanes + n0, lanes, 1,
-                             J, True)
+            for s0 in range(0, oh_, slab):
+                xf, x00 = xs, b * hp * wp * c
+                if own:
+                    r0, r1 = s0 * s, (min(oh_, s0 + slab) - 1) * s + kh_   # the slab's padded rows
+                    if padded:
+                        xb[:] = 0.0
+                    for r in range(max(r0, pt), min(r1, pt + h)):
+                        if nchw:
+                            transpose(xs, (b * c * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c, c, c, cols)
+                        else:
+                            copy(xs, (b * h + r - pt) * w * c, xb, ((r - r0) * wp + pl) * c, cols * c)
+                    xf, x00 = xb, -r0 * wp * c
+                for oh0 in range(s0, min(oh_, s0 + slab), band):
+                    rows = min(band, oh_ - oh0)
+                    d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
+                    if nchw:
+                        transpose(df, (b * n * oh_ + oh0) * ow_, oh_ * ow_, dyt, 0, lanes, n, rows * ow_)
+                        d, d0, dn = dyt, 0, lanes
+                    for i in range(count):
+                        e0, pn, kh, t0 = blocks[i, 0], blocks[i, 1], blocks[i, 2], blocks[i, 3]
+                        oh1, oh2 = _within(blocks[i, 4], blocks[i, 5], oh0, oh0 + rows)
+                        ow1, ow2 = blocks[i, 6], blocks[i, 7]
+                        x0 = x00 + (oh1 * s + kh) * wp * c + ow1 * s * c + t0
+                        y0 = d0 + ((oh1 - oh0) * ow_ + ow1) * dn
+                        for n0 in range(0, n, J):
+                            tile(xf, x0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
+                                 d, y0 + n0, (0, ow_ * dn, dn), (1, oh2 - oh1, ow2 - ow1), part, e0 * lanes + n0, lanes, 1,
+                                 J, True)
     _sum_parts(parts, False, dw)
 
 
@@ -938,14 +972,14 @@ def _weight_grad(plan, dy, block, dw):
     shallow = _shallow(plan.blk, kl)
     blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
     groups = max(1, min(plan.n, numba.get_num_threads()))
-    xf = plan.x_nhwc(slack=blk.lanes if nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
     dyl = dy if nchw else plan.dyp(dy, blk)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
-        _backward_weight_shallow[blk](plan.macs(), xf, plan.xp_shape, plan.data, dyl, nchw, kl >= blk.rows,
+        _backward_weight_shallow[blk](plan.macs(), plan.x, plan.xp_shape, plan.data, dyl, nchw, kl >= blk.rows,
                                       plan.stride, parts, dw.reshape(kh, kl, cout))
     else:
+        xf = plan.x_nhwc(slack=blk.lanes if nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
         _backward_weight[blk](plan.macs(), xf, plan.xp_shape, plan.data, dyl, nchw, plan.stride, parts,
                               dw.reshape(kh, kl, cout))
 

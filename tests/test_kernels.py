@@ -377,6 +377,28 @@ def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=dw_scale)
 
 
+@pytest.mark.parametrize("slab_bytes", [1, 3000, 1 << 30])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_first_layers_weight_grad_over_slabs_of_x(layout, slab_bytes, monkeypatch, rng, dirty_malloc):
+    """The first layers' weight grad copies x a slab of output rows' padded rows at a time into
+    scratch of its own (_SLAB_BYTES; NHWC x with no padding is read where it is): a band of dy's
+    rows a slab (1 byte), a few bands (3000), the whole image; strides 1 and 2, 'same' and 'valid',
+    C_in 3 and 1, images of 13 columns (bands of 4 output rows, the last short) and 30, against
+    PyTorch. The scratch comes back dirty (dirty_malloc): padding left unzeroed shows."""
+    from kernels import conv
+    monkeypatch.setattr(conv, "_SLAB_BYTES", slab_bytes)
+    for c, h, w_, (kh, kw) in ((3, 11, 13, (3, 3)), (1, 9, 30, (3, 3)), (3, 10, 13, (2, 4))):
+        for stride, padding in ((1, "same"), (1, "valid"), (2, "same"), (2, "valid")):
+            x, w = f32(rng, 3, c, h, w_), f32(rng, kh, kw, c, 32)
+            xt, wt, yt = torch_conv(x, w, stride, padding)
+            dy = f32(rng, *yt.shape)
+            yt.backward(torch.tensor(dy))
+            none, dw = K.conv2d_backward(ref.to_layout(x, layout), w, ref.to_layout(dy, layout), layout=layout,
+                                         stride=stride, padding=padding, need_dx=False)
+            assert none is None
+            close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=3 * h * w_ / 32)
+
+
 def test_weight_grad_spans_are_exactly_the_outputs_that_reach_x():
     """_span / _spans / _within against brute force: for every stride 1-4, kernel offsets k0..k1,
     and x's rows d0:d1 inside a padded axis, the span runs from the first to the last output
