@@ -32,11 +32,11 @@ packed whole to NHWC and y unpacked after, as strided convs do, took 1.25-1.83x 
 time: those copies go through memory). The others (the first layers' forwards, the input grads of
 layers with few input channels) use blocks of output channels x consecutive output pixels over
 each image's column-shifted planes (_forward_shifted). The weight grad reads dy in place, in blocks
-of 6 output channels x 16 patch elements of a channels-last copy of x: NCHW's one whole
-transpose, done in 8 x 8 blocks (_copies.transpose) at 2-3x a plain copy's time (the first
-layers' weight grad transposes dy by bands instead, as their KW*C_in fills few lanes, runs
-blocks of KW*C_in patch elements, and copies x a slab of rows at a time into scratch of its own,
-in either layout, rather than whole).
+of 6 output channels x 16 patch elements of a channels-last copy of x, made a band of rows at a
+time into scratch of its own (NCHW's transposed in 8 x 8 blocks, _copies.transpose, at 2-3x a
+plain copy's time; NHWC's where x needs padding) rather than whole (the first layers' weight grad
+transposes dy by bands instead, as their KW*C_in fills few lanes, and runs blocks of KW*C_in
+patch elements).
 Each weight-grad block sums only over the output pixels whose windows reach x, not its padding;
 the pixel-block forwards' blocks (NHWC's, and so the NHWC stride-1 input grads past the first
 layers' and the strided forwards; NCHW's bands) skip the kernel rows that read only padding; from
@@ -216,25 +216,51 @@ def _next_pixel(q0, pn, oh, ow, ow_):
     return (q0 + pn, oh + 1, ow - ow_) if ow >= ow_ else (q0 + pn, oh, ow)
 
 
+@helper
+def _on_a_line(n):
+    """n float32 of scratch starting on a 64-byte line, as the workspaces' buffers do: numba's
+    np.empty starts large arrays 0-48 bytes past one, and a J-float load or store then straddles
+    two lines (NCHW's weight grad loads x's copy so: _backward_weight)."""
+    raw = np.empty(n + 15, np.float32)
+    return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
+
+
+@helper
+def _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, wp, padded, xb):
+    """xb[:(r1 - r0)*wp*c] = the padded rows r0:r1 of image b of x (flat xs, NCHW (B, C, H, W) or
+    NHWC (B, H, W, C)), channels-last: x's row ih at padded row pt + ih, its columns from pl, and
+    zeros elsewhere when `padded`. A row of all channels at a time: NCHW's by 8 x 8 transposes
+    (_copies.transpose), so each row of the copy is written whole while it is in L1; NHWC's as it
+    is."""
+    if padded:
+        xb[:(r1 - r0) * wp * c] = 0.0
+    cols = min(w, wp - pl)   # x's columns that some window reads
+    for r in range(max(r0, pt), min(r1, pt + h)):
+        if nchw:
+            transpose(xs, (b * c * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c, c, c, cols)
+        else:
+            copy(xs, (b * h + r - pt) * w * c, xb, ((r - r0) * wp + pl) * c, cols * c)
+
+
 @tiled
 def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and wk
     (KH, KW*C, Np), for reductions at least _PIXEL_DEPTH deep; with `nchw` False, y (B, OH, OW, N)
     from NHWC x (B, H, W, C), padded, under _COLUMN_DEPTH deep (below). Each iteration takes one
     of an image's `bands` bands of output rows (split evenly) and copies their input rows
-    channels-last into a block of its own (8 x 8 transposes in registers, the band sized to stay
-    in cache), a row of all channels at a time, so that each row of the copy is written whole
-    while it is in L1. 8 channels down all the band's rows (each plane read in one run) wrote a
-    32-channel pixel's 128 bytes in four pieces far apart in time; it paid while bands held part of each
-    plane (session 22), but with the seed models' whole images a band (since session 31), the
-    forwards took 0.96-1.01x the time by rows (AVX-512 and emulated AVX2, 1 and 2 threads;
-    docs/performance.md, session 33). x comes from memory at each band, with no arithmetic to
-    hide it. It runs _forward_nhwc's blocks on that copy into a channels-last block of the band's
-    outputs (whole J-lane stores: Np is whole blocks of lanes, the lanes past N dropped after),
-    then transposed into y's planes (8 x 8 again): the output columns inner[0]:inner[1] in blocks of P
-    consecutive output pixels running on over row ends, each other column in blocks of P output
-    rows down it over its kernel columns that reach x (_columns_apart). Against the former kernel,
-    which ran every column on and stored each block transposed straight into y's planes: the seed
+    channels-last into a block of its own (_padded_rows: 8 x 8 transposes in registers, the band
+    sized to stay in cache), a row of all channels at a time. 8 channels down all the band's rows
+    (each plane read in one run) wrote a 32-channel pixel's 128 bytes in four pieces far apart in
+    time; it paid while bands held part of each plane (session 22), but with the seed models'
+    whole images a band (since session 31), the forwards took 0.96-1.01x the time by rows
+    (AVX-512 and emulated AVX2, 1 and 2 threads; docs/performance.md, session 33). x comes from
+    memory at each band, with no arithmetic to hide it. It runs _forward_nhwc's blocks on that
+    copy into a channels-last block of the band's outputs (whole J-lane stores: Np is whole blocks
+    of lanes, the lanes past N dropped after), then transposed into y's planes (8 x 8 again): the
+    output columns inner[0]:inner[1] in blocks of P consecutive output pixels running on over row
+    ends, each other column in blocks of P output rows down it over its kernel columns that reach
+    x (_columns_apart). Against the former kernel, which ran every column on and stored each block
+    transposed straight into y's planes: the seed
     models' input grads took 0.95-1.01x its time and their forwards 0.95-1.03x (AVX-512, 1 and 2
     threads; the 1.03 is cifar conv2's 'valid' forward, whose 8 x 32 blocks it stored as exact
     8-float runs). Running the padding columns apart with those transposed stores took
@@ -261,23 +287,16 @@ def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     wp = ow_ + kw_ - 1   # the padded rows' width
     a, e = inner
     width = e - a
-    cols = min(w, wp - pl)   # x's columns that some window reads
     padded = pt > 0 or pl > 0 or wp > w or oh_ + kh_ - 1 > h   # any padding row or column, bottom and right too
     pixels = oh_ * ow_
     xf, wf, yf = x.reshape(-1), wk.reshape(-1), y.reshape(-1)
     for it in prange(bsz * bands):
         b, k = it // bands, it % bands
         oh0, oh1 = k * oh_ // bands, (k + 1) * oh_ // bands
-        xb = np.empty((oh1 - oh0 + kh_ - 1) * wp * c, np.float32)   # padded rows oh0 .. oh1 + KH - 2
-        if padded:
-            xb[:] = 0.0
-        for r in range(max(oh0, pt), min(oh1 + kh_ - 1, pt + h)):   # a row of all channels at a time
-            if nchw:
-                transpose(xf, (b * c * h + r - pt) * w, h * w, xb, ((r - oh0) * wp + pl) * c, c, c, cols)
-            else:
-                copy(xf, (b * h + r - pt) * w * c, xb, ((r - oh0) * wp + pl) * c, cols * c)
+        xb = _on_a_line((oh1 - oh0 + kh_ - 1) * wp * c)   # padded rows oh0 .. oh1 + KH - 2
+        _padded_rows(xf, nchw, b, oh0, oh1 + kh_ - 1, pt, pl, h, w, c, wp, padded, xb)
         # the band's outputs: a channels-last block of them (NCHW), or y itself
-        yb = np.empty((oh1 - oh0) * ow_ * np_ if nchw else 0, np.float32)
+        yb = _on_a_line((oh1 - oh0) * ow_ * np_ if nchw else 0)
         yo, ys, y00 = (yb, np_, 0) if nchw else (yf, n, (b * oh_ + oh0) * ow_ * n)
         q0, oh, ow = 0, oh0, 0
         while q0 < (oh1 - oh0) * width:
@@ -489,7 +508,7 @@ _AHEAD = 2
 
 
 @tiled
-def _backward_weight(xf, x_shape, data, dy, nchw, s, parts, dw):
+def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
     with J floats of slack at the end; its rows data[0]:data[1] and columns data[2]:data[3] are
     x, the rest zero padding) and dy in the layout's own order (NHWC dy with channels padded to
@@ -506,26 +525,48 @@ def _backward_weight(xf, x_shape, data, dy, nchw, s, parts, dw):
     channels (lanes along dy's channels, parts (KH, KW*C, Np)); NCHW blocks are 6 output channels
     (planes of dy, read in place) x 16 patch elements (lanes along x's channels-last copy, parts
     (KH, N, KW*C padded), added up transposed). Transposing x rather than dy for NCHW: first
-    layers' x is 10-27x smaller, and no layer's is much larger."""
+    layers' x is 10-27x smaller, and no layer's is much larger.
+
+    x (NCHW, or NHWC) is copied a band at a time into scratch of each group's own, on a cache line
+    (_on_a_line), channels-last and zero-padded to x_shape's rows and columns (_padded_rows);
+    NHWC x that needs no padding is read where it is. Against a copy of all of x made before the
+    kernel, which wrote it to memory and read it back: the seed models' NCHW weight grads took
+    0.94-0.98x the time at 1 thread and 0.92-0.96x at 2, cifar conv3's NHWC one ('same')
+    0.96-1.00x and 0.96x (AVX-512; emulated AVX2 0.94x on mnist conv2's NCHW). From numba's own
+    allocation, 16-48 bytes past a line, NCHW's took 1.01-1.08x the time: its J-float loads of
+    the copy straddled two lines (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
+        h, w = x.shape[2], x.shape[3]
     else:
         bsz, oh_, ow_, n = dy.shape
+        h, w = x.shape[1], x.shape[2]
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
     band = max(1, (1024 if nchw else 64) // ow_)
     rows_on = _spans(kh_, 1, 1, oh_, data[0], data[1], s)   # by kernel row
     cols_on = _spans(kl, J if nchw else P, c, ow_, data[2], data[3], s)   # by block of patch elements
-    df = dy.reshape(-1)
+    pt, pl = data[0], data[2]
+    padded = pt > 0 or pl > 0 or wp > w or hp > h
+    own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's bands, else x itself (NHWC, no padding)
+    copied = ((min(oh_, band) - 1) * s + kh_) * wp * c   # a band's padded rows
+    xs, df = x.reshape(-1), dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
+        xb = _on_a_line(copied + J if own else 0)   # J floats of slack: NCHW's lanes read past its rows
+        xb[copied:] = 0.0
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for oh0 in range(0, oh_, band):
+                xf, x00 = xs, b * hp * wp * c
+                if own:
+                    _padded_rows(xs, nchw, b, oh0 * s, (min(oh_, oh0 + band) - 1) * s + kh_, pt, pl, h, w, c, wp,
+                                 padded, xb)
+                    xf, x00 = xb, -oh0 * s * wp * c
                 for kh in range(kh_):
                     oh1, oh2 = _within(rows_on[kh, 0], rows_on[kh, 1], oh0, min(oh_, oh0 + band))
-                    x0 = (b * hp + oh1 * s + kh) * wp * c
+                    x0 = x00 + (oh1 * s + kh) * wp * c
                     if nchw:
                         for n0 in range(0, n, P):
                             for i in range(cols_on.shape[0]):
@@ -581,12 +622,12 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
     kernel apart from _backward_weight, so that one's compiled loops, the deeper layers', stay as
     they were measured.
     x (NCHW, or NHWC) is copied a slab of output rows at a time (_SLAB_BYTES of its padded rows,
-    whole bands of dy's rows) into scratch of each group's own, channels-last and zero-padded to
-    x_shape's rows and columns, as the forward's bands copy it; NHWC x that needs no padding is
-    read where it is. A copy of all of x, made before the kernel (x_nhwc), wrote to memory and was
-    read back from it: cifar conv1's weight grad by slabs took 0.97-1.00x the time at 1 thread and
-    0.89-0.94x at 2 (AVX-512; emulated AVX2 0.96-0.99x, 0.94x), mnist conv1's NCHW one 0.98-0.99x
-    and 0.93-0.95x (docs/performance.md, session 36)."""
+    whole bands of dy's rows) into scratch of each group's own, as _backward_weight copies its
+    bands (_padded_rows); NHWC x that needs no padding is read where it is. A copy of all of x,
+    made before the kernel (x_nhwc), wrote to memory and was read back from it: cifar conv1's
+    weight grad by slabs took 0.97-1.00x the time at 1 thread and 0.89-0.94x at 2 (AVX-512;
+    emulated AVX2 0.96-0.99x, 0.94x), mnist conv1's NCHW one 0.98-0.99x and 0.93-0.95x
+    (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
     if nchw:
         bsz, n, oh_, ow_ = dy.shape
@@ -597,7 +638,6 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
     groups, kh_, kl, lanes = parts.shape
     band = max(1, 64 // ow_)
     pt, pl = data[0], data[2]
-    cols = min(w, wp - pl)   # x's columns that some window reads
     padded = pt > 0 or pl > 0 or wp > w or hp > h
     own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's slabs, else x itself (NHWC, no padding)
     slab = max(1, (_SLAB_BYTES // (wp * c * 4) - kh_) // s + 1) // band * band or band   # output rows a copy
@@ -623,19 +663,13 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
         part = parts[g].reshape(-1)
         part[:] = 0.0
         dyt = np.zeros(band * ow_ * lanes if nchw else 0, np.float32)   # a band of dy, channels-last
-        xb = np.empty(xcopy * wp * c if own else 0, np.float32)   # a slab of x's padded rows, channels-last
+        xb = _on_a_line(xcopy * wp * c if own else 0)   # a slab of x's padded rows, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for s0 in range(0, oh_, slab):
                 xf, x00 = xs, b * hp * wp * c
-                if own:
-                    r0, r1 = s0 * s, (min(oh_, s0 + slab) - 1) * s + kh_   # the slab's padded rows
-                    if padded:
-                        xb[:] = 0.0
-                    for r in range(max(r0, pt), min(r1, pt + h)):
-                        if nchw:
-                            transpose(xs, (b * c * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c, c, c, cols)
-                        else:
-                            copy(xs, (b * h + r - pt) * w * c, xb, ((r - r0) * wp + pl) * c, cols * c)
+                if own:   # the slab's padded rows
+                    r0 = s0 * s
+                    _padded_rows(xs, nchw, b, r0, (min(oh_, s0 + slab) - 1) * s + kh_, pt, pl, h, w, c, wp, padded, xb)
                     xf, x00 = xb, -r0 * wp * c
                 for oh0 in range(s0, min(oh_, s0 + slab), band):
                     rows = min(band, oh_ - oh0)
@@ -650,9 +684,8 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
                         x0 = x00 + (oh1 * s + kh) * wp * c + ow1 * s * c + t0
                         y0 = d0 + ((oh1 - oh0) * ow_ + ow1) * dn
                         for n0 in range(0, n, J):
-                            tile(xf, x0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c),
-                                 d, y0 + n0, (0, ow_ * dn, dn), (1, oh2 - oh1, ow2 - ow1), part, e0 * lanes + n0, lanes, 1,
-                                 J, True)
+                            tile(xf, x0, (1, t0, kl, wp * c - kl), pn, (0, s * wp * c, s * c), d, y0 + n0,
+                                 (0, ow_ * dn, dn), (1, oh2 - oh1, ow2 - ow1), part, e0 * lanes + n0, lanes, 1, J, True)
     _sum_parts(parts, False, dw)
 
 
@@ -930,18 +963,13 @@ class _Plan:
     def macs(self):
         return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
 
-    def nhwc(self, a, shape, pt, pl, name, slack=0):
-        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
-        (and no slack is asked for). With slack, returns the flat buffer: the array then `slack`
-        zeros."""
-        if not self.nchw and a.shape == shape and not slack:
+    def nhwc(self, a, shape, pt, pl, name):
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one."""
+        if not self.nchw and a.shape == shape:
             return a
-        size = math.prod(shape)
-        flat = self.ws.take(name, (size + slack,))
-        flat[size:] = 0.0
-        buf = flat[:size].reshape(shape)
+        buf = self.ws.take(name, shape)
         _pack(buf.size, a, self.nchw, pt, pl, buf)
-        return flat if slack else buf
+        return buf
 
     @property
     def data(self):
@@ -953,9 +981,9 @@ class _Plan:
         """The padded input's shape as NHWC: exactly the rows and columns the windows read."""
         return (self.n, self.hp, self.wp, self.c)
 
-    def x_nhwc(self, slack=0):
+    def x_nhwc(self):
         """The padded input as NHWC (a transposed copy for NCHW)."""
-        return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded, slack)
+        return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded)
 
     def dyp(self, dy, blk):
         """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
@@ -979,8 +1007,7 @@ def _weight_grad(plan, dy, block, dw):
         _backward_weight_shallow[blk](plan.macs(), plan.x, plan.xp_shape, plan.data, dyl, nchw, kl >= blk.rows,
                                       plan.stride, parts, dw.reshape(kh, kl, cout))
     else:
-        xf = plan.x_nhwc(slack=blk.lanes if nchw else 0).reshape(-1)   # NCHW's lanes may read J - 1 floats past x
-        _backward_weight[blk](plan.macs(), xf, plan.xp_shape, plan.data, dyl, nchw, plan.stride, parts,
+        _backward_weight[blk](plan.macs(), plan.x, plan.xp_shape, plan.data, dyl, nchw, plan.stride, parts,
                               dw.reshape(kh, kl, cout))
 
 
