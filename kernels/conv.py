@@ -343,10 +343,19 @@ def _bands(plan, blk):
 # conv2's and mnist conv2's forwards 0.96-0.98x (AVX-512; docs/performance.md, session 31): fewer
 # halo rows copied twice, fewer blocks cut short at a band's end.
 _BAND_BYTES = 320 << 10
-# The padded rows of x the first layers' weight grad copies at a time (_backward_weight_shallow):
-# within half of a 32 KB L1, beside a band of dy. cifar10-cnn's first layer's images are one slab
-# (34 rows of 408 bytes).
+# The padded rows of x the first layers' weight grad copies at a time (_backward_weight_shallow,
+# _slabs): within half of a 32 KB L1, beside a band of dy. cifar10-cnn's first layer's images are
+# one slab (34 rows of 408 bytes).
 _SLAB_BYTES = 16 << 10
+
+
+def _slabs(plan):
+    """(band, slab) for _backward_weight_shallow: dy's bands of output rows (~64 output pixels),
+    and the output rows whose padded rows of x it copies at a time, whole bands (at least one)
+    within _SLAB_BYTES."""
+    band = max(1, 64 // plan.ow)
+    rows = (_SLAB_BYTES // (plan.wp * plan.c * 4) - plan.kh) // plan.stride + 1
+    return band, max(band, rows // band * band)
 
 
 # The weights the NHWC forward's run-on pixel blocks read in one pass over a line of them (_chunk),
@@ -509,10 +518,9 @@ _AHEAD = 2
 
 @tiled
 def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
-    """dw (KH, KW*C, N) = sum over pixels of patch x dy, from the padded input as NHWC (xf: flat,
-    with J floats of slack at the end; its rows data[0]:data[1] and columns data[2]:data[3] are
-    x, the rest zero padding) and dy in the layout's own order (NHWC dy with channels padded to
-    J). Summed over bands of output pixels, each band's x and dy kept in cache while its blocks
+    """dw (KH, KW*C, N) = sum over pixels of patch x dy, from x as given (NCHW or NHWC) padded to
+    x_shape (B, Hp, Wp, C), whose rows data[0]:data[1] and columns data[2]:data[3] are x and the
+    rest zero padding, and dy in the layout's own order (NHWC dy with channels padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its blocks
     accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each on
     cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 8-15% faster at 1 thread; in
     NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
@@ -612,7 +620,7 @@ def _within(lo, hi, o0, o1):
 
 
 @tiled
-def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
+def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, band, slab, parts, dw):
     """The first layers' weight grad (_shallow): _backward_weight's NHWC blocks (P patch elements
     x J output channels, parts (KH, KW*C, Np)), with NCHW's dy transposed a band at a time into a
     channels-last scratch block (8 x 8 blocks, in cache) rather than lanes along KW*C (mnist
@@ -636,12 +644,10 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, parts, dw):
         bsz, oh_, ow_, n = dy.shape
         h, w = x.shape[1], x.shape[2]
     groups, kh_, kl, lanes = parts.shape
-    band = max(1, 64 // ow_)
     pt, pl = data[0], data[2]
     padded = pt > 0 or pl > 0 or wp > w or hp > h
     own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's slabs, else x itself (NHWC, no padding)
-    slab = max(1, (_SLAB_BYTES // (wp * c * 4) - kh_) // s + 1) // band * band or band   # output rows a copy
-    xcopy = (min(oh_, slab) - 1) * s + kh_   # its padded rows
+    xcopy = (min(oh_, slab) - 1) * s + kh_   # a slab's padded rows
     xs = x.reshape(-1)
     # each block of patch elements e0 .. e0 + pn - 1 (from kernel row kh, element t0): e0, pn, kh,
     # t0, and the output rows and columns it sums over (_span of the kernel rows, and of the
@@ -924,11 +930,12 @@ def _row_panels(blk, ws, name, w):
 class _Plan:
     """One conv call: checked arrays, geometry, and the packed operands the kernels read."""
 
-    # the workspace buffer x_nhwc packs into. The input grad's full correlation packs dy into a
-    # buffer of its own: each pack splits its buffer over the threads by images, and an image is
-    # C_in floats a pixel in one and C_out in the other, so one shared buffer moved much of itself
-    # between the cores' caches on every backward (2 threads: each pack 0.25 ms against 0.04-0.05
-    # on cifar conv3's NHWC backward, docs/performance.md)
+    # the workspace buffer x_nhwc packs into (the forwards that neither read x in place nor copy
+    # it by bands). The input grad's full correlation packs dy into a buffer of its own: each pack
+    # splits its buffer over the threads by images, and an image is C_in floats a pixel in one and
+    # C_out in the other, so one shared buffer moved much of itself between the cores' caches
+    # (2 threads, when the weight grad still packed x: each pack 0.25 ms against 0.04-0.05 on
+    # cifar conv3's NHWC backward, docs/performance.md)
     padded = "conv2d.xp"
 
     def __init__(self, x, w, layout, stride, padding, workspace, blk):
@@ -1005,7 +1012,7 @@ def _weight_grad(plan, dy, block, dw):
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end
         _backward_weight_shallow[blk](plan.macs(), plan.x, plan.xp_shape, plan.data, dyl, nchw, kl >= blk.rows,
-                                      plan.stride, parts, dw.reshape(kh, kl, cout))
+                                      plan.stride, *_slabs(plan), parts, dw.reshape(kh, kl, cout))
     else:
         _backward_weight[blk](plan.macs(), plan.x, plan.xp_shape, plan.data, dyl, nchw, plan.stride, parts,
                               dw.reshape(kh, kl, cout))

@@ -153,13 +153,13 @@ def test_copies_of_every_length(rng):
         np.testing.assert_array_equal(dst, want, err_msg=f"{n} floats")
 
 
-@pytest.mark.parametrize("band_bytes", [1, 20000, 1 << 30])
+@pytest.mark.parametrize("band_bytes", [1, 700, 20000, 1 << 30])
 @pytest.mark.parametrize("padding", ["valid", "same"])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_forward_bands_of_every_height(block, padding, band_bytes, monkeypatch, rng, dirty_malloc):
     """The stride-1 forwards by bands of output rows (_forward_bands): one row each; 1-4 rows,
-    unequal where they do not divide the image's rows (20000 bytes); one band per image (a batch
-    of 9: enough images for the threads).
+    unequal where they do not divide the image's rows (20000 bytes for NCHW, 700 for NHWC's 9 rows
+    of 108 bytes: bands of 3); one band per image (a batch of 9: enough images for the threads).
     - NCHW's deep forwards: kernels 3x3, 2x4 and 2x1 ('same' pads the bottom, and with 2x4 the
       right, more than the top and left; 2x1 pads only the bottom), and 12 channels of 6 columns
       (transposed ragged: no 8 x 8 block fits across) and of 10 (8 x 8 blocks for 8 channels, the
@@ -332,9 +332,9 @@ def test_conv2d_matches_torch_on_wide_layers(layout, stride, padding, block, rng
     """Channel counts past one register block and not a multiple of it (C_out 20, 38, 70), widths
     past one row block of lanes (and rows shorter than one): the edge handling of every kernel,
     both layouts, every block shape. The kernels' scratch comes back dirty (dirty_malloc): the
-    weight grads' copies of x's bands of rows (several an image: 42-column rows) show padding
-    left unzeroed."""
-    for n, c, h, cout in [(3, 7, 19, 20), (2, 33, 9, 38), (2, 3, 40, 70)]:
+    weight grads' copies of x's bands of rows show padding left unzeroed (several bands an image:
+    the first layers' on 42-column rows, NHWC's on all, NCHW's on 48 x 50, its last band short)."""
+    for n, c, h, cout in [(3, 7, 19, 20), (2, 33, 9, 38), (2, 3, 40, 70), (1, 11, 48, 20)]:
         x, w = f32(rng, n, c, h, h + 2), f32(rng, 3, 3, c, cout)
         xt, wt, yt = torch_conv(x, w, stride, padding)
         dy = f32(rng, *yt.shape)
@@ -379,17 +379,19 @@ def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=dw_scale)
 
 
-@pytest.mark.parametrize("slab_bytes", [1, 3000, 1 << 30])
+@pytest.mark.parametrize("bands", [1, 2, 3, None])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_first_layers_weight_grad_over_slabs_of_x(layout, slab_bytes, monkeypatch, rng, dirty_malloc):
+def test_first_layers_weight_grad_over_slabs_of_x(layout, bands, monkeypatch, rng, dirty_malloc):
     """The first layers' weight grad copies x a slab of output rows' padded rows at a time into
-    scratch of its own (_SLAB_BYTES; NHWC x with no padding is read where it is): a band of dy's
-    rows a slab (1 byte), a few bands (3000), the whole image; strides 1 and 2, 'same' and 'valid',
-    C_in 3 and 1, images of 13 columns (bands of 4 output rows, the last short) and 30, against
-    PyTorch. The scratch comes back dirty (dirty_malloc): padding left unzeroed shows."""
+    scratch of its own (_slabs; here forced: 1, 2 or 3 of dy's bands a slab, the last short, or
+    _SLAB_BYTES' own; NHWC x with no padding is read where it is); strides 1 and 2, 'same' and
+    'valid', C_in 3 and 1, images of 13 columns (bands of 4 output rows) and 30 (bands of 2),
+    against PyTorch. The scratch comes back dirty (dirty_malloc): padding left unzeroed shows."""
     from kernels import conv
-    monkeypatch.setattr(conv, "_SLAB_BYTES", slab_bytes)
-    for c, h, w_, (kh, kw) in ((3, 11, 13, (3, 3)), (1, 9, 30, (3, 3)), (3, 10, 13, (2, 4))):
+    slabs = conv._slabs
+    if bands:
+        monkeypatch.setattr(conv, "_slabs", lambda plan: (slabs(plan)[0], bands * slabs(plan)[0]))
+    for c, h, w_, (kh, kw) in ((3, 23, 13, (3, 3)), (1, 17, 30, (3, 3)), (3, 21, 13, (2, 4))):
         for stride, padding in ((1, "same"), (1, "valid"), (2, "same"), (2, "valid")):
             x, w = f32(rng, 3, c, h, w_), f32(rng, kh, kw, c, 32)
             xt, wt, yt = torch_conv(x, w, stride, padding)
@@ -399,6 +401,22 @@ def test_first_layers_weight_grad_over_slabs_of_x(layout, slab_bytes, monkeypatc
                                          stride=stride, padding=padding, need_dx=False)
             assert none is None
             close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=3 * h * w_ / 32)
+
+
+def test_first_layers_weight_grad_slabs_are_whole_bands_within_slab_bytes():
+    """_slabs: bands of ~64 output pixels (2 rows of cifar10-cnn's 32, 4 of 13), and as many whole
+    bands a slab as keep its padded rows within _SLAB_BYTES (at least one): cifar10-cnn's first
+    layer's 34 rows of 408 bytes one slab; a 224-pixel-wide RGB image's rows (2712 bytes) 4 output
+    rows of 6 padded; at stride 2 the same 6 padded rows hold 2."""
+    from kernels import conv
+
+    def plan(h, w_, stride, padding):
+        return conv._Plan(np.zeros((1, h, w_, 3), np.float32), np.zeros((3, 3, 3, 32), np.float32), "NHWC",
+                          stride, padding, None, None)
+    assert conv._slabs(plan(32, 32, 1, "same")) == (2, 38)
+    assert conv._slabs(plan(20, 13, 1, "same")) == (4, 88)   # 91 padded rows of 180 bytes
+    assert conv._slabs(plan(224, 224, 1, "same")) == (1, 4)
+    assert conv._slabs(plan(224, 224, 2, "same")) == (1, 2)
 
 
 def test_weight_grad_spans_are_exactly_the_outputs_that_reach_x():
@@ -817,8 +835,8 @@ def test_conv2d_backward_copies_x_by_bands_and_packs_dy_into_a_buffer_of_its_own
     whole copy of x lands in the workspace, in either layout; the NHWC input grad's padded dy (a
     full correlation that does not read dy in place: 6-column images) is packed into a workspace
     buffer of its own, not the forward's "conv2d.xp": one buffer shared by two packs, each split
-    over the threads by images at its own offsets, moved between the cores' caches on every
-    backward (docs/performance.md). Both grads match PyTorch's."""
+    over the threads by images at its own offsets, moved between the cores' caches
+    (docs/performance.md). Both grads match PyTorch's."""
     x, w, dy = f32(rng, 2, 8, 6, 6), f32(rng, 3, 3, 8, 16), f32(rng, 2, 16, 6, 6)
     xt, wt, yt = torch_conv(x, w, 1, "same")
     yt.backward(torch.tensor(dy))
