@@ -217,6 +217,12 @@ def _next_pixel(q0, pn, oh, ow, ow_):
 
 
 @helper
+def _bchw(shape, nchw):
+    """(batch, channels, rows, columns) of an NCHW or NHWC array's shape."""
+    return (shape[0], shape[1], shape[2], shape[3]) if nchw else (shape[0], shape[3], shape[1], shape[2])
+
+
+@helper
 def _on_a_line(n):
     """n float32 of scratch starting on a 64-byte line, as the workspaces' buffers do: numba's
     np.empty starts large arrays 0-48 bytes past one, and a J-float load or store then straddles
@@ -276,12 +282,8 @@ def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     Deeper ones keep _forward_nhwc, which reads x in place or runs its blocks in passes of kernel
     rows: cifar conv3's forward by bands without passes, 1.04-1.06x (docs/performance.md, session
     36)."""
-    if nchw:
-        bsz, c, h, w = x.shape
-        _, n, oh_, ow_ = y.shape
-    else:
-        bsz, h, w, c = x.shape
-        _, oh_, ow_, n = y.shape
+    bsz, c, h, w = _bchw(x.shape, nchw)
+    _, n, oh_, ow_ = _bchw(y.shape, nchw)
     kh_, kl, np_ = wk.shape
     kw_ = kl // c
     wp = ow_ + kw_ - 1   # the padded rows' width
@@ -544,12 +546,8 @@ def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
     allocation, 16-48 bytes past a line, NCHW's took 1.01-1.08x the time: its J-float loads of
     the copy straddled two lines (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
-    if nchw:
-        bsz, n, oh_, ow_ = dy.shape
-        h, w = x.shape[2], x.shape[3]
-    else:
-        bsz, oh_, ow_, n = dy.shape
-        h, w = x.shape[1], x.shape[2]
+    bsz, n, oh_, ow_ = _bchw(dy.shape, nchw)
+    _, _, h, w = _bchw(x.shape, nchw)
     groups, kh_, _, _ = parts.shape
     kl, lanes = dw.shape[1], parts.shape[3]
     band = max(1, (1024 if nchw else 64) // ow_)
@@ -637,12 +635,8 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, band, slab, 
     emulated AVX2 0.96-0.99x, 0.94x), mnist conv1's NCHW one 0.98-0.99x and 0.93-0.95x
     (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
-    if nchw:
-        bsz, n, oh_, ow_ = dy.shape
-        h, w = x.shape[2], x.shape[3]
-    else:
-        bsz, oh_, ow_, n = dy.shape
-        h, w = x.shape[1], x.shape[2]
+    bsz, n, oh_, ow_ = _bchw(dy.shape, nchw)
+    _, _, h, w = _bchw(x.shape, nchw)
     groups, kh_, kl, lanes = parts.shape
     pt, pl = data[0], data[2]
     padded = pt > 0 or pl > 0 or wp > w or hp > h
@@ -782,12 +776,8 @@ def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
     pt, pl = pads
     bsz = dy.shape[0]
     df, wf, dxf = dy.reshape(-1), wt.reshape(-1), dx.reshape(-1)
-    if nchw:
-        _, n, oh_, ow_ = dy.shape
-        _, c, h, w = dx.shape
-    else:
-        _, oh_, ow_, n = dy.shape
-        _, h, w, c = dx.shape
+    _, n, oh_, ow_ = _bchw(dy.shape, nchw)
+    _, c, h, w = _bchw(dx.shape, nchw)
     pixels, lr, lp = oh_ * ow_, kh_ * kw_ * c, wt.shape[1]
     for b in prange(bsz):
         dxf[b * h * w * c:(b + 1) * h * w * c] = 0.0
