@@ -388,7 +388,7 @@ for w in (5, 9, 13, 17, 35):   # max-pool's NCHW rows of 2, 4, 6, 8 and 17 windo
     want = np.zeros_like(x)
     want[:, :, :6, :2 * ow] = routed.reshape(2, 3, 3, ow, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(2, 3, 6, 2 * ow)
     assert np.array_equal(dx, want)
-k = K.conv._forward_nhwc[K.conv.block_of(None)]
+k = K.conv._forward_bands[K.conv.block_of(None)]   # the NHWC 'same' forward's, above
 asm = "".join(a for twin in (k.serial, k.parallel) for a in twin.inspect_asm().values())
 assert "vfmadd" in asm and "zmm" not in asm
 k = K.conv._forward_shifted[K.conv.block_of("4x24")]   # the 676-pixel forward's block, above
