@@ -225,20 +225,20 @@ def _bchw(shape, nchw):
 @helper
 def _on_a_line(n):
     """n float32 of scratch starting on a 64-byte line, as the workspaces' buffers do: numba's
-    np.empty starts large arrays 0-48 bytes past one, and a J-float load or store then straddles
+    np.empty started these 0 or 32 bytes past one, and a J-float load or store then straddles
     two lines (NCHW's weight grad loads x's copy so: _backward_weight)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
 
 @helper
-def _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, wp, padded, xb):
+def _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, hp, wp, xb):
     """xb[:(r1 - r0)*wp*c] = the padded rows r0:r1 of image b of x (flat xs, NCHW (B, C, H, W) or
-    NHWC (B, H, W, C)), channels-last: x's row ih at padded row pt + ih, its columns from pl, and
-    zeros elsewhere when `padded`. A row of all channels at a time: NCHW's by 8 x 8 transposes
-    (_copies.transpose), so each row of the copy is written whole while it is in L1; NHWC's as it
-    is."""
-    if padded:
+    NHWC (B, H, W, C)), padded to hp x wp, channels-last: x's row ih at padded row pt + ih, its
+    columns from pl, and zeros elsewhere. A row of all channels at a time: NCHW's by 8 x 8
+    transposes (_copies.transpose), so each row of the copy is written whole while it is in L1;
+    NHWC's as it is."""
+    if pt > 0 or pl > 0 or wp > w or hp > h:   # any padding row or column, bottom and right too
         xb[:(r1 - r0) * wp * c] = 0.0
     cols = min(w, wp - pl)   # x's columns that some window reads
     for r in range(max(r0, pt), min(r1, pt + h)):
@@ -246,6 +246,24 @@ def _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, wp, padded, xb):
             transpose(xs, (b * c * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c, c, c, cols)
         else:
             copy(xs, (b * h + r - pt) * w * c, xb, ((r - r0) * wp + pl) * c, cols * c)
+
+
+@helper
+def _x_itself(nchw, pt, pl, h, w, hp, wp):
+    """Whether x is exactly its padded input, NHWC (B, hp, wp, C): then the weight grads read x
+    itself, else a copy of its rows (_x_rows)."""
+    return not nchw and pt == 0 and pl == 0 and (h, w) == (hp, wp)
+
+
+@helper
+def _x_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, hp, wp, xb):
+    """(array, offset of image b's padded row 0 in it) holding the padded rows r0:r1 of x: x
+    itself where it is its padded input (_x_itself), else xb with those rows copied into it
+    (_padded_rows)."""
+    if _x_itself(nchw, pt, pl, h, w, hp, wp):
+        return xs, b * hp * wp * c
+    _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, hp, wp, xb)
+    return xb, -r0 * wp * c
 
 
 @tiled
@@ -289,14 +307,13 @@ def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     wp = ow_ + kw_ - 1   # the padded rows' width
     a, e = inner
     width = e - a
-    padded = pt > 0 or pl > 0 or wp > w or oh_ + kh_ - 1 > h   # any padding row or column, bottom and right too
     pixels = oh_ * ow_
     xf, wf, yf = x.reshape(-1), wk.reshape(-1), y.reshape(-1)
     for it in prange(bsz * bands):
         b, k = it // bands, it % bands
         oh0, oh1 = k * oh_ // bands, (k + 1) * oh_ // bands
         xb = _on_a_line((oh1 - oh0 + kh_ - 1) * wp * c)   # padded rows oh0 .. oh1 + KH - 2
-        _padded_rows(xf, nchw, b, oh0, oh1 + kh_ - 1, pt, pl, h, w, c, wp, padded, xb)
+        _padded_rows(xf, nchw, b, oh0, oh1 + kh_ - 1, pt, pl, h, w, c, oh_ + kh_ - 1, wp, xb)
         # the band's outputs: a channels-last block of them (NCHW), or y itself
         yb = _on_a_line((oh1 - oh0) * ow_ * np_ if nchw else 0)
         yo, ys, y00 = (yb, np_, 0) if nchw else (yf, n, (b * oh_ + oh0) * ow_ * n)
@@ -522,7 +539,8 @@ _AHEAD = 2
 def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
     """dw (KH, KW*C, N) = sum over pixels of patch x dy, from x as given (NCHW or NHWC) padded to
     x_shape (B, Hp, Wp, C), whose rows data[0]:data[1] and columns data[2]:data[3] are x and the
-    rest zero padding, and dy in the layout's own order (NHWC dy with channels padded to J). Summed over bands of output pixels, each band's x and dy kept in cache while its blocks
+    rest zero padding, and dy in the layout's own order (NHWC dy with channels padded to J).
+    Summed over bands of output pixels, each band's x and dy kept in cache while its blocks
     accumulate into the part: ~64 pixels in NHWC, ~1024 in NCHW (measured best for each on
     cifar10-cnn's and mnist-cnn's layers: NCHW's longer bands are 8-15% faster at 1 thread; in
     NHWC they were 3-9% slower on three layers of four). Images are split into len(parts)
@@ -538,12 +556,12 @@ def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
     layers' x is 10-27x smaller, and no layer's is much larger.
 
     x (NCHW, or NHWC) is copied a band at a time into scratch of each group's own, on a cache line
-    (_on_a_line), channels-last and zero-padded to x_shape's rows and columns (_padded_rows);
-    NHWC x that needs no padding is read where it is. Against a copy of all of x made before the
-    kernel, which wrote it to memory and read it back: the seed models' NCHW weight grads took
-    0.94-0.98x the time at 1 thread and 0.92-0.96x at 2, cifar conv3's NHWC one ('same')
+    (_on_a_line), channels-last and zero-padded to x_shape's rows and columns (_x_rows); NHWC x
+    that needs no padding is read where it is. Against a copy of all of x made before the kernel,
+    which wrote it to memory and read it back: the seed models' NCHW weight grads took
+    0.92-0.98x the time at 1 thread and 0.92-0.96x at 2, cifar conv3's NHWC one ('same')
     0.96-1.00x and 0.96x (AVX-512; emulated AVX2 0.94x on mnist conv2's NCHW). From numba's own
-    allocation, 16-48 bytes past a line, NCHW's took 1.01-1.08x the time: its J-float loads of
+    allocation, 0 or 32 bytes past a line, NCHW's took 0.99-1.08x the time: its J-float loads of
     the copy straddled two lines (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
     bsz, n, oh_, ow_ = _bchw(dy.shape, nchw)
@@ -554,22 +572,17 @@ def _backward_weight(x, x_shape, data, dy, nchw, s, parts, dw):
     rows_on = _spans(kh_, 1, 1, oh_, data[0], data[1], s)   # by kernel row
     cols_on = _spans(kl, J if nchw else P, c, ow_, data[2], data[3], s)   # by block of patch elements
     pt, pl = data[0], data[2]
-    padded = pt > 0 or pl > 0 or wp > w or hp > h
-    own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's bands, else x itself (NHWC, no padding)
-    copied = ((min(oh_, band) - 1) * s + kh_) * wp * c   # a band's padded rows
+    copied = 0 if _x_itself(nchw, pt, pl, h, w, hp, wp) else ((min(oh_, band) - 1) * s + kh_) * wp * c
     xs, df = x.reshape(-1), dy.reshape(-1)
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
-        xb = _on_a_line(copied + J if own else 0)   # J floats of slack: NCHW's lanes read past its rows
+        xb = _on_a_line(copied + J)   # a band's padded rows; J floats of slack: NCHW's lanes read past them
         xb[copied:] = 0.0
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for oh0 in range(0, oh_, band):
-                xf, x00 = xs, b * hp * wp * c
-                if own:
-                    _padded_rows(xs, nchw, b, oh0 * s, (min(oh_, oh0 + band) - 1) * s + kh_, pt, pl, h, w, c, wp,
-                                 padded, xb)
-                    xf, x00 = xb, -oh0 * s * wp * c
+                xf, x00 = _x_rows(xs, nchw, b, oh0 * s, (min(oh_, oh0 + band) - 1) * s + kh_, pt, pl, h, w, c, hp, wp,
+                                  xb)
                 for kh in range(kh_):
                     oh1, oh2 = _within(rows_on[kh, 0], rows_on[kh, 1], oh0, min(oh_, oh0 + band))
                     x0 = x00 + (oh1 * s + kh) * wp * c
@@ -629,19 +642,17 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, band, slab, 
     they were measured.
     x (NCHW, or NHWC) is copied a slab of output rows at a time (_SLAB_BYTES of its padded rows,
     whole bands of dy's rows) into scratch of each group's own, as _backward_weight copies its
-    bands (_padded_rows); NHWC x that needs no padding is read where it is. A copy of all of x,
-    made before the kernel (x_nhwc), wrote to memory and was read back from it: cifar conv1's
-    weight grad by slabs took 0.97-1.00x the time at 1 thread and 0.89-0.94x at 2 (AVX-512;
-    emulated AVX2 0.96-0.99x, 0.94x), mnist conv1's NCHW one 0.98-0.99x and 0.93-0.95x
+    bands (_x_rows); NHWC x that needs no padding is read where it is. A copy of all of x, made
+    before the kernel (x_nhwc), wrote to memory and was read back from it: cifar conv1's weight
+    grad by slabs took 0.97-1.00x the time at 1 thread and 0.89-0.95x at 2 (AVX-512; emulated
+    AVX2 0.96-0.99x, 0.93-0.94x), mnist conv1's NCHW one 0.98-0.99x and 0.93-1.02x
     (docs/performance.md, session 36)."""
     _, hp, wp, c = x_shape
     bsz, n, oh_, ow_ = _bchw(dy.shape, nchw)
     _, _, h, w = _bchw(x.shape, nchw)
     groups, kh_, kl, lanes = parts.shape
     pt, pl = data[0], data[2]
-    padded = pt > 0 or pl > 0 or wp > w or hp > h
-    own = nchw or padded or (h, w) != (hp, wp)   # a copy of x's slabs, else x itself (NHWC, no padding)
-    xcopy = (min(oh_, slab) - 1) * s + kh_   # a slab's padded rows
+    copied = 0 if _x_itself(nchw, pt, pl, h, w, hp, wp) else ((min(oh_, slab) - 1) * s + kh_) * wp * c
     xs = x.reshape(-1)
     # each block of patch elements e0 .. e0 + pn - 1 (from kernel row kh, element t0): e0, pn, kh,
     # t0, and the output rows and columns it sums over (_span of the kernel rows, and of the
@@ -663,14 +674,10 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, band, slab, 
         part = parts[g].reshape(-1)
         part[:] = 0.0
         dyt = np.zeros(band * ow_ * lanes if nchw else 0, np.float32)   # a band of dy, channels-last
-        xb = _on_a_line(xcopy * wp * c if own else 0)   # a slab of x's padded rows, channels-last
+        xb = _on_a_line(copied)   # a slab of x's padded rows, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for s0 in range(0, oh_, slab):
-                xf, x00 = xs, b * hp * wp * c
-                if own:   # the slab's padded rows
-                    r0 = s0 * s
-                    _padded_rows(xs, nchw, b, r0, (min(oh_, s0 + slab) - 1) * s + kh_, pt, pl, h, w, c, wp, padded, xb)
-                    xf, x00 = xb, -r0 * wp * c
+                xf, x00 = _x_rows(xs, nchw, b, s0 * s, (min(oh_, s0 + slab) - 1) * s + kh_, pt, pl, h, w, c, hp, wp, xb)
                 for oh0 in range(s0, min(oh_, s0 + slab), band):
                     rows = min(band, oh_ - oh0)
                     d, d0, dn = df, (b * oh_ + oh0) * ow_ * n, n
