@@ -225,8 +225,13 @@ def _bchw(shape, nchw):
 @helper
 def _on_a_line(n):
     """n float32 of scratch starting on a 64-byte line, as the workspaces' buffers do: numba's
-    np.empty started these 0 or 32 bytes past one, and a J-float load or store then straddles
-    two lines (NCHW's weight grad loads x's copy so: _backward_weight)."""
+    np.empty and np.zeros align them to 32 bytes only (AVX's), 0 or 32 past a line by where malloc
+    finds room, and a J-float load or store then straddles two lines. The scratch the blocks load
+    or store J floats at a time is on a line: NCHW's weight grad's copy of x (_backward_weight),
+    the shifted planes (_forward_shifted: cifar conv1's NCHW forward took 0.47-0.58 ms a call at 1
+    thread by the process, 0.46-0.51 on a line), the first layers' dy bands and NHWC patch
+    gradients; not the NCHW patch gradients, whose rows are image planes apart (mnist conv1's 676
+    floats: no faster on a line; docs/performance.md, session 37)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
@@ -485,7 +490,8 @@ def _forward_shifted(x, pt, pl, wr, y):
     slot = (oh_ + kh_ - 1) * ow_ + J   # J floats of slack: an image under J pixels has lanes past the rows
     xf, wf, yf = x.reshape(-1), wr.reshape(-1), y.reshape(-1)
     for b in prange(bsz):
-        planes = np.zeros(kl * slot, np.float32)
+        planes = _on_a_line(kl * slot)
+        planes[:] = 0.0
         for kw in range(kw_):
             for ci in range(c):
                 _shift_plane(xf, (b * c + ci) * h * w, h, w, pt, kw - pl, oh_ + kh_ - 1, ow_, planes,
@@ -673,7 +679,8 @@ def _backward_weight_shallow(x, x_shape, data, dy, nchw, run_on, s, band, slab, 
     for g in prange(groups):
         part = parts[g].reshape(-1)
         part[:] = 0.0
-        dyt = np.zeros(band * ow_ * lanes if nchw else 0, np.float32)   # a band of dy, channels-last
+        dyt = _on_a_line(band * ow_ * lanes if nchw else 0)   # a band of dy, channels-last
+        dyt[:] = 0.0
         xb = _on_a_line(copied)   # a slab of x's padded rows, channels-last
         for b in range(g * bsz // groups, (g + 1) * bsz // groups):
             for s0 in range(0, oh_, slab):
@@ -802,7 +809,7 @@ def _backward_input_patches(dy, nchw, wt, kernel, pads, dx):
                     _add(zt, e * pixels + oh * ow_ + o0,
                          dxf, ((b * c + ci) * h + oh + kh - pt) * w + o0 + kw - pl, o1 - o0)
             continue
-        z = np.empty(ow_ * lp, np.float32)
+        z = _on_a_line(ow_ * lp)
         for oh in range(oh_):
             for ow0 in range(0, ow_, P):
                 for t0 in range(0, lp, J):
