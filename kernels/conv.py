@@ -470,7 +470,7 @@ _PIXEL_DEPTH = 64
 
 
 @tiled
-def _forward_shifted(x, pt, pl, wr, y):
+def _forward_shifted(x, pt, pl, wr, groups, y):
     """Stride 1: y (B, N, OH, OW) from NCHW x (B, C, H, W), zero-padded at (pt, pl), and w as
     _row_panels. Each image's x is first copied into KW*C shifted planes of OW columns, plane
     (kw, c) holding the padded channel c's columns kw:kw + OW, so output pixel q = oh*OW + ow
@@ -482,27 +482,30 @@ def _forward_shifted(x, pt, pl, wr, y):
     pixels has its last block overlap the one before, so every block stores whole vectors (the
     overlap's outputs are computed twice alike); an image under J pixels is one partial block,
     stored element by element. Each block first prefetches the output lines its rows store two
-    blocks on (_prefetch_rows)."""
+    blocks on (_prefetch_rows). Each of the `groups` (one a thread) zeroes its planes once, for
+    all its images: every image's copies write the same floats (_shift_plane), so the padding
+    stays zero (cifar conv1 0.97-0.99x the time of zeroing them per image; session 37)."""
     bsz, c, h, w = x.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
     pixels, kl = oh_ * ow_, kw_ * c
     slot = (oh_ + kh_ - 1) * ow_ + J   # J floats of slack: an image under J pixels has lanes past the rows
     xf, wf, yf = x.reshape(-1), wr.reshape(-1), y.reshape(-1)
-    for b in prange(bsz):
+    for g in prange(groups):
         planes = _on_a_line(kl * slot)
         planes[:] = 0.0
-        for kw in range(kw_):
-            for ci in range(c):
-                _shift_plane(xf, (b * c + ci) * h * w, h, w, pt, kw - pl, oh_ + kh_ - 1, ow_, planes,
-                             (kw * c + ci) * slot)
-        for n0 in range(0, n, P):
-            for q in range(0, pixels, J):
-                q0 = max(0, min(q, pixels - J))   # the last block overlaps the one before: whole-vector stores
-                y0 = (b * n + n0) * pixels + q0
-                _prefetch_rows(yf, y0, min(P, n - n0), pixels, J)
-                tile(wf, n0 * kh_ * kl, 1, min(P, n - n0), (0, kl * P, P), planes, q0, (0, ow_, slot), (1, kh_, kl),
-                     yf, y0, pixels, 1, min(J, pixels - q0), False)
+        for b in range(g * bsz // groups, (g + 1) * bsz // groups):
+            for kw in range(kw_):
+                for ci in range(c):
+                    _shift_plane(xf, (b * c + ci) * h * w, h, w, pt, kw - pl, oh_ + kh_ - 1, ow_, planes,
+                                 (kw * c + ci) * slot)
+            for n0 in range(0, n, P):
+                for q in range(0, pixels, J):
+                    q0 = max(0, min(q, pixels - J))   # the last block overlaps the one before: whole-vector stores
+                    y0 = (b * n + n0) * pixels + q0
+                    _prefetch_rows(yf, y0, min(P, n - n0), pixels, J)
+                    tile(wf, n0 * kh_ * kl, 1, min(P, n - n0), (0, kl * P, P), planes, q0, (0, ow_, slot), (1, kh_, kl),
+                         yf, y0, pixels, 1, min(J, pixels - q0), False)
 
 
 @helper
@@ -1053,7 +1056,8 @@ def _forward(plan, block, y):
     if plan.nchw and plan.stride == 1 and (plan.kh * plan.kl < _PIXEL_DEPTH or plan.cout < plan.blk.lanes):
         # output channels along the rows, each image's pixels along the lanes
         blk = rows_block(block, plan.cout, plan.oh * plan.ow)
-        _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w), y)
+        _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
+                              max(1, min(plan.n, numba.get_num_threads())), y)
         return y
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
