@@ -65,6 +65,7 @@ from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
 from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
+from .workspace import on_a_line
 
 
 @tiled
@@ -227,11 +228,13 @@ def _on_a_line(n):
     """n float32 of scratch starting on a 64-byte line, as the workspaces' buffers do: numba's
     np.empty and np.zeros align them to 32 bytes only (AVX's), 0 or 32 past a line by where malloc
     finds room, and a J-float load or store then straddles two lines. The scratch the blocks load
-    or store J floats at a time is on a line: NCHW's weight grad's copy of x (_backward_weight),
-    the shifted planes (_forward_shifted: cifar conv1's NCHW forward took 0.47-0.58 ms a call at 1
-    thread by the process, 0.46-0.51 on a line), the first layers' dy bands and NHWC patch
-    gradients; not the NCHW patch gradients, whose rows are image planes apart (mnist conv1's 676
-    floats: no faster on a line; docs/performance.md, session 37)."""
+    or store J floats at a time is on a line: the weight grads' copies of x (_backward_weight,
+    _backward_weight_shallow), the forward bands' copies of x and blocks of outputs
+    (_forward_bands), the shifted planes (_forward_shifted: cifar conv1's NCHW forward took
+    0.47-0.58 ms a call at 1 thread by the process, 0.46-0.51 on a line), the first layers' dy
+    bands and NHWC patch gradients; not the NCHW patch gradients, whose rows are image planes
+    apart (mnist conv1's 676 floats: no faster on a line; docs/performance.md, session 37). A
+    caller's arrays read so in place must start on a line too (on_a_line)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
@@ -482,9 +485,10 @@ def _forward_shifted(x, pt, pl, wr, groups, y):
     pixels has its last block overlap the one before, so every block stores whole vectors (the
     overlap's outputs are computed twice alike); an image under J pixels is one partial block,
     stored element by element. Each block first prefetches the output lines its rows store two
-    blocks on (_prefetch_rows). Each of the `groups` (one a thread) zeroes its planes once, for
-    all its images: every image's copies write the same floats (_shift_plane), so the padding
-    stays zero (cifar conv1 0.97-0.99x the time of zeroing them per image; session 37)."""
+    blocks on (_prefetch_rows). Each of the `groups` (contiguous runs of images, as many as the
+    threads) zeroes its planes once, for all its images: every image's copies write the same
+    floats (_shift_plane), so the padding stays zero (cifar conv1 0.97-0.99x the time of zeroing
+    them per image; session 37)."""
     bsz, c, h, w = x.shape
     _, kh_, kw_, _, _ = wr.shape
     _, n, oh_, ow_ = y.shape
@@ -510,11 +514,13 @@ def _forward_shifted(x, pt, pl, wr, groups, y):
 
 @helper
 def _shift_plane(xf, x0, h, w, pt, d, rows, ow_, planes, p0):
-    """Plane p0 of `rows` rows of ow_ columns (zeros) gets the channel at x0 (h x w) from row pt,
-    shifted d columns: planes[p0 + (ih + pt)*ow_ + j] = x[ih, j + d] where 0 <= j + d < w. When
-    rows are as wide as x's ('same' padding) that is one run of the whole channel, whose floats
-    that wrapped round a row end are then zeroed (row by row, in `copy`'s vector runs, took 1.03x
-    the time on 8 x 8 and 12 x 12 images; docs/performance.md, session 28)."""
+    """Plane p0 of `rows` rows of ow_ columns, zero wherever this writes nothing, gets the channel
+    at x0 (h x w) from row pt, shifted d columns: planes[p0 + (ih + pt)*ow_ + j] = x[ih, j + d]
+    where 0 <= j + d < w. When rows are as wide as x's ('same' padding) that is one run of the
+    whole channel, whose floats that wrapped round a row end are then zeroed (row by row, in
+    `copy`'s vector runs, took 1.03x the time on 8 x 8 and 12 x 12 images; docs/performance.md,
+    session 28). It writes the same floats whatever x holds, so a plane serves image after image
+    (_forward_shifted)."""
     j0, j1 = max(0, -d), min(ow_, w - d)   # plane columns inside x
     if ow_ == w and pt + h <= rows:
         k0, k1 = max(0, -d), h * w - max(0, d)
@@ -911,9 +917,10 @@ def _shapes(x_shape, w_shape, layout, stride, padding):
 
 
 def _lanes(blk, ws, name, a):
-    """`a` with its last axis padded with zeros to whole J-lane blocks (itself if it already is)."""
+    """`a` with its last axis padded with zeros to whole J-lane blocks: itself if it already is and
+    starts on a cache line (on_a_line), else a copy in the workspace."""
     n = a.shape[-1]
-    if n % blk.lanes == 0 and a.flags.c_contiguous:
+    if n % blk.lanes == 0 and a.flags.c_contiguous and on_a_line(a):
         return a
     buf = ws.take(name, a.shape[:-1] + (blk.padded(n),))
     buf[..., n:] = 0.0
@@ -978,9 +985,10 @@ class _Plan:
     def macs(self):
         return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
 
-    def nhwc(self, a, shape, pt, pl, name):
-        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one."""
-        if not self.nchw and a.shape == shape:
+    def nhwc(self, a, shape, pt, pl, name, lanes=False):
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
+        (and, for a block's `lanes`, starts on a cache line: on_a_line)."""
+        if not self.nchw and a.shape == shape and (on_a_line(a) or not lanes):
             return a
         buf = self.ws.take(name, shape)
         _pack(buf.size, a, self.nchw, pt, pl, buf)
@@ -1002,7 +1010,7 @@ class _Plan:
 
     def dyp(self, dy, blk):
         """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
-        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp")
+        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp", lanes=True)
 
 
 def _weight_grad(plan, dy, block, dw):

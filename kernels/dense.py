@@ -184,7 +184,9 @@ def _reads_w_in_place(blk, w):
     against the packings, with 8 x 32 blocks: cifar10-cnn's 32x2304->512 1.23-1.28 (x packed) and
     1.12 (w packed) -> 0.78-0.85 ms (PyTorch 0.52), mnist-cnn's 128x9216->128 0.96-1.16x as fast
     as with w packed (five runs); with AVX2's 6 x 16 (emulated on an AVX-512 host) 0.85-0.95 and
-    0.88-0.94 of the packings' time."""
+    0.88-0.94 of the packings' time. Wherever w starts: off a 64-byte line each of its loads
+    straddles two lines (1.14-1.25x the time at 1 and 2 threads), but a copy of w onto a line
+    took 1.15-2.23x and the packings 1.22-2.80x (docs/performance.md, session 37)."""
     return w.shape[1] % blk.lanes == 0
 
 

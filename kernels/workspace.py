@@ -22,6 +22,13 @@ def aligned_empty(shape, dtype=np.float32):
     return raw[skip:skip + nbytes].view(dtype).reshape(shape)
 
 
+def on_a_line(a):
+    """Whether array `a` starts on a 64-byte cache line. The kernels read a caller's array in place
+    as a block's lanes (vector loads of J floats) only if it does: off a line every load straddles
+    two, and a copy on a line costs less (docs/performance.md, session 37)."""
+    return a.ctypes.data % LINE == 0
+
+
 def aligned_zeros(shape, dtype=np.float32):
     """np.zeros(shape, dtype), starting on a 64-byte cache line (aligned_empty)."""
     a = aligned_empty(shape, dtype)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -377,6 +378,40 @@ def test_first_layers_match_torch(layout, block, c, kh, kw, padding, rng):
         dx, dw = K.conv2d_backward(xl, w, dyl, layout=layout, padding=padding, block=block)
         close(ref.to_nchw(dx, layout), xt.grad.numpy(), scale=kh * kw * cout)
         close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=dw_scale)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("block", BLOCKS + [None])
+def test_shifted_planes_serve_each_threads_images_in_turn(threads, block, rng):
+    """_forward_shifted zeroes a thread's shifted planes once and copies its images into them in
+    turn: every image's copies write the same floats, so none of the image before is left. Images
+    1 and 3 of five are zero, so each follows one that is not (1 thread: one group of all five; 2:
+    groups of two and three), and their outputs must be exactly zero: the NCHW forwards of 'same'
+    layers (whole-channel copies with the wrapped floats zeroed, 2 x 4 kernels pad one column more
+    on the right, planes one column wide, images under a block of lanes) and of a 'valid' one,
+    and the input grads of 8 and 16 input channels (the full correlation runs shifted planes too),
+    against PyTorch."""
+    before = K.BLOCK and numba.get_num_threads()   # the kernels load first: numba's threading layer is theirs
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for c, h, w_, (kh, kw), padding, cout in [(3, 13, 13, (3, 3), "same", 32), (3, 9, 11, (2, 4), "same", 8),
+                                                  (1, 6, 1, (3, 5), "same", 8), (2, 9, 9, (3, 3), "valid", 32),
+                                                  (1, 3, 3, (3, 3), "same", 8), (8, 9, 9, (3, 3), "same", 16),
+                                                  (16, 7, 7, (3, 3), "same", 24)]:
+            x, w = f32(rng, 5, c, h, w_), f32(rng, kh, kw, c, cout)
+            x[1] = x[3] = 0.0
+            xt, wt, yt = torch_conv(x, w, 1, padding)
+            dy = f32(rng, *yt.shape)
+            dy[1] = dy[3] = 0.0
+            yt.backward(torch.tensor(dy))
+            y = K.conv2d_forward(x, w, layout="NCHW", padding=padding, block=block)
+            close(y, yt.detach().numpy(), scale=kh * kw * c)
+            assert not y[1].any() and not y[3].any()
+            dx, _ = K.conv2d_backward(x, w, dy, layout="NCHW", padding=padding, block=block)
+            close(dx, xt.grad.numpy(), scale=kh * kw * cout)
+            assert not dx[1].any() and not dx[3].any()
+    finally:
+        numba.set_num_threads(before)
 
 
 @pytest.mark.parametrize("bands", [1, 2, 3, None])
@@ -828,6 +863,31 @@ def test_workspace_buffers_and_allocated_results_start_on_a_cache_line(rng):
                                                                                          layout="NCHW")):
         assert out.ctypes.data % 64 == 0, out.shape
     close(y, x.astype(np.float64) @ w + b, scale=np.sqrt(600))
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if 64 % parse_block(b)[1] == 0] + [None])
+def test_conv2d_copies_a_lane_operand_that_starts_off_a_cache_line(block, rng):
+    """conv2d reads w (the NHWC forward's B operand) and NHWC dy (the weight grad's) in place along
+    a block's lanes (64 channels: whole blocks of them) only where they start on a 64-byte line;
+    off one, each J-float load would straddle two lines, so they are copied into the workspace
+    (exactly their bytes more in it), and the results are bit for bit those of the arrays on a
+    line."""
+    x, w, dy = f32(rng, 3, 9, 9, 64), f32(rng, 3, 3, 64, 64), f32(rng, 3, 7, 7, 64)
+    results, sizes = [], []
+    for offset in (0, 4):   # floats past a line
+        wl, dyl = K.aligned_empty(w.size + 16).reshape(-1), K.aligned_empty(dy.size + 16).reshape(-1)
+        wo, dyo = wl[offset:offset + w.size].reshape(w.shape), dyl[offset:offset + dy.size].reshape(dy.shape)
+        wo[...], dyo[...] = w, dy
+        forward, weight_grad = K.Workspace(), K.Workspace()
+        y = K.conv2d_forward(x, wo, layout="NHWC", workspace=forward, block=block)
+        _, dw = K.conv2d_backward(x, wo, dyo, layout="NHWC", workspace=weight_grad, need_dx=False, block=block)
+        dx, _ = K.conv2d_backward(x, wo, dyo, layout="NHWC", block=block)
+        sizes.append((forward.nbytes, weight_grad.nbytes))
+        results.append((y, dx, dw))
+    assert sizes[1] == (sizes[0][0] + w.nbytes, sizes[0][1] + dy.nbytes)   # the copies of w and of dy
+    for ours, aligned in zip(results[1], results[0]):
+        np.testing.assert_array_equal(ours, aligned)
+    close(results[0][0], ref.conv2d(x, w, "NHWC", 1, "valid"), scale=24)
 
 
 def test_conv2d_backward_copies_x_by_bands_and_packs_dy_into_a_buffer_of_its_own(rng):
