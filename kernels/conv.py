@@ -49,8 +49,8 @@ forward (cifar conv1's) copies x band by band into scratch of its own, as NCHW's
 With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
-(weights are copied padded; dy when C_out is not a multiple of 16; x's copies), so no load runs
-past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
+(w, and NHWC dy, copied padded where their channels are no whole blocks of J; x's copies), so no
+load runs past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
 """
 
 import functools
@@ -233,8 +233,10 @@ def _on_a_line(n):
     (_forward_bands), the shifted planes (_forward_shifted: cifar conv1's NCHW forward took
     0.47-0.58 ms a call at 1 thread by the process, 0.46-0.51 on a line), the first layers' dy
     bands and NHWC patch gradients; not the NCHW patch gradients, whose rows are image planes
-    apart (mnist conv1's 676 floats: no faster on a line; docs/performance.md, session 37). A
-    caller's arrays read so in place must start on a line too (on_a_line)."""
+    apart (mnist conv1's 676 floats: no faster on a line; docs/performance.md, session 37). The
+    caller's w and NHWC dy, read so in place, must start on a line too (on_a_line), else they are
+    copied; the first layers' NCHW dy is read in place wherever it starts (_backward_input_patches:
+    its images' planes are off a line anyway)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
@@ -988,7 +990,7 @@ class _Plan:
     def nhwc(self, a, shape, pt, pl, name, lanes=False):
         """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
         (and, for a block's `lanes`, starts on a cache line: on_a_line)."""
-        if not self.nchw and a.shape == shape and (on_a_line(a) or not lanes):
+        if not self.nchw and a.shape == shape and (not lanes or on_a_line(a)):
             return a
         buf = self.ws.take(name, shape)
         _pack(buf.size, a, self.nchw, pt, pl, buf)
@@ -1008,9 +1010,10 @@ class _Plan:
         """The padded input as NHWC (a transposed copy for NCHW)."""
         return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded)
 
-    def dyp(self, dy, blk):
-        """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
-        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp", lanes=True)
+    def dyp(self, dy, blk, lanes=False):
+        """dy as NHWC with whole blocks of blk's lanes of channels: the weight grad's B operand
+        (`lanes`, read along them), the strided input grad's A operand (broadcast)."""
+        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp", lanes)
 
 
 def _weight_grad(plan, dy, block, dw):
@@ -1023,7 +1026,7 @@ def _weight_grad(plan, dy, block, dw):
     shallow = _shallow(plan.blk, kl)
     blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
     groups = max(1, min(plan.n, numba.get_num_threads()))
-    dyl = dy if nchw else plan.dyp(dy, blk)
+    dyl = dy if nchw else plan.dyp(dy, blk, lanes=True)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end

@@ -389,9 +389,10 @@ def test_shifted_planes_serve_each_threads_images_in_turn(threads, block, rng):
     groups of two and three), and their outputs must be exactly zero: the NCHW forwards of 'same'
     layers (whole-channel copies with the wrapped floats zeroed, 2 x 4 kernels pad one column more
     on the right, planes one column wide, images under a block of lanes) and of a 'valid' one,
-    and the input grads of 8 and 16 input channels (the full correlation runs shifted planes too),
-    against PyTorch."""
-    before = K.BLOCK and numba.get_num_threads()   # the kernels load first: numba's threading layer is theirs
+    and the input grads of 8 and 16 input channels (full correlations, which run shifted planes
+    where those channels are fewer than the block's lanes), against PyTorch."""
+    K.BLOCK   # the kernels load before numba's thread pool starts: its threading layer is theirs
+    before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
         for c, h, w_, (kh, kw), padding, cout in [(3, 13, 13, (3, 3), "same", 32), (3, 9, 11, (2, 4), "same", 8),
