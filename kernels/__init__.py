@@ -11,7 +11,8 @@ a `Workspace`'s buffers, start on a 64-byte cache line; `kernels.aligned_empty` 
 importing numba; `kernels.BLOCK` is the block shape ("RxL") the kernels use by default; conv2d's
 pixel-block forwards (its stride-1 input grad among them), its weight grads past the first
 layers' and dense's forward use `isa_info()["wide"]` instead (AVX-512's 6 x 64) when the axis
-along their lanes is whole blocks of it, and `isa_info()["half"]` (AVX-512's 8 x 16) where that
+along their lanes is whole blocks of it (dense's forward: unless its batch pads to at least a
+tenth more rows in it, as 32 rows do), and `isa_info()["half"]` (AVX-512's 8 x 16) where that
 axis pads to at least a tenth fewer lanes in it (e.g. 48, 80, 112 channels); NCHW forwards with
 output channels along the rows (first layers) and dense's backward by slabs use a block of fewer
 rows when that pads them less (AVX2's 4 x 16 for a block's 16 inputs), the forwards starting

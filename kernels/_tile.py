@@ -435,20 +435,28 @@ def _machine_block(kind):
     return name and block(name)
 
 
-def lanes_block(spec, n):
+def lanes_block(spec, n, rows=None):
     """The Block of a product with n columns along its lanes: block(spec); with no block asked for
     nor set by PROFILER_KERNEL_BLOCK, the machine's wide block (kernels/_isa.py) when n is whole
-    blocks of its lanes, or its half block where that pads n to at least a tenth fewer lanes than
-    the machine's block (AVX-512's 8 x 16 for 1-16, 33-48, 65-80, 97-112 and 129-144, e.g. 48, 80
-    and 112 channels: 8 x 32's last block of each row held 16 of its lanes, stored one float at a
-    time; docs/performance.md, session 28)."""
+    blocks of its lanes, unless the product's `rows` (when given) pad to at least a tenth more
+    rows in it than in the machine's block (dense's forward on a batch of 32: 36 rows in 6 x 64
+    against 32 in 8 x 32, whose 11% fewer multiply-adds took 0.92-0.96x the time at 2 threads and
+    0.99-1.04x at 1; docs/performance.md, session 37), or its half block where that pads n to at
+    least a tenth fewer lanes than the machine's block (AVX-512's 8 x 16 for 1-16, 33-48, 65-80,
+    97-112 and 129-144, e.g. 48, 80 and 112 channels: 8 x 32's last block of each row held 16 of
+    its lanes, stored one float at a time; docs/performance.md, session 28)."""
     blk = block(spec)
     if not machine_chosen(spec):
         return blk
     wide, half = _machine_block("wide"), _machine_block("half")
-    if wide and n % wide.lanes == 0:
+    if wide and n % wide.lanes == 0 and not (rows and 10 * _rows_padded(blk, rows) <= 9 * _rows_padded(wide, rows)):
         return wide
     return half if half and 10 * half.padded(n) <= 9 * blk.padded(n) else blk
+
+
+def _rows_padded(blk, rows):
+    """`rows` padded to whole blocks of blk's rows."""
+    return -(-rows // blk.rows) * blk.rows
 
 
 def machine_chosen(spec):

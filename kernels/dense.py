@@ -266,13 +266,14 @@ def dense_forward(x, w, b, *, out=None, workspace=None, block=None):
     """y = x @ w + b, with x (N, I), w (I, O), b (O,). `workspace` (a kernels.Workspace kept by
     the caller) holds the packed operands between calls; `block` ("RxL") picks the micro-kernel's
     block shape (default: the machine's, kernels.BLOCK, or its wide block when O fills that
-    block's lanes, kernels.isa_info()["wide"], or its half block where O pads to at least a tenth
-    fewer lanes in it, kernels.isa_info()["half"])."""
+    block's lanes, kernels.isa_info()["wide"], unless the batch N pads to at least a tenth more
+    rows in it, or its half block where O pads to at least a tenth fewer lanes in it,
+    kernels.isa_info()["half"])."""
     x, w = _check(x, w)
     b = f32("b", b, 1)
     if b.shape[0] != w.shape[1]:
         raise ValueError(f"b {b.shape} must have one entry per output of w {w.shape}")
-    ws, blk = check_workspace(workspace), lanes_block(block, w.shape[1])
+    ws, blk = check_workspace(workspace), lanes_block(block, w.shape[1], x.shape[0])
     y = out_buffer(out, (x.shape[0], w.shape[1]))
     no_overlap("out", y, {"x": x, "w": w, "b": b})
     n, i, o = x.shape[0], x.shape[1], w.shape[1]

@@ -162,6 +162,28 @@ def test_products_take_the_wide_block_when_the_axis_along_its_lanes_fills_it(mon
     assert chosen == ["6x64"]
 
 
+def test_dense_forward_keeps_the_machines_block_where_the_wide_one_pads_the_batch_more(monkeypatch, rng):
+    """dense's forward passes its batch as the product's rows: where those pad to at least a tenth
+    more rows in the wide block (6 x 64) than in the machine's (8 x 32), the machine's runs, with
+    the same results (16 and 32 rows: 18 and 36 against 16 and 32); 40, 64 and 128 rows, and
+    products that give no rows, keep the wide one; an asked-for block runs as asked."""
+    from kernels import _tile
+    monkeypatch.setattr(_isa, "_INFO", dict(_isa.isa_info(), block="8x32", wide="6x64", half=None,
+                                            block_source="isa"))
+    picks = {16: "8x32", 32: "8x32", 40: "6x64", 64: "6x64", 128: "6x64", 6: "6x64", 8: "8x32"}
+    assert {rows: _tile.lanes_block(None, 512, rows).name for rows in picks} == picks
+    assert _tile.lanes_block(None, 512).name == "6x64"
+    assert _tile.lanes_block("6x64", 512, 32).name == "6x64"
+    chosen = _record_blocks(monkeypatch, "lanes_block")
+    w, bias = rng.standard_normal((300, 128)).astype(np.float32), np.zeros(128, np.float32)
+    for n, want in ((32, "8x32"), (40, "6x64")):
+        a = rng.standard_normal((n, 300)).astype(np.float32)
+        chosen.clear()
+        y = K.dense_forward(a, w, bias)
+        assert chosen == [want]
+        np.testing.assert_array_equal(y, K.dense_forward(a, w, bias, block="6x64" if want == "8x32" else "8x32"))
+
+
 def test_output_channels_along_the_rows_take_the_block_that_pads_them_least(monkeypatch, rng):
     """rows_block: with no block asked for, the machine's block with as few as two thirds of its
     rows where that pads the rows at least a tenth less (the fewest padded rows, ties keeping the
