@@ -50,7 +50,8 @@ With stride > 1 the forward and input grad go through NHWC copies.
 
 The vector lanes (J) always run over an operand padded to a multiple of J or with J floats of slack
 (w, and NHWC dy, copied padded where their channels are no whole blocks of J; x's copies), so no
-load runs past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on store.
+load runs past an array; partial blocks repeat the last valid row (P) and drop the extra lanes on
+store.
 """
 
 import functools
@@ -987,6 +988,11 @@ class _Plan:
     def macs(self):
         return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
 
+    def groups(self):
+        """Runs of the batch's images for the kernels that keep scratch of their own a run: one a
+        thread, at most one an image."""
+        return max(1, min(self.n, numba.get_num_threads()))
+
     def nhwc(self, a, shape, pt, pl, name, lanes=False):
         """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
         (and, for a block's `lanes`, starts on a cache line: on_a_line)."""
@@ -1025,7 +1031,7 @@ def _weight_grad(plan, dy, block, dw):
     kh, kl, cout, nchw = plan.kh, plan.kl, plan.cout, plan.nchw
     shallow = _shallow(plan.blk, kl)
     blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
-    groups = max(1, min(plan.n, numba.get_num_threads()))
+    groups = plan.groups()
     dyl = dy if nchw else plan.dyp(dy, blk, lanes=True)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
@@ -1068,7 +1074,7 @@ def _forward(plan, block, y):
         # output channels along the rows, each image's pixels along the lanes
         blk = rows_block(block, plan.cout, plan.oh * plan.ow)
         _forward_shifted[blk](plan.macs(), plan.x, plan.pt, plan.pl, _row_panels(blk, plan.ws, "conv2d.wr", plan.w),
-                              max(1, min(plan.n, numba.get_num_threads())), y)
+                              plan.groups(), y)
         return y
     blk = lanes_block(block, plan.cout)   # pixel blocks, output channels along the lanes
     wk = _lanes(blk, plan.ws, "conv2d.wk", plan.w).reshape(plan.kh, plan.kl, -1)   # (KH, KW*C, Np)
