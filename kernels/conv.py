@@ -235,9 +235,8 @@ def _on_a_line(n):
     0.47-0.58 ms a call at 1 thread by the process, 0.46-0.51 on a line), the first layers' dy
     bands and NHWC patch gradients; not the NCHW patch gradients, whose rows are image planes
     apart (mnist conv1's 676 floats: no faster on a line; docs/performance.md, session 37). The
-    caller's w and NHWC dy, read so in place, must start on a line too (on_a_line), else they are
-    copied; the first layers' NCHW dy is read in place wherever it starts (_backward_input_patches:
-    its images' planes are off a line anyway)."""
+    caller's w, read so in place, must start on a line too (on_a_line), else it is copied; dy is
+    read in place wherever it starts, a copy of it costing more (_Plan.nhwc)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
@@ -728,6 +727,12 @@ def _shallow(blk, kl):
 # the most floats a shallow weight-grad block holds in accumulators, by the machine block's lanes:
 # 28 of AVX-512's 32 registers (32 lanes: 512-bit vectors), 12 of AVX2's 16 (16 lanes)
 _SHALLOW_FLOATS = {32: 28 * 16, 16: 12 * 8}
+# Runs of images a thread for the first layers' weight grad (parts and scratch of their own each):
+# at 2 threads, two runs each against one, the weight grad alone of cifar conv1 and mnist conv1
+# took 0.86-0.98x the time (1.01 once), numba's scheduler evening out a thread that starts late;
+# the deep weight grads' parts are larger to sum, and two runs a thread took them 1.00-1.09x
+# (docs/performance.md, session 37)
+_SHALLOW_RUNS = 2
 
 
 def _shallow_block(block, blk, kl):
@@ -988,15 +993,16 @@ class _Plan:
     def macs(self):
         return self.n * self.oh * self.ow * self.cout * self.kh * self.kl
 
-    def groups(self):
-        """Runs of the batch's images for the kernels that keep scratch of their own a run: one a
-        thread, at most one an image."""
-        return max(1, min(self.n, numba.get_num_threads()))
+    def groups(self, per_thread=1):
+        """Runs of the batch's images for the kernels that keep scratch of their own a run:
+        `per_thread` a thread, at most one an image."""
+        return max(1, min(self.n, per_thread * numba.get_num_threads()))
 
-    def nhwc(self, a, shape, pt, pl, name, lanes=False):
-        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one
-        (and, for a block's `lanes`, starts on a cache line: on_a_line)."""
-        if not self.nchw and a.shape == shape and (not lanes or on_a_line(a)):
+    def nhwc(self, a, shape, pt, pl, name):
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one,
+        wherever it starts (an off-line dy read in place along the weight grads' lanes cost them
+        1.01-1.11x the time, a copy onto a line 1.12-2.12x; docs/performance.md, session 37)."""
+        if not self.nchw and a.shape == shape:
             return a
         buf = self.ws.take(name, shape)
         _pack(buf.size, a, self.nchw, pt, pl, buf)
@@ -1016,10 +1022,9 @@ class _Plan:
         """The padded input as NHWC (a transposed copy for NCHW)."""
         return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded)
 
-    def dyp(self, dy, blk, lanes=False):
-        """dy as NHWC with whole blocks of blk's lanes of channels: the weight grad's B operand
-        (`lanes`, read along them), the strided input grad's A operand (broadcast)."""
-        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp", lanes)
+    def dyp(self, dy, blk):
+        """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
+        return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp")
 
 
 def _weight_grad(plan, dy, block, dw):
@@ -1031,8 +1036,8 @@ def _weight_grad(plan, dy, block, dw):
     kh, kl, cout, nchw = plan.kh, plan.kl, plan.cout, plan.nchw
     shallow = _shallow(plan.blk, kl)
     blk = _shallow_block(block, plan.blk, kl) if shallow else lanes_block(block, kl if nchw else cout)
-    groups = plan.groups()
-    dyl = dy if nchw else plan.dyp(dy, blk, lanes=True)
+    groups = plan.groups(_SHALLOW_RUNS if shallow else 1)
+    dyl = dy if nchw else plan.dyp(dy, blk)
     part_shape = (cout, blk.padded(kl)) if nchw and not shallow else (kl, blk.padded(cout))
     parts = plan.ws.take("conv2d.dw_parts", (groups, kh) + part_shape)
     if shallow:   # run on over kernel rows when a block's patch elements pass at most one row end

@@ -23,10 +23,10 @@ def aligned_empty(shape, dtype=np.float32):
 
 
 def on_a_line(a):
-    """Whether array `a` starts on a 64-byte cache line. conv2d reads a caller's w and NHWC dy in
-    place along a block's lanes (vector loads of J floats) only if they do: off a line every load
-    straddles two, and a copy on a line costs less. dense's forward reads w in place wherever it
-    starts: there a copy costs more (docs/performance.md, session 37)."""
+    """Whether array `a` starts on a 64-byte cache line. conv2d reads a caller's w in place along
+    a block's lanes (vector loads of J floats) only if it does: off a line every load straddles
+    two, and a copy on a line costs less. dense's forward reads w, and conv2d's weight grads dy,
+    in place wherever they start: there a copy costs more (docs/performance.md, session 37)."""
     return a.ctypes.data % LINE == 0
 
 
