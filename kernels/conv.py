@@ -236,7 +236,7 @@ def _on_a_line(n):
     bands and NHWC patch gradients; not the NCHW patch gradients, whose rows are image planes
     apart (mnist conv1's 676 floats: no faster on a line; docs/performance.md, session 37). The
     caller's w, read so in place, must start on a line too (on_a_line), else it is copied; dy is
-    read in place wherever it starts, a copy of it costing more (_Plan.nhwc)."""
+    read in place wherever it starts, a copy of it costing more (_Plan.dyp)."""
     raw = np.empty(n + 15, np.float32)
     return raw[(16 - raw.ctypes.data // 4 % 16) % 16:][:n]
 
@@ -293,15 +293,15 @@ def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     of lanes, the lanes past N dropped after), then transposed into y's planes (8 x 8 again): the
     output columns inner[0]:inner[1] in blocks of P consecutive output pixels running on over row
     ends, each other column in blocks of P output rows down it over its kernel columns that reach
-    x (_columns_apart). Against the former kernel, which ran every column on and stored each block
-    transposed straight into y's planes: the seed
-    models' input grads took 0.95-1.01x its time and their forwards 0.95-1.03x (AVX-512, 1 and 2
-    threads; the 1.03 is cifar conv2's 'valid' forward, whose 8 x 32 blocks it stored as exact
-    8-float runs). Running the padding columns apart with those transposed stores took
-    0.99-1.07x its time: no row of a column's block is contiguous in y, so its stores went one
-    float at a time (docs/performance.md, session 30). Broadcasting the pixels from x's planes
-    instead (one plane per reduction step, 10 floats of each line used by a block) took
-    1.15-1.53x the NHWC forward's time on the seed models' 32/64-channel layers (session 22).
+    x (_columns_apart). Against the former kernel, which ran every column on and stored each
+    block transposed straight into y's planes: the seed models' input grads took 0.95-1.01x its
+    time and their forwards 0.95-1.03x (AVX-512, 1 and 2 threads; the 1.03 is cifar conv2's
+    'valid' forward, whose 8 x 32 blocks it stored as exact 8-float runs). Running the padding
+    columns apart with those transposed stores took 0.99-1.07x its time: no row of a column's
+    block is contiguous in y, so its stores went one float at a time (docs/performance.md,
+    session 30). Broadcasting the pixels from x's planes instead (one plane per reduction step,
+    10 floats of each line used by a block) took 1.15-1.53x the NHWC forward's time on the seed
+    models' 32/64-channel layers (session 22).
     NHWC x's rows are copied as they are and the blocks store straight into y. The padded NHWC
     forward packed all of x into a workspace buffer first (_forward_nhwc over _Plan.x_nhwc), whose
     writes, and the blocks' reads of it, went through memory once y's stores had pushed it out of
@@ -999,9 +999,7 @@ class _Plan:
         return max(1, min(self.n, per_thread * numba.get_num_threads()))
 
     def nhwc(self, a, shape, pt, pl, name):
-        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one,
-        wherever it starts (an off-line dy read in place along the weight grads' lanes cost them
-        1.01-1.11x the time, a copy onto a line 1.12-2.12x; docs/performance.md, session 37)."""
+        """`a` as an NHWC array of `shape` with `a` at (pt, pl): `a` itself if it already is one."""
         if not self.nchw and a.shape == shape:
             return a
         buf = self.ws.take(name, shape)
@@ -1023,7 +1021,10 @@ class _Plan:
         return self.nhwc(self.x, self.xp_shape, self.pt, self.pl, self.padded)
 
     def dyp(self, dy, blk):
-        """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand)."""
+        """dy as NHWC with whole blocks of blk's lanes of channels (the weight grad's B operand),
+        itself wherever it starts: off a line its loads straddle two lines, but that cost the
+        weight grads 1.01-1.11x the time and a copy onto a line 1.12-2.12x (docs/performance.md,
+        session 37)."""
         return self.nhwc(dy, (self.n, self.oh, self.ow, blk.padded(self.cout)), 0, 0, "conv2d.dyp")
 
 
