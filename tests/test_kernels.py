@@ -415,6 +415,40 @@ def test_shifted_planes_serve_each_threads_images_in_turn(threads, block, rng):
         numba.set_num_threads(before)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_first_layers_weight_grad_runs_two_runs_of_images_a_thread(threads, layout, rng):
+    """The first layers' weight grad (C_in 1 and 3) sums a part per run of images, two runs a
+    thread (conv._SHALLOW_RUNS: numba's scheduler evens out a thread that starts late), at most one
+    an image; the deeper ones' parts are larger to sum and run one a thread. The parts the kernel
+    takes from the workspace show the runs, and every image's share is summed: dw matches
+    PyTorch's on batches of 5 and 3."""
+    class Recording(K.Workspace):
+        def take(self, name, shape, dtype=np.float32):
+            self.shapes[name] = shape
+            return super().take(name, shape, dtype)
+
+    K.BLOCK   # the kernels load before numba's thread pool starts: its threading layer is theirs
+    before = numba.get_num_threads()
+    threads = min(threads, numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(threads)
+    try:
+        for c, batch, runs in [(1, 5, 2 * threads), (3, 5, 2 * threads), (3, 3, min(3, 2 * threads)),
+                               (16, 5, threads)]:
+            x, w = f32(rng, batch, c, 10, 10), f32(rng, 3, 3, c, 32)
+            xt, wt, yt = torch_conv(x, w, 1, "same")
+            dy = f32(rng, *yt.shape)
+            yt.backward(torch.tensor(dy))
+            ws = Recording()
+            ws.shapes = {}
+            _, dw = K.conv2d_backward(ref.to_layout(x, layout), w, ref.to_layout(dy, layout), layout=layout,
+                                      padding="same", workspace=ws, need_dx=False)
+            assert ws.shapes["conv2d.dw_parts"][0] == runs, (c, batch)
+            close(dw, wt.grad.numpy().transpose(2, 3, 1, 0), scale=batch * 100)
+    finally:
+        numba.set_num_threads(before)
+
+
 @pytest.mark.parametrize("bands", [1, 2, 3, None])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_first_layers_weight_grad_over_slabs_of_x(layout, bands, monkeypatch, rng, dirty_malloc):
