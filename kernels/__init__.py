@@ -34,7 +34,8 @@ _MODULES = {
     "dense_backward": "dense", "dense_forward": "dense",
     "softmax_cross_entropy": "loss",
     "adadelta_update": "optim", "adam_update": "optim", "rmsprop_update": "optim", "sgd_update": "optim",
-    "maxpool2d_backward": "pool", "maxpool2d_forward": "pool",
+    "maxpool2d_argmax_dtype": "pool", "maxpool2d_backward": "pool", "maxpool2d_forward": "pool",
+    "dropout_backward": "dropout", "dropout_forward": "dropout",
 }
 
 __all__ = sorted(_MODULES) + ["BLOCK", "isa_info"]

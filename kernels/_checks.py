@@ -46,6 +46,18 @@ def f32(name, a, ndim=None):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def shape4(name, shape, what):
+    """`shape` as a tuple of 4 positive Python ints, or the one-line error naming `name`."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or len(dims) != 4 or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                                                  and d > 0 for d in dims):
+        raise ValueError(f"{name} must be {what} (4 positive ints), got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
 def writeable(name, a):
     if not a.flags.writeable:
         raise ValueError(f"{name} is read-only (flags.writeable is False), but the kernel writes into it; "

@@ -53,7 +53,7 @@ MAX_ROWS, MAX_LANES = 32, 128
 def parse_block(text, source=ENV):
     """(rows, lanes) from 'RxL', or a ValueError naming `source`."""
     rows, sep, lanes = str(text).strip().lower().partition("x")
-    if sep and rows.isdigit() and lanes.isdigit():
+    if sep and rows.isascii() and lanes.isascii() and rows.isdigit() and lanes.isdigit():   # not '८' or '²'
         r, lanes_ = int(rows), int(lanes)
         if 1 <= r <= MAX_ROWS and 8 <= lanes_ <= MAX_LANES and lanes_ % 8 == 0:
             return r, lanes_

@@ -62,7 +62,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import _isa
-from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer
+from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer, shape4
 from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
@@ -899,11 +899,18 @@ def _few_inputs(c, blk):
     return 4 * c < blk.lanes
 
 
+def _stride(stride):
+    """stride as a Python int, or the one-line error: numpy's narrow integers (np.int8) would
+    overflow in the geometry, and the kernels take 64-bit strides."""
+    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or not 1 <= stride < 2**31:
+        raise ValueError(f"stride must be a positive int (below 2**31), got {stride!r}")
+    return int(stride)
+
+
 def _shapes(x_shape, w_shape, layout, stride, padding):
-    """Check the geometry; return (n, c, h, w, kh, kw, cout, oh, ow, pad_top, pad_left)."""
+    """Check the geometry (stride checked by _stride); return (n, c, h, w, kh, kw, cout, oh, ow,
+    pad_top, pad_left)."""
     check_layout(layout)
-    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or stride < 1:
-        raise ValueError(f"stride must be a positive int, got {stride!r}")
     if padding not in ("valid", "same"):
         raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
     if len(x_shape) != 4 or len(w_shape) != 4:
@@ -964,8 +971,8 @@ class _Plan:
     def __init__(self, x, w, layout, stride, padding, workspace, blk):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
         self.blk = block_of(blk)
-        self.nchw, self.stride = layout == "NCHW", stride
-        self._geometry(*_shapes(self.x.shape, self.w.shape, layout, stride, padding))
+        self.nchw, self.stride = layout == "NCHW", _stride(stride)
+        self._geometry(*_shapes(self.x.shape, self.w.shape, layout, self.stride, padding))
         self.ws = check_workspace(workspace)
 
     def _geometry(self, n, c, h, wd, kh, kw, cout, oh, ow, pt, pl):
@@ -1051,7 +1058,10 @@ def _weight_grad(plan, dy, block, dw):
 
 def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
     """Shape of conv2d_forward's result, without computing it."""
-    n, _, _, _, _, _, cout, oh, ow, _, _ = _shapes(tuple(x_shape), tuple(w_shape), layout, stride, padding)
+    check_layout(layout)
+    x_shape = shape4("x_shape", x_shape, f"the 4-D shape of x ({layout})")
+    w_shape = shape4("w_shape", w_shape, "the 4-D shape of w (KH, KW, C_in, C_out)")
+    n, _, _, _, _, _, cout, oh, ow, _, _ = _shapes(x_shape, w_shape, layout, _stride(stride), padding)
     return (n, cout, oh, ow) if layout == "NCHW" else (n, oh, ow, cout)
 
 
@@ -1174,6 +1184,10 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     of layers past the first; the stride-1 NCHW input grad of C_in under a block of lanes picks
     its rows as the forward does (_tile.rows_block), unless C_in is under a quarter of them
     (_few_inputs: whole patch gradients).
+
+    With 'same' padding the weight grad skips most products of dy with the zero padding, so a NaN
+    or inf in dy reaches dw's taps through x but may miss taps that meet it only through the
+    padding (PyTorch's reaches every tap: 0 * NaN is NaN); dx, like y, propagates them as PyTorch's.
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk

@@ -1,7 +1,8 @@
 """Max-pooling with a square window and stride equal to the window (Keras' MaxPooling2D default).
 
-Forward also returns the argmax of each window (0..size*size-1, int8), which backward scatters
-through, so backward never re-reads x. Trailing rows/columns that do not fill a window are dropped
+Forward also returns the argmax of each window (0..size*size-1: int8 up to 11 x 11 windows, then
+int16 or int32, maxpool2d_argmax_dtype), which backward scatters through, so backward never
+re-reads x; backward checks that every argmax is a position of the window. Trailing rows/columns that do not fill a window are dropped
 (padding "valid"), and get zero gradient. As in PyTorch, a NaN anywhere in a window makes its max
 NaN and its argmax the window's last NaN (so backward routes the gradient there); among equal
 values the first wins.
@@ -19,7 +20,7 @@ from numba import prange, types, uint64
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._checks import check_layout, f32, no_overlap, out_buffer
+from ._checks import check_layout, f32, no_overlap, out_buffer, shape4
 from ._jit import helper, kernel
 from ._tile import _inlined, operands, vector_at
 
@@ -275,9 +276,13 @@ def _unpool_nhwc(dy, arg, p, dx):
                 dx[b, ih] = 0.0
 
 
+def _check_size(size):
+    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or not 1 <= size < 2**15:
+        raise ValueError(f"pool size must be a positive int (below 2**15), got {size!r}")
+
+
 def _pooled_shape(shape, layout, size):
-    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"pool size must be a positive int, got {size!r}")
+    _check_size(size)
     n, c, h, w = shape if layout == "NCHW" else (shape[0], shape[3], shape[1], shape[2])
     if h < size or w < size:
         raise ValueError(f"pool window {size}x{size} is larger than the input {h}x{w} ({layout}, shape {shape})")
@@ -285,26 +290,21 @@ def _pooled_shape(shape, layout, size):
     return (n, c, oh, ow) if layout == "NCHW" else (n, oh, ow, c)
 
 
-def _x_shape(x_shape, layout):
-    """x_shape as a tuple of 4 positive ints (the shape of maxpool2d_forward's x)."""
-    try:
-        shape = tuple(x_shape)
-    except TypeError:
-        shape = None
-    if shape is None or len(shape) != 4 or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
-                                                   and d > 0 for d in shape):
-        raise ValueError(f"x_shape must be the 4-D shape of the forward's x ({layout}: 4 positive ints), "
-                         f"got {x_shape!r}")
-    return tuple(int(d) for d in shape)
+def maxpool2d_argmax_dtype(size):
+    """The dtype of the argmax of size x size windows: the narrowest signed integer that holds
+    their size*size positions (int8 up to 11 x 11)."""
+    _check_size(size)
+    return np.dtype(next(t for t in (np.int8, np.int16, np.int32) if size * size <= np.iinfo(t).max + 1))
 
 
 def maxpool2d_forward(x, *, layout, size=2, out=None, argmax_out=None):
-    """(y, argmax): the max of each size x size window (NaN if the window holds one, as in PyTorch)."""
+    """(y, argmax): the max of each size x size window (NaN if the window holds one, as in PyTorch),
+    and its position in the window, in maxpool2d_argmax_dtype(size)."""
     check_layout(layout)
     x = f32("x", x, 4)
     shape = _pooled_shape(x.shape, layout, size)
     y = out_buffer(out, shape)
-    arg = out_buffer(argmax_out, shape, "argmax_out", np.int8)
+    arg = out_buffer(argmax_out, shape, "argmax_out", maxpool2d_argmax_dtype(size))
     no_overlap("out", y, {"x": x, "argmax_out": arg})
     no_overlap("argmax_out", arg, {"x": x})
     if size == 2:
@@ -318,14 +318,20 @@ def maxpool2d_backward(dy, argmax, x_shape, *, layout, size=2, out=None):
     """dx: dy routed to the argmax of each window, zero elsewhere."""
     check_layout(layout)
     dy = f32("dy", dy, 4)
-    x_shape = _x_shape(x_shape, layout)
+    x_shape = shape4("x_shape", x_shape, f"the 4-D shape of the forward's x ({layout})")
     shape = _pooled_shape(x_shape, layout, size)
-    if not isinstance(argmax, np.ndarray) or argmax.dtype != np.int8:
-        raise TypeError(f"argmax must be the int8 array maxpool2d_forward returned, got "
+    dtype = maxpool2d_argmax_dtype(size)
+    if not isinstance(argmax, np.ndarray) or argmax.dtype != dtype:
+        raise TypeError(f"argmax must be the {dtype} array maxpool2d_forward returned for size {size}, got "
                         f"{getattr(argmax, 'dtype', type(argmax).__name__)}")
     if dy.shape != shape or argmax.shape != shape:
         raise ValueError(f"dy {dy.shape} and argmax {argmax.shape} must both be {shape} for x {x_shape}")
     argmax = np.ascontiguousarray(argmax)
+    # one pass over the small argmax (seen unsigned, a negative is past every position): the NCHW
+    # kernel scatters through it, so a position off the window would write outside dx
+    if argmax.view(dtype.str.replace("i", "u")).max() >= size * size:
+        raise ValueError(f"argmax holds positions outside a {size}x{size} window (0..{size * size - 1}): pass the "
+                         f"argmax maxpool2d_forward returned for this x and size")
     dx = out_buffer(out, x_shape)
     no_overlap("out", dx, {"dy": dy, "argmax": argmax})
     if size == 2 and layout == "NCHW":

@@ -15,6 +15,8 @@ def aligned_empty(shape, dtype=np.float32):
     ran 1.05-1.3x slower (docs/performance.md, session 20); the seed models' training steps took
     0.89-0.95x the time with every buffer on a line (session 34)."""
     shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"aligned_empty: negative dimensions are not allowed, got shape {shape}")
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + LINE, np.uint8)

@@ -209,6 +209,27 @@ y_pool, arg_pool = K.maxpool2d_forward(xp, layout="NCHW")
     (lambda: K.maxpool2d_backward(y_pool, arg_pool, 16, layout="NCHW"), ValueError, ["x_shape", "16"]),
     (lambda: K.maxpool2d_forward(xp, layout="NCHW", argmax_out=np.zeros(y_pool.shape, np.int32)), ValueError,
      ["argmax_out", "int8", "int32"]),
+    # an argmax off the window: the NCHW kernel scatters through it, so it would write outside dx
+    (lambda: K.maxpool2d_backward(y_pool, np.full_like(arg_pool, 4), xp.shape, layout="NCHW"), ValueError,
+     ["argmax", "outside a 2x2 window", "0..3"]),
+    (lambda: K.maxpool2d_backward(y_pool, np.full_like(arg_pool, -1), (1, 4, 4, 2), layout="NHWC"), ValueError,
+     ["argmax", "outside a 2x2 window"]),
+    (lambda: K.maxpool2d_backward(np.ones((1, 2, 1, 1), np.float32), np.full((1, 2, 1, 1), 127, np.int8), xp.shape,
+                                  layout="NCHW", size=3), ValueError, ["argmax", "outside a 3x3 window", "0..8"]),
+    (lambda: K.maxpool2d_backward(np.ones((1, 2, 1, 1), np.float32), np.zeros((1, 2, 1, 1), np.int8),
+                                  (1, 2, 12, 12), layout="NCHW", size=12), TypeError, ["argmax", "int16", "size 12"]),
+    (lambda: K.maxpool2d_forward(xp, layout="NCHW", size=2**15), ValueError, ["pool size", "2**15"]),
+    # strides: numpy's narrow integers and strides past int64 get the same line as any bad stride
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", stride=10**30), ValueError, ["stride", "2**31"]),
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", stride=2**63), ValueError, ["stride", "2**31"]),
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", stride=np.uint8(0)), ValueError, ["stride", "0"]),
+    (lambda: K.conv2d_output_shape((1, 3, -8, 8), w.shape, layout="NCHW", padding="same"), ValueError,
+     ["x_shape", "4 positive ints", "-8"]),
+    (lambda: K.conv2d_output_shape((2.5, 3, 7, 7), w.shape, layout="NCHW"), ValueError, ["x_shape", "2.5"]),
+    (lambda: K.conv2d_output_shape(x4.shape, (0, 3, 3, 4), layout="NCHW"), ValueError, ["w_shape", "(0, 3, 3, 4)"]),
+    (lambda: K.conv2d_output_shape(x4.shape, w.shape, layout="NCHW", stride=1.0), ValueError, ["stride", "1.0"]),
+    (lambda: K.conv2d_forward(x4, w, layout="NCHW", block="\u096ex16"), ValueError, ["ROWSxLANES", "16"]),
+    (lambda: K.aligned_empty((-1, 3)), ValueError, ["negative", "(-1, 3)"]),
 ], ids=lambda v: None)
 def test_bad_buffers_and_scalars_are_named(call, exc, words):
     test_bad_input_is_named(call, exc, words)

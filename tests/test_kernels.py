@@ -1092,6 +1092,28 @@ def test_maxpool_matches_torch(layout, n, c, h, w, size, seed):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [11, 12, 13])
+def test_maxpool_windows_past_int8_positions_match_torch(layout, size, rng):
+    """An 11 x 11 window's 121 positions fit int8; 12 x 12's 144 do not, so its argmax is int16
+    (an int8 one wrapped: a gradient routed to the wrong element)."""
+    assert K.maxpool2d_argmax_dtype(size) == (np.int8 if size <= 11 else np.int16)
+    assert K.maxpool2d_argmax_dtype(182) == np.int32
+    x = f32(rng, 2, 3, 2 * size + 1, size)
+    x[0, 0, size - 1, size - 1] = 10.0   # the window's last position holds its max
+    check_maxpool_against_torch(x, layout, size, rng)
+
+
+def test_conv2d_takes_numpys_narrow_integer_strides(rng):
+    """A stride of np.int8 or np.uint8 gives the int stride's result (the geometry in numpy's int8
+    arithmetic overflowed into a shape of 0)."""
+    x, w = f32(rng, 1, 3, 9, 9), f32(rng, 3, 3, 3, 4)
+    want = K.conv2d_forward(x, w, layout="NCHW", stride=2, padding="same")
+    for stride in (np.int8(2), np.uint8(2), np.int64(2)):
+        np.testing.assert_array_equal(K.conv2d_forward(x, w, layout="NCHW", stride=stride, padding="same"), want)
+        assert K.conv2d_output_shape(x.shape, w.shape, layout="NCHW", stride=stride, padding="same") == want.shape
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("size", [2, 3])
 def test_maxpool_parallel_kernels_match_torch(layout, size, rng):
     """Inputs above PARALLEL_MIN run the parallel twins; odd sizes leave rows and columns unpooled."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from kernels._jit import PARALLEL_MIN
-from kernels.dropout import dropout_backward, dropout_forward
+from kernels import dropout_backward, dropout_forward
 
 
 @pytest.mark.parametrize("rate", [0.25, 0.5])

@@ -12,7 +12,6 @@ import contextlib
 import numpy as np
 
 import kernels as K
-from kernels.dropout import dropout_backward, dropout_forward
 
 
 _UNTIMED = contextlib.nullcontext()
@@ -209,7 +208,8 @@ class MaxPool2D(Layer):
         with self.timed("maxpool2d_forward"):
             y, self.arg = K.maxpool2d_forward(x, layout=self.layout, size=self.size,
                                               out=self.ws.take("y", (n,) + self.out_shape),
-                                              argmax_out=self.ws.take("argmax", (n,) + self.out_shape, np.int8))
+                                              argmax_out=self.ws.take("argmax", (n,) + self.out_shape,
+                                                                      K.maxpool2d_argmax_dtype(self.size)))
         return y
 
     def backward(self, dy):
@@ -262,13 +262,13 @@ class Dropout(Layer):
             return x
         with self.timed("dropout_forward"):
             self.seed = int(self.rng.bit_generator.random_raw())
-            return dropout_forward(x, rate=self.rate, seed=self.seed, out=self.ws.take("y", x.shape))
+            return K.dropout_forward(x, rate=self.rate, seed=self.seed, out=self.ws.take("y", x.shape))
 
     def backward(self, dy):
         if not self.active:
             return dy
         with self.timed("dropout_backward"):
-            return dropout_backward(dy, rate=self.rate, seed=self.seed, out=self.ws.take("dx", dy.shape))
+            return K.dropout_backward(dy, rate=self.rate, seed=self.seed, out=self.ws.take("dx", dy.shape))
 
     def __repr__(self):
         return f"Dropout({self.rate})"
