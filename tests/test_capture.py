@@ -226,6 +226,17 @@ def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):
         tracemalloc.stop()
 
 
+def test_a_program_that_stops_tracemalloc_mid_run_goes_on_unsampled(tmp_path):
+    with Session(tmp_path / "run", tracemalloc=True) as session:
+        with session.epoch(0):
+            pass
+        tracemalloc.stop()
+        with session.epoch(1):
+            pass
+    heaps = [r["heap"] for r in records(tmp_path / "run")]
+    assert heaps[0] is not None and heaps[1] is None and read_run(tmp_path / "run").status == "completed"
+
+
 def test_a_second_concurrent_session_is_refused(tmp_path):
     with Session(tmp_path / "a"):
         with pytest.raises(UsageError, match="another profiler Session is active"):

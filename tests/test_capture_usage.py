@@ -5,6 +5,7 @@ import errno
 import gc
 import json
 import math
+import os
 import pathlib
 import sys
 import threading
@@ -266,6 +267,57 @@ def test_a_file_where_the_run_directory_belongs_says_so(tmp_path):
     with pytest.raises(UsageError, match="afile/run: .*afile is a file, not a directory; choose another path"):
         with Session(tmp_path / "afile" / "run"):   # was a RunWriteError (exit 1) for what is bad input
             pass
+
+
+def test_a_relative_run_directory_stays_put_when_the_program_changes_directory(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with Session("run") as session:
+        with session.epoch(0):
+            pass
+        os.chdir(tmp_path / "b")
+        with session.epoch(1):
+            with session.step():
+                pass
+    run = read_run(tmp_path / "a" / "run")
+    assert run.status == "completed" and len(run.epochs) == 2 and len(run.steps()) == 1
+    assert not (tmp_path / "b" / "run").exists()
+
+
+def test_a_null_byte_in_the_run_directory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="Session run_dir .*null byte"):
+        Session(str(tmp_path / "r\0un"))
+
+
+def test_a_signal_handlers_oserror_during_a_write_reaches_the_loop_as_it_is(tmp_path, monkeypatch):
+    """An alarm's TimeoutError (an OSError with no errno) raised in a signal handler that runs
+    inside a write is the program's own, not a RunWriteError; a write's own error (ENOSPC) is."""
+    from profiler.rundir.writer import RunWriter
+    writer = RunWriter(tmp_path / "run")
+    writer.append_binary("steps.bin", b"1234")
+    real_open = writer._open
+
+    def failing(error):
+        def open_(name, what):
+            file = real_open(name, what)
+
+            class File:
+                def write(self, data):
+                    raise error
+
+                def __getattr__(self, attr):
+                    return getattr(file, attr)
+            return File()
+        return open_
+
+    for error, raised in [(TimeoutError("alarm"), TimeoutError), (OSError(errno.ENOSPC, "No space left"), RunWriteError)]:
+        writer._files.pop("steps.bin").close()
+        monkeypatch.setattr(writer, "_open", failing(error))
+        with pytest.raises(raised) as info:
+            writer.append_binary("steps.bin", b"5678")
+        assert type(info.value) is raised
+        assert (tmp_path / "run" / "steps.bin").read_bytes() == b"1234"   # nothing of the failed write kept
 
 
 def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_path):

@@ -211,6 +211,22 @@ def test_leak_names_the_line(tmp_path):
     assert "train.py:42" in text.remedy(f) and "keeps growing" in text.evidence(f)
 
 
+def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path):
+    # deep capture (tracemalloc=True) after a snapshot that took a second waits within its budget:
+    # a short run's snapshots can all be in its first epochs, which the analysis leaves out as warm-up
+    def heap(i):
+        snapshot = i < 2
+        return {"traced_bytes": 50 * MIB + i * 4 * MIB, "peak_bytes": 0, "snapshot": snapshot,
+                "top_growth": [{"site": "train.py:42", "size_diff": 4 * MIB, "count_diff": 1}] if snapshot else []}
+    records = [epoch(i, 0.01, rss=200 * MIB + i * 4 * MIB, malloc=100 * MIB + i * 4 * MIB, heap=heap(i))
+               for i in range(30)]
+    d = analyze(write_run(tmp_path / "run", records))
+    f = d.findings[0]
+    assert d.epoch_time.warmup_epochs_skipped >= 2 and f.pattern == "allocation-growth"
+    assert [s.site for s in f.evidence.top_sites] == ["train.py:42"] and "train.py:42" in text.remedy(f)
+    assert f.evidence.sites_share == pytest.approx(2 * 4 / 30 / 4)   # two snapshots' 4 MiB over 30 traced epochs
+
+
 def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see(tmp_path):
     # a loss tensor kept with its graph each batch: 21 MiB more malloc per epoch, tracemalloc sees 40 KiB
     # of it, in torch's collate (a user probe's leak_graph.py under --tracemalloc auto)

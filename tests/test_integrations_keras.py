@@ -38,6 +38,32 @@ def test_profiler_callback_in_code_and_fit_unpatched_after_a_run(tmp_path):
     assert keras.Model.fit is fit_before
 
 
+def test_a_fit_after_one_that_raised_drops_the_epoch_it_left_open(tmp_path):
+    """Keras calls no callback when fit raises (a Ctrl-C, a callback's error), so the epoch the
+    ProfilerCallback began stays open; the next fit with it drops that epoch unwritten and records
+    its own (it raised 'epoch began inside epoch')."""
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import ProfilerCallback
+
+    class Fails(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise RuntimeError("stop")
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    x, y = np.zeros((40, 4), "float32"), np.zeros(40, "int32")
+    with Session(tmp_path / "run") as session:
+        callback = ProfilerCallback(session)
+        model.fit(x, y, epochs=1, batch_size=10, verbose=0, callbacks=[callback])
+        with pytest.raises(RuntimeError, match="stop"):
+            model.fit(x, y, epochs=2, batch_size=10, verbose=0, callbacks=[callback, Fails()])
+        model.fit(x, y, epochs=2, batch_size=10, verbose=0, callbacks=[callback])
+    assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4), (1, 4), (2, 4)]
+
+
 def test_fit_restored_after_a_script_run_in_process(tmp_path):
     from profiler.integrations.script import run_script
 

@@ -120,6 +120,27 @@ def test_track_marks_a_loop_in_code_and_removes_its_hooks(tmp_path):
     assert not _global_optimizer_post_hooks
 
 
+def test_track_does_not_write_the_pass_an_exception_cut_short(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=10)
+    with pytest.raises(RuntimeError, match="boom"):
+        with Session(tmp_path / "run") as session, track(session):
+            for epoch in range(3):
+                for i, (x, y) in enumerate(train):
+                    if epoch == 1 and i == 2:
+                        raise RuntimeError("boom")
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+    assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4)]
+
+
 def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):
     from profiler.report.flamegraph import read_folded
     source = script("mnist_cnn.py")

@@ -145,7 +145,10 @@ def analyze(run_dir):
         spikes = spk.of_steps(steps, records[0]["epoch"], totals, traced)
     else:
         spikes = spk.of_epochs(kept)
-    sites = fnd.top_sites(records)
+    # deep capture's snapshots wait within its budget after a costly one (seconds over a large heap),
+    # so a short run can have them all in its warm-up: their sites then, rather than none
+    sited = records if fnd.top_sites(records) else run.epochs[loaded.skipped - loaded.warmup:]
+    sites = fnd.top_sites(sited)
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)
     ops = fnd.op_growth(records, op_series(records))
@@ -153,7 +156,7 @@ def analyze(run_dir):
     policy = run.gc_policy
     found = [fnd.gc_spikes(spikes, objs, site, policy),
              growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
-             fnd.memory_growth(records, sites), fnd.compute_growth(records, change, explained, ops, timed),
+             fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy))

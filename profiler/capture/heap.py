@@ -225,7 +225,7 @@ class HeapTracker:
     def epoch_end(self, epoch, wall_s, gc_pause_s, rss_bytes, malloc_bytes):
         """The 'heap' field of this epoch's record (None when not tracing), then update the policy."""
         start = time.perf_counter()
-        window = self.tracing
+        window = self.tracing and tracemalloc.is_tracing()   # the program may have stopped it: no heap field then
         record = self._sample(epoch) if window else None
         if self.detector is not None:
             spent = wall_s + time.perf_counter() - start

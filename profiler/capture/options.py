@@ -6,6 +6,7 @@ Each bad value is a UsageError naming the option, the value given and what is ac
 import json
 import math
 import operator
+import os
 
 from ..errors import UsageError
 from ..rundir.format import run_path
@@ -33,7 +34,9 @@ def _number(name, value, low, high, low_open):
 
 
 def run_dir(value):
-    return str(run_path(value, "Session run_dir"))
+    """The run directory as an absolute path: the Session writes there even if the program changes
+    its working directory."""
+    return os.path.abspath(run_path(value, "Session run_dir"))
 
 
 def meta(value):

@@ -16,17 +16,13 @@ import os
 from . import functions
 from .gc_policy import GcPolicy
 from .imports import ImportWatcher
-from .marks import Marks, Source
+from .marks import Marks, Source, succeeded
 from .windows import Windows
 
 EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when training starts
 
 NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
              "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
-
-
-def succeeded(error):
-    return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
 
 
 def how_it_stopped(error):

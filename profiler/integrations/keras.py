@@ -21,6 +21,9 @@ class ProfilerCallback(keras.callbacks.Callback):
         super().__init__()
         self.session = session
 
+    def on_train_begin(self, logs=None):
+        self.session.abandon_epoch()   # one a fit that raised left open (Keras calls no callback then)
+
     def on_epoch_begin(self, epoch, logs=None):
         self.session.begin_epoch()
         self.session.begin_step()

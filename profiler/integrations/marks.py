@@ -26,6 +26,12 @@ import threading
 
 from ..errors import RunWriteError
 
+def succeeded(error):
+    """Whether a run that stopped with `error` (None if none) finished normally: its open torch pass
+    is then an epoch (Marks.close's `write`)."""
+    return error is None or (isinstance(error, SystemExit) and error.code in (0, None))
+
+
 STRENGTH = {"windows": 0, "torch": 1, "keras": 2, "lightning": 2, "epoch-fn": 3}
 STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"}, "torch": {"torch", "step-fn"},
                 "keras": {"keras", "step-fn"}, "lightning": {"lightning", "step-fn"}}

@@ -16,7 +16,7 @@ two steps per batch.
 import contextlib
 import weakref
 
-from .marks import Marks
+from .marks import Marks, succeeded
 
 
 def batch_bytes(batch, depth=0):
@@ -159,8 +159,12 @@ def track(session):
     marks = Marks(session)
     hooks = TorchHooks(marks)
     hooks.install()
+    error = None
     try:
         yield marks
-    finally:
+    except BaseException as e:
+        error = e
+        raise
+    finally:   # a pass cut short by an exception is not an epoch: only a block that finished writes it
         hooks.uninstall()
-        marks.close()
+        marks.close(write=succeeded(error))

@@ -52,4 +52,6 @@ def run_path(value, what):
     path = os.fspath(value)
     if not isinstance(path, str) or not path.strip():
         raise UsageError(f"{what} {value!r}: expected a non-empty path")
+    if "\0" in path:
+        raise UsageError(f"{what} {value!r}: a path cannot hold a null byte")
     return Path(path)

@@ -144,7 +144,7 @@ class RunWriter:
                         file.close()
                     except OSError:
                         pass
-            if isinstance(e, OSError):
+            if isinstance(e, OSError) and e.errno is not None:   # the write's own; not a signal handler's TimeoutError
                 raise RunWriteError(f"{self._what(name, index)}: {e}") from e
             raise
         self._sizes[name] += done
