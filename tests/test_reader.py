@@ -44,6 +44,10 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
     (record(epoch=5), ["line 3", "epoch 2 after epoch 5"]),
     (record(ops={"conv": {"calls": "many", "total_s": 1.0}}), ["line 2", "ops['conv']"]),
     (record(ops={"f": {"name": "f", "tags": {"k": [1]}, "calls": 1, "total_s": 0.001}}), ["line 2", "ops['f'] tags"]),
+    (record(ops={"f": {"name": "f", "tags": {"k": float("nan")}, "calls": 1, "total_s": 0.001}}),
+     ["line 2", "ops['f'] tags", "finite numbers"]),
+    (record(ops={"f": {"name": "f", "tags": {}, "calls": 1, "total_s": 0.001, "timed": "x"}}),
+     ["line 2", "ops['f'] timed 'x'"]),
     (record(workers={"count": 2}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
     (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": 3}), ["line 2", "workers.new 3", "at most workers.count 2"]),
@@ -62,7 +66,8 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
     (record(epoch=2 ** 63), ["line 2 has epoch 9223372036854775808, not a non-negative integer below 2**63"]),
     (b'{"epoch": 1, "wall_s": ' + b"1" * 5000 + b"}", ["line 2 is not valid JSON (an integer of more than 4,300 digits)"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
-        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "workers", "workers-growth", "workers-new", "start-negative",
+        "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "op-tag-nan", "op-timed",
+        "workers", "workers-growth", "workers-new", "start-negative",
         "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge",
         "wall-400-digits", "rss-400-digits", "steps-400-digits", "collections-400-digits", "calls-400-digits",
         "epoch-2**63", "int-5000-digits"])
@@ -125,12 +130,17 @@ def test_meta_meta_that_is_not_an_object_is_ignored(tmp_path):
     assert read_run(run).user_meta == {} and analyze(run).meta == {}
 
 
-def test_steps_and_gc_events_are_memory_mapped_and_torn_records_dropped(tmp_path):
+def test_steps_and_gc_events_are_memory_mapped_and_torn_records_dropped_and_reported(tmp_path):
     steps = [(0, 0.1 * i, 0.1, 0.0, 0.0, 0.01) for i in range(5)]
     run = write_run(tmp_path / "run", [epoch(0, 0.5)], steps=steps, gc_events=[(0.05, 0.01, 2, 7)])
     with open(run / "steps.bin", "ab") as f:
         f.write(bytes(STEP_RECORD.itemsize)[:10])          # a crash mid-record
+    with open(run / "gc_events.bin", "ab") as f:
+        f.write(bytes(3))
     r = read_run(run)
+    assert r.problems == ["steps.bin ends with 10 bytes of a record cut short (a crash mid-write); they were skipped",
+                          "gc_events.bin ends with 3 bytes of a record cut short (a crash mid-write); they were skipped"]
+    assert not r.complete
     assert len(r.steps()) == 5 and r.steps()["gc2_s"][4] == pytest.approx(0.01)
     assert r.steps()[1:3]["start_s"] == pytest.approx([0.1, 0.2]) and r.steps()["wall_s"] == pytest.approx([0.1] * 5)
     events = r.gc_events()

@@ -160,6 +160,14 @@ def _records(file, dtype):
         raise RunDirError(unreadable(file, e)) from None
 
 
+def _torn_bytes(file, dtype):
+    """The bytes past `file`'s last whole record (_records drops them), 0 when it cannot be looked at."""
+    try:
+        return file.stat().st_size % dtype.itemsize if file.is_file() else 0
+    except OSError:
+        return 0
+
+
 def listed(items, most):
     """'a, b, c' or 'a, b and 3 more': at most `most` of `items` named, for a RunDirError."""
     items = [str(i) for i in items]
@@ -217,6 +225,11 @@ def read_run(path):
     if status in ("completed", "halted") and type(written) is int and written != len(epochs):
         problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
                         f"or removed after the run")
+    for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):
+        torn = _torn_bytes(path / name, dtype)
+        if torn:
+            problems.append(f"{name} ends with {torn} bytes of a record cut short (a crash mid-write); they were "
+                            f"skipped")
     counted, held = sum(r.get("steps") or 0 for r in epochs), len(run.steps())
     if counted > held:   # more steps are written than counted (the unfinished epoch's), never fewer
         problems.append(f"{STEPS} holds {held} steps but {EPOCHS} counts {counted}: steps were lost "
@@ -347,8 +360,11 @@ def _check_optional(record):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
         if not isinstance(op.get("name", ""), str) or not isinstance(op.get("tags", {}), dict):
             return f"has ops[{key!r}] whose name is not a string or whose tags are not an object"
-        if not all(v is None or type(v) in (str, int, float, bool) for v in op.get("tags", {}).values()):
-            return f"has ops[{key!r}] tags {op['tags']!r}: tag values are strings, numbers, booleans or null"
+        if not all(v is None or type(v) in (str, int, bool) or (type(v) is float and math.isfinite(v))
+                   for v in op.get("tags", {}).values()):
+            return f"has ops[{key!r}] tags {op['tags']!r}: tag values are strings, finite numbers, booleans or null"
+        if op.get("timed") is not None and not _number(op["timed"]):
+            return f"has ops[{key!r}] timed {_shown(op['timed'])}, not a count of timed calls"
     heap = record.get("heap")
     if heap is not None:
         if not isinstance(heap, dict) or not _bytes(heap.get("traced_bytes")):
