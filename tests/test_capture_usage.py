@@ -258,6 +258,24 @@ def test_a_directory_that_holds_a_run_already_is_a_usage_error_and_stays(tmp_pat
     assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
 
 
+def test_a_directory_that_holds_runs_below_it_is_a_usage_error_and_stays(tmp_path):
+    """A job's rank-N/ directories, or a directory of runs, under the run directory: a run written
+    over them would hide them from the reader (report read the new run, not the job)."""
+    for held in ("job/rank-0", "job/rank-1", "runs/a", "runs/b", "hosts/host-0/rank-0"):
+        with Session(tmp_path / held) as session:
+            with session.epoch(0):
+                pass
+    (tmp_path / "meta-only").mkdir()
+    (tmp_path / "meta-only" / "meta.json").write_text("{}")
+    for parent, words in [("job", "in rank-0, rank-1"), ("runs", "in a, b"), ("hosts", "in host-0/rank-0"),
+                          ("meta-only", "meta.json exists")]:
+        before = sorted(p.relative_to(tmp_path) for p in (tmp_path / parent).rglob("*"))
+        with pytest.raises(UsageError, match=f"already holds a run .*{words}.*choose a new directory"):
+            with Session(tmp_path / parent):
+                pass
+        assert sorted(p.relative_to(tmp_path) for p in (tmp_path / parent).rglob("*")) == before
+
+
 def test_a_file_where_the_run_directory_belongs_says_so(tmp_path):
     (tmp_path / "afile").write_text("mine")
     with pytest.raises(UsageError, match="afile is a file, not a directory; choose a new run directory"):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import RunWriteError, UsageError
 from .format import EPOCHS, GC_EVENTS, META, STEPS
+from .reader import listed
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 _now = time.perf_counter_ns
@@ -23,19 +24,30 @@ ALIVE_CHECK_NS = 100_000_000   # a removed run directory is noticed within 0.1 s
 
 
 def holds_a_run(path, prefix=""):
-    """UsageError (its message after `prefix`) when the directory `path` holds a run already."""
-    if (Path(path) / EPOCHS).exists():
-        raise _taken(path, prefix)
+    """UsageError (its message after `prefix`) when the directory `path` holds a run already: its
+    own files, or runs in its subdirectories (a job's rank-N/, a directory of runs), which a run
+    written over them would hide from the reader."""
+    path = Path(path)
+    if (path / EPOCHS).exists() or (path / META).exists():
+        raise _taken(path, prefix, f"{EPOCHS} or {META} exists")
+    try:
+        runs = sorted(str(m.parent.relative_to(path)) for m in (*path.glob("*/" + META), *path.glob("*/*/" + META)))
+    except OSError:
+        runs = []
+    if runs:
+        raise _taken(path, prefix, f"in {listed(runs, 3)}")
 
 
-def _taken(path, prefix=""):
-    return UsageError(f"{prefix}{path} already holds a run ({EPOCHS} exists); choose a new directory")
+def _taken(path, prefix="", what=f"{EPOCHS} exists"):
+    return UsageError(f"{prefix}{path} already holds a run ({what}); choose a new directory")
 
 
 class RunWriter:
     def __init__(self, path):
         self.path = Path(path)
         self._created = not self.path.exists()
+        if self.path.is_dir():
+            holds_a_run(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
