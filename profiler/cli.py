@@ -1,16 +1,19 @@
 """The `profiler` command: parse, call one command, print; errors become one line and an exit code.
 
 Exit codes: 0 done, 1 the work failed (a ProfilerError with exit_code 1, or any other exception),
-2 bad input (usage, options, unreadable run directories), 130 interrupted (Ctrl-C), 141 (128 +
+2 bad input (usage, options, unreadable run directories), 130 interrupted (Ctrl-C), 143 (128 +
+SIGTERM) terminated while waiting on processes of its own (which are stopped first), 141 (128 +
 SIGPIPE) quietly when the reader of the output went away (`profiler report RUN | head`).
 PROFILER_DEBUG=1 shows tracebacks instead of one line.
 """
 
 import argparse
 import os
+import signal
 import sys
 
 from .errors import ProfilerError, UsageError
+from .interrupts import Terminated
 from .commands.options import remove_unused
 from .commands.output import closed, stdout_to_devnull
 
@@ -124,6 +127,9 @@ def main(argv=None):
             raise
         print("profiler: interrupted", file=sys.stderr)
         return 130
+    except Terminated:   # the processes it started are stopped: end as SIGTERM would have
+        print("profiler: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except ProfilerError as e:
         if debug:
             raise

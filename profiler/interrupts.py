@@ -1,5 +1,6 @@
 """Ctrl-C held through work it must not cut short, then raised where Python can take it: numba's
-import and compiles, and a Session's final status.
+import and compiles, and a Session's final status. And SIGTERM raised as Terminated while a
+command waits on processes of its own (terminated_raises), so that they stop with it.
 
 numba's C extensions turn a KeyboardInterrupt that lands inside their import into an ImportError
 ("numba._devicearray failed to import") after printing its traceback. llvmlite prints and drops
@@ -88,3 +89,27 @@ def interrupts_held_in_compiles():
         if hold.depth:   # a start with no end (a listener after ours raised): Python's handler back
             hold.depth = 1
             hold.leave(raise_held=False)
+
+
+class Terminated(BaseException):
+    """SIGTERM while a command waited on processes of its own: they are stopped on the way out, and
+    the command ends with 128 + SIGTERM (cli.py)."""
+
+
+@contextlib.contextmanager
+def terminated_raises():
+    """In the block, SIGTERM raises Terminated in the main thread rather than ending the process
+    at once, which would leave the processes it started running (orphaned, with their temporary
+    files). Only over SIGTERM's default action: a handler the program installed stays."""
+    if not _main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -325,6 +325,55 @@ def test_ctrl_c_during_scaling_leaves_the_running_child_interrupted(tmp_path, to
     assert not (out / "max-200000").exists()
 
 
+def _terminated(cmd, started, timeout=120):
+    """Start `profiler CMD` in a session of its own, wait for started() to hold, SIGTERM it alone;
+    (its exit code, its stderr, the processes it had started, still alive after it ended)."""
+    import psutil
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", *map(str, cmd)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline and proc.poll() is None and not started():
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        _, alive = psutil.wait_procs(children, timeout=10)
+        return proc.returncode, err, alive
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # whatever is left of the group
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=60)
+
+
+def test_sigterm_during_scaling_stops_the_running_child_as_terminated(tmp_path):
+    out = tmp_path / "scal"
+    lines = out / "max-100000" / "epochs.jsonl"
+    code, err, alive = _terminated(["scaling", "mlp", "--max-epochs", "100000,200000", "--samples", 500, "--out", out],
+                                   lambda: lines.exists() and lines.stat().st_size > 0)
+    assert code == 143 and err.strip().splitlines()[-1] == "profiler: terminated" and not alive, err
+    meta = json.loads((out / "max-100000" / "meta.json").read_text())
+    assert meta["status"] == "terminated" and meta["epochs"] == len(lines.read_text().splitlines()) >= 1
+    assert not (out / "max-200000").exists()
+
+
+def test_sigterm_during_a_flamegraph_stops_the_command_and_py_spy_and_leaves_no_files(tmp_path):
+    import psutil
+    script = "import time\nend = time.time() + 60\nwhile time.time() < end: sum(range(1000))\n"
+    svg = tmp_path / "a.svg"
+
+    def recording():
+        return any("py-spy" in " ".join(p.cmdline()) for p in psutil.process_iter(["cmdline"])
+                   if p.info["cmdline"] and str(os.getpid()) not in p.info["cmdline"])
+    code, err, alive = _terminated(["flamegraph", "--out", svg, "--", sys.executable, "-c", script], recording)
+    assert code == 143 and err.strip().splitlines()[-1] == "profiler: terminated" and not alive, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # no .part, no folded, no svg
+
+
 def test_a_child_that_ignores_the_ctrl_c_gets_one_sigint_and_is_killed_after_the_bound(tmp_path, monkeypatch):
     from profiler.workloads import processes
     monkeypatch.setattr(processes, "INTERRUPT_GRACE_S", 0.2)

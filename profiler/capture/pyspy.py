@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..errors import FlamegraphError, RunWriteError, UsageError
+from ..interrupts import terminated_raises
 from ..replaced import replaced
 
 
@@ -52,7 +53,8 @@ def record(command, folded_path, *, rate=100, env=None, pass_fds=(), wait=None):
             target.write_bytes(b"")   # a path that cannot be written is said now, before the command runs
         except OSError as e:
             raise RunWriteError(f"cannot write the recording to {folded_path}: {e.strerror or e}") from e
-        return _record(program, command, target, rate, env, pass_fds, wait)
+        with terminated_raises():   # the command and py-spy are stopped, the partial recording removed
+            return _record(program, command, target, rate, env, pass_fds, wait)
 
 
 def _record(program, command, folded_path, rate, env, pass_fds, wait):
@@ -70,7 +72,7 @@ def _record(program, command, folded_path, rate, env, pass_fds, wait):
     finally:
         if target.poll() is None:
             target.kill()
-            target.wait()
+            target.wait()   # py-spy itself: subprocess.run kills it on any exception
     text = spy.stdout or ""
     if "Permission denied" in text or "ptrace" in text.lower() or "Operation not permitted" in text:
         raise FlamegraphError(

@@ -5,6 +5,7 @@ Ctrl-C stops the child as it stops `profiler run` itself: the child records its 
 Ctrl-C at a terminal reaches the child too (it is in our process group); one sent to this process
 alone (`kill -INT`) does not, so the child gets its SIGINT from us when it is still running a
 moment later (not at once: the terminal's Ctrl-C has most likely reached it, and one is enough).
+SIGTERM to this process is passed on to the child at once, which records its run as `terminated`.
 """
 
 import signal
@@ -13,6 +14,7 @@ import sys
 import tempfile
 
 from ..errors import WorkloadError
+from ..interrupts import Terminated, terminated_raises
 from .terminal import stderr_is_a_terminal
 
 # after a Ctrl-C here: how long the child has to end of its own (a Ctrl-C at the terminal reached
@@ -33,12 +35,15 @@ def run_many(jobs, desc):
 def run_child(cmd):
     """Run `cmd` to its end: (exit code, its stderr). Its stderr goes to a temporary file, not a
     pipe, so that nothing needs reading while we wait for it after a Ctrl-C."""
-    with tempfile.TemporaryFile(mode="w+b") as err:
+    with tempfile.TemporaryFile(mode="w+b") as err, terminated_raises():
         proc = subprocess.Popen(cmd, stderr=err)
         try:
             code = proc.wait()
         except KeyboardInterrupt:
             stop_interrupted(proc)
+            raise
+        except Terminated:   # passed on: the child records its run as terminated
+            stop_interrupted(proc, signal.SIGTERM, grace_s=0)
             raise
         except BaseException:
             _kill(proc)
@@ -47,11 +52,11 @@ def run_child(cmd):
         return code, err.read().decode("utf-8", "replace")
 
 
-def stop_interrupted(proc):
-    """After a Ctrl-C in this process: let `proc` end of its own for INTERRUPT_GRACE_S (it had the
-    Ctrl-C too), else send it SIGINT and wait INTERRUPT_BOUND_S more; SIGKILL only after that.
-    Another Ctrl-C while waiting moves on to the next step at once."""
-    for send, wait_s in ((None, INTERRUPT_GRACE_S), (signal.SIGINT, INTERRUPT_BOUND_S)):
+def stop_interrupted(proc, signum=signal.SIGINT, grace_s=INTERRUPT_GRACE_S):
+    """After a Ctrl-C in this process: let `proc` end of its own for `grace_s` (it had the Ctrl-C
+    too), else send it `signum` and wait INTERRUPT_BOUND_S more; SIGKILL only after that. Another
+    Ctrl-C while waiting moves on to the next step at once."""
+    for send, wait_s in ((None, grace_s), (signum, INTERRUPT_BOUND_S)):
         try:
             if send is not None:
                 proc.send_signal(send)   # nothing to a child that has ended
@@ -59,7 +64,7 @@ def stop_interrupted(proc):
             return
         except subprocess.TimeoutExpired:
             pass
-        except KeyboardInterrupt:   # pressed again: on to the next step
+        except (KeyboardInterrupt, Terminated):   # pressed or sent again: on to the next step
             pass
     _kill(proc)
 
@@ -70,5 +75,5 @@ def _kill(proc):
         try:
             proc.wait()
             return
-        except KeyboardInterrupt:   # a SIGKILLed child ends at once: reap it all the same
+        except (KeyboardInterrupt, Terminated):   # a SIGKILLed child ends at once: reap it all the same
             continue
