@@ -33,6 +33,32 @@ def test_what_if_arithmetic_and_labels(tmp_path):
     assert "If bias_backward in NCHW ran at its NHWC speed" in words and "(-33.3%)" in words
 
 
+def test_runs_of_different_programs_get_no_what_if_and_a_caution(tmp_path):
+    ops = {("dense_backward", NHWC): 0.004, ("relu", NHWC): 0.001}
+    a = run_with_ops(tmp_path / "a", ops, 0.012, meta={"scenario": "mnist-cnn", "label": "cnn"})
+    b = run_with_ops(tmp_path / "b", {("dense_backward", NHWC): 0.001, ("relu", NHWC): 0.001}, 0.006,
+                     meta={"scenario": "mlp", "label": "mlp"})
+    c = compare(a, b)
+    assert (c.a.program, c.b.program) == ("mnist-cnn", "mlp")
+    words = text.comparison_verdict(c)
+    assert "If " not in words and "No op that both runs time" not in words
+    assert "Caution: cnn ran mnist-cnn and mlp mlp: different programs" in words
+    same = compare(run_with_ops(tmp_path / "c", ops, 0.012, meta={"script": "train.py"}),
+                   run_with_ops(tmp_path / "d", {("dense_backward", NHWC): 0.001}, 0.009, meta={"script": "train.py"}))
+    assert "Caution" not in text.comparison_verdict(same) and "If dense_backward" in text.comparison_verdict(same)
+
+
+def test_an_incomplete_run_and_a_run_against_itself_are_said_to_be(tmp_path):
+    a = write_run(tmp_path / "a", [epoch(i, 0.01) for i in range(8)], status="running")
+    b = write_run(tmp_path / "b", [epoch(i, 0.01) for i in range(8)])
+    c = compare(a, b)
+    assert c.a.problems and not c.b.problems
+    assert json.loads(json_out.render(c))["a"]["problems"] == c.a.problems
+    words = text.comparison_verdict(c)
+    assert f"Note: {c.a.label} is incomplete (the run never finished" in words and "same run directory" not in words
+    assert "Note: A and B are the same run directory." in text.comparison_verdict(compare(b, b))
+
+
 def test_op_in_one_run_only_gets_no_what_if(tmp_path):
     a = run_with_ops(tmp_path / "a", {("conv", ()): 0.004, ("pad", ()): 0.003}, 0.010)
     b = run_with_ops(tmp_path / "b", {("conv", ()): 0.004}, 0.007)

@@ -61,6 +61,14 @@ def test_runs_side_by_side_as_processes(tmp_path):
     assert [(e["pid"], e["ts"]) for e in epochs] == [(0, 0), (1, 500_000)]
 
 
+def test_a_run_with_no_finished_epoch_has_no_trace(tmp_path):
+    from profiler.rundir import RunDirError
+    run = write_run(tmp_path / "run", [], status="running")
+    with pytest.raises(RunDirError, match="has no finished epochs to draw .*never finished"):
+        trace.write_run(run, tmp_path / "trace.json")
+    assert not (tmp_path / "trace.json").exists()
+
+
 def test_unwritable_trace_is_one_clear_error(tmp_path):
     from profiler.errors import RunWriteError
     run = write_run(tmp_path / "run", [epoch(0, 0.01)])

@@ -13,7 +13,7 @@ layout compare), or its GC pauses, which land inside the ops; not one op's. `slo
 names that run.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,6 +36,8 @@ class RunSide:
     warmup_included: bool   # too few epochs to leave out the warm-up (load.load skipped none)
     gc: "GcSide"            # what the collector cost this run
     windows: bool = False   # its epochs are fixed time windows (profiler run found nothing marking epochs)
+    program: str | None = None   # the scenario, script or module profiler run recorded, when it did
+    problems: list = field(default_factory=list)   # why the run is incomplete (rundir.Run.problems)
 
 
 @dataclass
@@ -90,6 +92,17 @@ def _gc_side(loaded):
 
 def _windows(loaded):
     return loaded.run.user_meta.get("epochs_from") == "windows"
+
+
+def _program(loaded):
+    meta = loaded.run.user_meta
+    program = meta.get("scenario") or meta.get("script") or meta.get("module")
+    return str(program) if program else None
+
+
+def _side(loaded, label, epoch_s, tags):
+    return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
+                   _gc_side(loaded), _windows(loaded), _program(loaded), list(loaded.run.problems))
 
 
 def _tag_values(series):
@@ -156,8 +169,6 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     slower, least = _run_wide(rows)
     return Comparison(
-        a=RunSide(str(la.run.path), label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)},
-                  len(la.records), la.warmup == 0, _gc_side(la), _windows(la)),
-        b=RunSide(str(lb.run.path), label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)},
-                  len(lb.records), lb.warmup == 0, _gc_side(lb), _windows(lb)),
+        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}),
+        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least)

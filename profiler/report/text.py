@@ -2,6 +2,7 @@
 and the terminal reports. The JSON, HTML and figure renderers take their words from here."""
 
 import math
+import os
 import textwrap
 
 from ..analysis import findings as fnd
@@ -408,7 +409,8 @@ def comparison_verdict(c):
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    best = [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
+    different = a.program and b.program and a.program != b.program   # ops of one name, different work
+    best = [] if different else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
         label = op_label(r.op, r.tags)
@@ -424,6 +426,14 @@ def comparison_verdict(c):
         text += (f" Caution: every op both runs time is at least {c.least_ratio:.2f}x slower in {slow.label}: the "
                  f"difference is run-wide ({cause}), not one op's; run both again back to back on a quiet "
                  f"machine before reading one op's ratio.")
+    if different:
+        text += (f" Caution: {a.label} ran {a.program} and {b.label} {b.program}: different programs, whose ops of one "
+                 f"name need not do the same work, so no op's what-if is given; compare two runs of one program.")
+    if os.path.realpath(a.run_dir) == os.path.realpath(b.run_dir):
+        text += " Note: A and B are the same run directory."
+    for side in (a, b):
+        if side.problems:
+            text += f" Note: {side.label} is incomplete ({'; '.join(side.problems)})."
     windowed = [side.label for side in (a, b) if side.windows]
     if windowed:
         text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
@@ -432,7 +442,7 @@ def comparison_verdict(c):
     if not c.rows:
         text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
                  "differs.")
-    elif both and not best:
+    elif both and not best and not different:
         text += " No op that both runs time is faster in the faster run."
     one_side = [r for r in c.rows if r.only_in is not None]
     for side, run in (("a", a), ("b", b)):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
-from ..errors import RunWriteError
+from ..errors import RunDirError, RunWriteError
 from ..replaced import replaced
 from ..rundir import ranks
 
@@ -133,6 +133,9 @@ def write_run(run_dir, path):
     ranks' aligned clocks: clock_origin_unix); returns the event count."""
     if not ranks.is_multi_rank(run_dir):
         run = rundir.read_run(run_dir)
+        if not run.epochs:   # as report and compare say: a trace of its metadata alone shows nothing
+            raise RunDirError(f"{run.path} has no finished epochs to draw"
+                              + (f" ({'; '.join(run.problems)})" if run.problems else ""))
         return write(path, [events(run, name=run.path.name)])
     dirs = ranks.rank_dirs(run_dir)
     origins = [d.clock_origin_unix or 0.0 for d in dirs]

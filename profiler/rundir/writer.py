@@ -28,8 +28,9 @@ def holds_a_run(path, prefix=""):
     own files, or runs in its subdirectories (a job's rank-N/, a directory of runs), which a run
     written over them would hide from the reader."""
     path = Path(path)
-    if (path / EPOCHS).exists() or (path / META).exists():
-        raise _taken(path, prefix, f"{EPOCHS} or {META} exists")
+    for name in (EPOCHS, META):
+        if (path / name).exists():
+            raise _taken(path, prefix, f"{name} exists")
     try:
         runs = sorted(str(m.parent.relative_to(path)) for m in (*path.glob("*/" + META), *path.glob("*/*/" + META)))
     except OSError:
@@ -38,7 +39,7 @@ def holds_a_run(path, prefix=""):
         raise _taken(path, prefix, f"in {listed(runs, 3)}")
 
 
-def _taken(path, prefix="", what=f"{EPOCHS} exists"):
+def _taken(path, prefix="", what=f"{EPOCHS} exists"):   # RunWriter's own: epochs.jsonl created meanwhile
     return UsageError(f"{prefix}{path} already holds a run ({what}); choose a new directory")
 
 
