@@ -47,6 +47,8 @@ def build_parser():
 
 
 def _parse(argv):
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):   # argparse would ask for COMMAND
+        raise UsageError(f"unrecognized option {argv[0]}: profiler takes a COMMAND first (profiler --help lists them)")
     try:
         return build_parser().parse_args(argv)
     except UsageError as e:

@@ -98,6 +98,7 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
 
 @pytest.mark.parametrize("args,words", [
     (["launch"], ["invalid choice", "launch"]),
+    (["--bogus"], ["unrecognized option --bogus", "COMMAND first"]),
     (["run", "resnet"], ["invalid choice", "resnet"]),
     (["run", "mlp", "--layout", "NCWH"], ["--layout", "NCWH"]),
     (["run", "mlp", "--epochs", "0"], ["--epochs", "positive"]),

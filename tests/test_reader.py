@@ -35,6 +35,7 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
     (b"not json", ["line 2", "not valid JSON"]),
     (b"[1, 2]", ["line 2", "not a JSON object"]),
     (json.dumps({"epoch": 1, "wall_s": 0.01, "rss_bytes": 1}).encode(), ["line 2", "no 'gc' object"]),
+    (json.dumps({"epoch": 1, "gc": {}}).encode(), ["line 2", "has no 'wall_s', 'rss_bytes'"]),
     (record(wall_s="0.01"), ["line 2", "wall_s '0.01'"]),
     (record(wall_s=float("nan")), ["line 2", "wall_s nan"]),
     (record(epoch="a"), ["line 2", "epoch 'a'"]),
@@ -65,7 +66,7 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
     (record(ops={"f": {"calls": BIG, "total_s": 0.001}}), ["line 2 has ops['f']"]),
     (record(epoch=2 ** 63), ["line 2 has epoch 9223372036854775808, not a non-negative integer below 2**63"]),
     (b'{"epoch": 1, "wall_s": ' + b"1" * 5000 + b"}", ["line 2 is not valid JSON (an integer of more than 4,300 digits)"]),
-], ids=["non-utf8", "not-json", "not-object", "no-gc", "wall-string", "wall-nan", "epoch-string", "epoch-float",
+], ids=["non-utf8", "not-json", "not-object", "no-gc", "no-wall-rss", "wall-string", "wall-nan", "epoch-string", "epoch-float",
         "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "op-tag-nan", "op-timed",
         "workers", "workers-growth", "workers-new", "start-negative",
         "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge",
@@ -89,7 +90,8 @@ def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     (lambda d: (d / "meta.json").write_bytes(b'{"format": 1, "x": "\xff"}'), ["meta.json", "not valid JSON"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})), ["format 99"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
-], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format"])
+    (lambda d: (d / "meta.json").write_text("[1, 2, 3]"), ["meta.json is not a JSON object"]),
+], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format", "meta-list"])
 def test_damaged_meta_is_one_clear_error(tmp_path, damage, words):
     run = from_walls(tmp_path / "run", [0.01] * 3)
     damage(run)

@@ -198,7 +198,9 @@ def read_run(path):
             raise RunDirError(f"{path} is not a run directory but holds {len(runs)} ({listed(runs, 5)}): give one of them")
         raise RunDirError(f"{path} is not a run directory: it has no {META}")
     meta = read_json(meta_file)
-    if not isinstance(meta, dict) or "format" not in meta:
+    if not isinstance(meta, dict):
+        raise RunDirError(f"{meta_file} is not a JSON object: not written by this profiler")
+    if "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
     if meta["format"] != FORMAT:
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
@@ -394,6 +396,9 @@ def _check_epoch(record):
     """Why `record` is not a usable epoch record, or None."""
     if not isinstance(record, dict):
         return "is not a JSON object"
+    missing = [key for key in ("epoch", "wall_s", "rss_bytes") if key not in record]   # 'gc': below
+    if missing:
+        return f"has no {', '.join(map(repr, missing))}"
     epoch = record.get("epoch")
     if not _count(epoch):
         return f"has epoch {_shown(epoch)}, not a non-negative integer below 2**63"
