@@ -303,6 +303,17 @@ def test_a_relative_run_directory_stays_put_when_the_program_changes_directory(t
     assert not (tmp_path / "b" / "run").exists()
 
 
+def test_a_run_directory_taken_already_is_refused_when_the_session_is_built(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(UsageError, match="afile is a file"):
+        Session(tmp_path / "afile")
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            pass
+    with pytest.raises(UsageError, match="already holds a run"):
+        Session(tmp_path / "run")
+
+
 def test_a_null_byte_in_the_run_directory_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="Session run_dir .*null byte"):
         Session(str(tmp_path / "r\0un"))

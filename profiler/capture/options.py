@@ -10,6 +10,7 @@ import os
 
 from ..errors import UsageError
 from ..rundir.format import run_path
+from ..rundir.writer import holds_a_run
 
 MAX_FRAMES = 65535   # tracemalloc.start() accepts 1..65535 frames
 
@@ -35,8 +36,14 @@ def _number(name, value, low, high, low_open):
 
 def run_dir(value):
     """The run directory as an absolute path: the Session writes there even if the program changes
-    its working directory."""
-    return os.path.abspath(run_path(value, "Session run_dir"))
+    its working directory. A file in its place, or a run in it already, is refused now, as every
+    option is (the Session's writer checks again when it creates the directory)."""
+    path = os.path.abspath(run_path(value, "Session run_dir"))
+    if os.path.isfile(path):
+        raise UsageError(f"{path} is a file, not a directory; choose a new run directory")
+    if os.path.isdir(path):
+        holds_a_run(path)
+    return path
 
 
 def meta(value):
