@@ -173,6 +173,11 @@ def test_nan():
 def test_no_epochs(profile_session):
     pass
 
+@pytest.mark.profile_epochs(max_slowdown=0.2, min_epochs=3)
+def test_one_epoch(profile_session):
+    with profile_session.epoch():
+        pass
+
 @pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
 def test_python_objects_leak(profile_session):
     for epoch in range(8):
@@ -187,11 +192,13 @@ def test_bad_markers_and_no_epochs_fail_with_one_line_and_a_python_object_leak_f
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::pytest.PytestWarning",
                                            "-rA", timeout=300)
     out = result.stdout.str()
-    result.assert_outcomes(failed=2, errors=4)
+    result.assert_outcomes(failed=3, errors=4)
     for test, words in (("test_no_limits", "give max_slowdown"), ("test_misspelt", "unknown argument 'max_slow'"),
                         ("test_min_epochs_text", "min_epochs='x'"), ("test_nan", "max_slowdown=nan")):
         assert f"ERROR test_markers.py::{test} - Failed: " in out and words in out
     assert "FAILED test_markers.py::test_no_epochs - Failed: profile_epochs: nothing to" in out
     assert "profile_epochs: nothing to judge" in out
     assert "FAILED test_markers.py::test_python_objects_leak" in out and "profile_epochs: memory grows" in out
+    assert "FAILED test_markers.py::test_one_epoch" in out and "only 1 epoch was found (at least 3" in out
     assert "Traceback" not in out and "pytest_plugin.py" not in out and "PluggyTeardownRaisedWarning" not in out
+    assert "During handling of the above exception" not in out and out.count("unknown argument 'max_slow'") == 1

@@ -414,3 +414,13 @@ def test_the_cli_reads_a_damaged_meta_or_epoch_as_one_line_and_exit_2(tmp_path, 
     assert main([a.format(run=run, good=good, tmp=tmp_path) for a in command]) == 2
     assert capsys.readouterr().err.splitlines() == ["profiler: error: " + line.format(run=run)]
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_failed_runs_error_of_many_lines_is_one_line_among_its_problems(tmp_path):
+    run = from_walls(tmp_path / "run", [0.01] * 3)
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(status="failed", error="RuntimeError: Caught ValueError in DataLoader worker process 0.\n"
+                                       "Original Traceback (most recent call last):\n  File ...\nValueError: bad\n")
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert read_run(run).problems == ["the run failed: RuntimeError: Caught ValueError in DataLoader worker "
+                                      "process 0. (...)"]

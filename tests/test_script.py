@@ -134,6 +134,43 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
         "--step-fn epochs: not a function (type int); nothing was marked by it"]
 
 
+def test_training_in_another_thread_is_said_not_to_be_recorded(tmp_path):
+    # 0 epochs, and a note that blamed the time windows, for 3 epochs of 2 steps that ran in a thread
+    (tmp_path / "t.py").write_text(
+        "import threading\n"
+        "def step(i): pass\n"
+        "def train():\n"
+        "    for e in range(3):\n"
+        "        for i in range(2):\n"
+        "            step(i)\n"
+        "t = threading.Thread(target=train); t.start(); t.join()\n")
+    result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "run", step_fn="step", window_s=60.0)
+    assert result.raised is None and result.steps == 0
+    assert "6 epochs or steps began in threads other than the one that runs the code, and were not recorded: the " \
+           "profiler marks that thread (train there, or open a Session in the training thread)" in result.notes
+
+
+def test_a_generator_or_coroutine_function_is_not_wrapped_and_the_note_says_why(tmp_path):
+    # its call returns at once: each epoch was the call's ~10 us, not the iteration's or the await's work
+    (tmp_path / "t.py").write_text(
+        "import asyncio, time\n"
+        "def batches():\n"
+        "    for i in range(3):\n"
+        "        time.sleep(0.01)\n"
+        "        yield i\n"
+        "async def aepoch():\n"
+        "    time.sleep(0.01)\n"
+        "for e in range(2):\n"
+        "    for b in batches():\n"
+        "        pass\n"
+        "    asyncio.run(aepoch())\n")
+    for name, kind in (("batches", "a generator function"), ("aepoch", "a coroutine function")):
+        result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / name, epoch_fn=name, window_s=60.0)
+        assert result.raised is None and result.epochs_from != "epoch-fn"
+        assert f"--epoch-fn {name}: {kind}, whose call returns before its work runs: name the function that runs it; " \
+               f"nothing was marked by it" in result.notes
+
+
 @pytest.mark.parametrize("source", ["epoch-fn", "windows"])
 def test_an_epochs_first_optimizer_step_ends_its_first_step(tmp_path, source):
     # a function's epoch or a window opens no step: the first optimizer step ends one begun with the epoch
@@ -393,6 +430,26 @@ def test_a_forked_child_exits_with_its_code_and_leaves_the_run_to_its_parent(tmp
     assert proc.stderr.count("profiler: wrote") == 1 and "no epoch was found" not in proc.stderr
     m = meta(tmp_path / "run")
     assert m["status"] == "completed" and m["epochs"] == len(records(tmp_path / "run")) >= 1
+
+
+@pytest.mark.slow
+def test_an_epoch_fn_called_in_a_forked_child_runs_there_as_under_python(tmp_path):
+    # the wrapper stayed in the child, whose call raised the profiler's UsageError (the Session's
+    # hooks are the parent's): a forked worker exited 1, not 7, and a fork Pool failed the script
+    (tmp_path / "t.py").write_text(
+        "import os, multiprocessing as mp\n"
+        "def work(i): return i * i\n"
+        "if __name__ == '__main__':\n"
+        "    work(0)\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        work(1); os._exit(7)\n"
+        "    print('child exit', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+        "    with mp.get_context('fork').Pool(2) as p: print(p.map(work, range(4)))\n"
+        "    work(2)\n")
+    proc = profiler("run", "--epoch-fn", "work", "--out", tmp_path / "run", tmp_path / "t.py", timeout=120)
+    assert proc.stdout == "child exit 7\n[0, 1, 4, 9]\n"
+    assert meta(tmp_path / "run")["status"] == "completed" and len(records(tmp_path / "run")) == 2
 
 
 @pytest.mark.slow

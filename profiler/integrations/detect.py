@@ -122,6 +122,10 @@ class Detection:
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
         elif not marks.epochs and not any(t.note() for t in self.targets):
             notes.append(NO_EPOCHS)
+        if marks.elsewhere:
+            notes.append(f"{marks.elsewhere:,} epochs or steps began in threads other than the one that runs the code, "
+                         f"and were not recorded: the profiler marks that thread (train there, or open a Session in "
+                         f"the training thread)")
         if self.policy.kind != "default":
             if not marks.training_started:
                 found = "only time windows were" if marks.epochs else "no epoch or step was"

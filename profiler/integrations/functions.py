@@ -81,6 +81,11 @@ class Target:
         if not callable(function):
             self.problem = f"not a function (type {type(function).__name__})"
             return True
+        kind = ("a generator function" if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
+                else "a coroutine function" if inspect.iscoroutinefunction(function) else None)
+        if kind:   # its call returns at once, before any of its work runs
+            self.problem = f"{kind}, whose call returns before its work runs: name the function that runs it"
+            return True
         wrapped = self.wrapper(function)
         if isinstance(raw, (staticmethod, classmethod)):
             wrapped = type(raw)(wrapped)

@@ -21,6 +21,7 @@ begins (after set-up: where a GC policy freezes, and where a flamegraph starts r
 `on_step_end(total_steps)` runs between steps.
 """
 
+import os
 import sys
 import threading
 
@@ -40,7 +41,8 @@ STEP_SOURCES = {"windows": {"torch", "step-fn"}, "epoch-fn": {"torch", "step-fn"
 class Marks:
     def __init__(self, session):
         self.session = session
-        self._thread = threading.get_ident()
+        self._thread, self._pid = threading.get_ident(), os.getpid()
+        self.elsewhere = 0         # epochs and steps begun in another thread of this process, unrecorded
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False
@@ -56,8 +58,15 @@ class Marks:
         self.failed = None         # the write error that stopped the marking
 
     def in_thread(self):
-        """Whether the caller runs in the thread that marks (the Session's), while it marks."""
-        return threading.get_ident() == self._thread and self.failed is None
+        """Whether the caller runs in the thread that marks (the Session's, not the same thread of a
+        forked child, which the Session's hooks have left), while it marks."""
+        return threading.get_ident() == self._thread and os.getpid() == self._pid and self.failed is None
+
+    def seen_elsewhere(self):
+        """Count an epoch or step that another thread of this process began (not a forked child's):
+        it is not recorded, and the run's notes say so."""
+        if threading.get_ident() != self._thread and os.getpid() == self._pid:
+            self.elsewhere += 1
 
     def allows(self, source):
         """Whether `source` may mark epochs now (this thread, and no stronger source has taken over)."""
@@ -81,6 +90,7 @@ class Marks:
         """Begin an epoch of `source`; False if a stronger source owns the run or one of the same
         source is open."""
         if not self.allows(source) or self.open == source:
+            self.seen_elsewhere()
             return False
         if self.open is not None:
             if STRENGTH[self.open] >= STRENGTH[source]:
@@ -133,6 +143,7 @@ class Marks:
 
     def begin_step(self, source, from_epoch_start=False):
         if self.step_open or not self._steps_from(source):
+            self.seen_elsewhere()
             return False
         self.busy = True
         try:

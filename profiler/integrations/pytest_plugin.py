@@ -77,7 +77,8 @@ class Limits:
         growth per epoch to judge (default the diagnosis's; see rss_growth_past)."""
         out = []
         if diagnosis.epochs < self.min_epochs:
-            return [f"only {diagnosis.epochs} epochs were found (at least {self.min_epochs} are needed to judge)"]
+            found = f"{diagnosis.epochs} epoch was" if diagnosis.epochs == 1 else f"{diagnosis.epochs} epochs were"
+            return [f"only {found} found (at least {self.min_epochs} are needed to judge)"]
         et = diagnosis.epoch_time
         if self.max_slowdown is not None and et.slowdown and et.change.relative > self.max_slowdown:
             out.append(f"epochs slow down by {100 * et.change.relative:.0f}% "
@@ -129,7 +130,10 @@ def pytest_runtest_setup(item):
     try:
         _limits(item)
     except pytest.UsageError as e:
-        pytest.fail(str(e), pytrace=False)
+        message = str(e)
+    else:
+        return
+    pytest.fail(message, pytrace=False)   # outside the except: not chained to the UsageError
 
 
 def _run_dir(item):

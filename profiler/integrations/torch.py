@@ -144,6 +144,7 @@ class TorchHooks:
 
     def _optimizer_stepped(self, optimizer, args, kwargs):
         if not self.marks.in_thread():
+            self.marks.seen_elsewhere()
             return
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here

@@ -160,6 +160,12 @@ def _records(file, dtype):
         raise RunDirError(unreadable(file, e)) from None
 
 
+def _first_line(text):
+    """An error's first line (a DataLoader worker's error holds the worker's whole traceback)."""
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return (lines[0] + (" (...)" if len(lines) > 1 else "")) if lines else str(text)
+
+
 def _torn_bytes(file, dtype):
     """The bytes past `file`'s last whole record (_records drops them), 0 when it cannot be looked at."""
     try:
@@ -211,7 +217,7 @@ def read_run(path):
         problems.append("the run never finished (status still 'running'): it crashed, was killed, or is live")
     elif status in ("failed", "interrupted", "terminated"):
         how = {"failed": "failed", "interrupted": "was interrupted", "terminated": "was terminated"}[status]
-        problems.append(f"the run {how}" + (f": {meta['error']}" if meta.get("error") else ""))
+        problems.append(f"the run {how}" + (f": {_first_line(meta['error'])}" if meta.get("error") else ""))
     elif status not in STATUSES:
         problems.append(f"{META} has status {status!r}, not one this profiler writes ({', '.join(STATUSES)})")
     dropped = meta.get("gc_events_dropped")
