@@ -41,6 +41,18 @@ def test_steady_gc_share_is_gc_steady(tmp_path):
     assert "(0.37 full collections per epoch)" in text.evidence(f)
 
 
+def test_steady_gc_of_young_collections_is_not_told_to_freeze(tmp_path):
+    # cyclic garbage made every step: generation-0 collections carry the cost, and gc.freeze() (which
+    # takes old objects out of full collections) and fewer full collections would change nothing
+    records = [epoch(i, 0.050, pause=(0.025, 0.002, 0.0), collections=(400, 36, 0)) for i in range(30)]
+    d = analyze(write_run(tmp_path / "run", records))
+    f = d.findings[0]
+    assert f.pattern == "gc-steady" and f.evidence.generation == 0
+    remedy = text.remedy(f)
+    assert "youngest generation's collections" in remedy and "gc.set_threshold(50_000)" in remedy
+    assert "gc.freeze()" not in remedy
+
+
 def test_clean_run_is_none(tmp_path):
     rng = np.random.default_rng(1)
     records = [epoch(i, 0.007 * w, pause=(0.0, 0.0, 0.00002), collections=(0, 0, 1))

@@ -171,6 +171,14 @@ def remedy(f):
                 f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
                 f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
                 + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
+    if f.pattern == "gc-steady" and e.generation < 2:
+        # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
+        young = "the youngest generation's" if e.generation == 0 else "generation 1's"
+        text = (f"Most of the pause is {young} collections, which run every gc.get_threshold()[0] container "
+                f"allocations and walk the young objects: make fewer container objects (lists, dicts, class "
+                f"instances) per step, e.g. numpy arrays or tuples of numbers instead, and break the reference cycles "
+                f"you make; or raise the first threshold (gc.set_threshold(50_000)) so they run less often")
+        return text + (f"; {e.site} allocates the most." if e.site else ".")
     if f.pattern == "gc-steady":
         text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
