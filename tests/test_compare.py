@@ -59,6 +59,21 @@ def test_an_incomplete_run_and_a_run_against_itself_are_said_to_be(tmp_path):
     assert "Note: A and B are the same run directory." in text.comparison_verdict(compare(b, b))
 
 
+def test_a_difference_outside_the_timed_ops_is_said_to_be(tmp_path):
+    ops = {("x", ()): 0.002, ("y", ()): 0.001}
+    a = run_with_ops(tmp_path / "a", ops, 0.0035, meta={"label": "A"})
+    b = run_with_ops(tmp_path / "b", ops, 0.007, meta={"label": "B"})
+    c = compare(a, b)
+    assert c.a.untimed_s == pytest.approx(0.0005) and c.b.untimed_s == pytest.approx(0.004)
+    words = text.comparison_verdict(c)
+    assert "3.50 ms of the 3.50 ms difference is outside the timed ops (4.00 ms per epoch in B against 0.50 ms)" in words
+    # every op slower in A, yet B slower: no "run-wide" caution about A, whose ops are not where B loses
+    slow_ops = run_with_ops(tmp_path / "c", {("x", ()): 0.0026, ("y", ()): 0.0013}, 0.0045, meta={"label": "A"})
+    c = compare(slow_ops, b)
+    assert c.slower_everywhere == "a" and "run-wide" not in text.comparison_verdict(c)
+    assert "outside the timed ops" in text.comparison_verdict(c)
+
+
 def test_op_in_one_run_only_gets_no_what_if(tmp_path):
     a = run_with_ops(tmp_path / "a", {("conv", ()): 0.004, ("pad", ()): 0.003}, 0.010)
     b = run_with_ops(tmp_path / "b", {("conv", ()): 0.004}, 0.007)

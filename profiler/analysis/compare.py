@@ -38,6 +38,7 @@ class RunSide:
     windows: bool = False   # its epochs are fixed time windows (profiler run found nothing marking epochs)
     program: str | None = None   # the scenario, script or module profiler run recorded, when it did
     problems: list = field(default_factory=list)   # why the run is incomplete (rundir.Run.problems)
+    untimed_s: float = 0.0  # of epoch_s, what no op covers (the ops' medians' sum taken off, at least 0)
 
 
 @dataclass
@@ -100,9 +101,10 @@ def _program(loaded):
     return str(program) if program else None
 
 
-def _side(loaded, label, epoch_s, tags):
+def _side(loaded, label, epoch_s, tags, ops):
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
-                   _gc_side(loaded), _windows(loaded), _program(loaded), list(loaded.run.problems))
+                   _gc_side(loaded), _windows(loaded), _program(loaded), list(loaded.run.problems),
+                   max(0.0, epoch_s - sum(ops.values())))
 
 
 def _tag_values(series):
@@ -169,6 +171,6 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     slower, least = _run_wide(rows)
     return Comparison(
-        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}),
-        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}),
+        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, ops_a),
+        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, ops_b),
         ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least)

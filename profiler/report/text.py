@@ -406,6 +406,11 @@ def _gc_comparison(a, b):
     return text + "."
 
 
+# the share of two runs' epoch-time difference that lies outside their timed ops from which the
+# verdict says so
+UNTIMED_SHARE = 0.5
+
+
 def comparison_verdict(c):
     """The verdict of a Comparison, or of a RankComparison (two multi-rank runs: rank_text's)."""
     if isinstance(c, RankComparison):
@@ -426,7 +431,12 @@ def comparison_verdict(c):
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
     text += _gc_comparison(a, b)
-    if c.slower_everywhere:
+    outside = slow.untimed_s - fast.untimed_s
+    if c.rows and outside >= UNTIMED_SHARE * (slow.epoch_s - fast.epoch_s) > 0:
+        text += (f" {ms(outside)} of the {ms(slow.epoch_s - fast.epoch_s)} difference is outside the timed ops "
+                 f"({ms(slow.untimed_s)} per epoch in {slow.label} against {ms(fast.untimed_s)}): code no session.op() "
+                 f"covers, which no what-if can name; time more of the epoch to see where it goes.")
+    if c.slower_everywhere and (a if c.slower_everywhere == "a" else b) is slow:   # else: the ops are not where it differs
         slow, fast = (a, b) if c.slower_everywhere == "a" else (b, a)
         cause = "the thread count, the machine or its load during that run"
         if _gc_matters(a, b) and slow.gc.pause_s > fast.gc.pause_s:   # pauses land inside whatever op runs
