@@ -228,6 +228,15 @@ def test_optimizers_match_torch(name, ours):
     (lambda: Sequential([Dense(3)], input_shape=(4, 4, 1)), ["Dense", "Flatten", "(4, 4, 1)"]),
     (lambda: Sequential([Dense(3, activation="softmax"), Dense(2)], input_shape=(2,)), ["softmax", "last"]),
     (lambda: Dropout(1.0), ["rate", "1.0"]),
+    (lambda: Conv2D(4, -1), ["Conv2D kernel_size", "-1"]),
+    (lambda: Conv2D(0, 3), ["Conv2D filters", "0"]),
+    (lambda: Conv2D(4, (3, 3, 3)), ["Conv2D kernel_size", "(3, 3, 3)"]),
+    (lambda: Conv2D(4, 3, stride=0), ["Conv2D stride", "0"]),
+    (lambda: Sequential([Dense(3)], input_shape=(2,), seed=-1), ["seed", "-1"]),
+    (lambda: Sequential([Flatten(), "dense"], input_shape=(2,)), ["Sequential takes layers", "'dense'"]),
+    (lambda: SGD(lr="fast"), ["learning rate", "'fast'"]),
+    (lambda: Loop(Sequential([Dense(2)], input_shape=(2,)), "sgd", None, max_epochs=1).on("epoch_completed", 5),
+     ["fn must be callable", "5"]),
 ], ids=lambda v: None)
 def test_bad_engine_input_is_named(make, words):
     with pytest.raises((ValueError, TypeError)) as info:

@@ -98,14 +98,19 @@ def Softmax():
     return Activation("softmax")
 
 
+def positive_int(what, value):
+    """`value` as an int, or the one-line error naming `what`."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{what} must be a positive int, got {value!r}")
+    return int(value)
+
+
 class Dense(Layer):
     param_names = ("w", "b")
 
     def __init__(self, units, activation=None):
         super().__init__()
-        if not isinstance(units, (int, np.integer)) or units < 1:
-            raise ValueError(f"Dense units must be a positive int, got {units!r}")
-        self.units = int(units)
+        self.units = positive_int("Dense units", units)
         self.activation = Activation(activation, in_place=True) if activation else None
 
     def build(self, in_shape, layout, rng, row_order=None):
@@ -144,9 +149,12 @@ class Conv2D(Layer):
 
     def __init__(self, filters, kernel_size, *, padding="valid", stride=1, activation=None):
         super().__init__()
-        self.filters = int(filters)
-        self.kernel_size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else tuple(kernel_size)
-        self.padding, self.stride = padding, stride
+        self.filters = positive_int("Conv2D filters", filters)
+        size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else tuple(kernel_size)
+        if len(size) != 2:
+            raise ValueError(f"Conv2D kernel_size must be an int or (height, width), got {kernel_size!r}")
+        self.kernel_size = tuple(positive_int("Conv2D kernel_size", k) for k in size)
+        self.padding, self.stride = padding, positive_int("Conv2D stride", stride)
         self.activation = Activation(activation, in_place=True) if activation else None
 
     def build(self, in_shape, layout, rng):

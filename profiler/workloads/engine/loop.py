@@ -102,6 +102,8 @@ class Loop:
         event = Events(event)
 
         def register(f):
+            if not callable(f):
+                raise TypeError(f"loop.on({event}, fn): fn must be callable as fn(state), got {f!r}")
             self.handlers[event].append(_Handler(f, every, once, when))
             return f
         return register(fn) if fn is not None else register

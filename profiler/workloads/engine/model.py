@@ -5,7 +5,7 @@ import numpy as np
 from kernels import LAYOUTS, aligned_zeros
 from kernels.workspace import LINE
 
-from .layers import Activation, Dense, Flatten, untimed
+from .layers import Activation, Dense, Flatten, Layer, untimed
 from .losses import CategoricalCrossentropy
 
 _LINE = LINE // np.dtype(np.float32).itemsize   # floats a cache line
@@ -18,6 +18,11 @@ class Sequential:
             raise ValueError(f"layout must be 'NCHW' (channels_first) or 'NHWC' (channels_last), got {layout!r}")
         if not layers:
             raise ValueError("a Sequential model needs at least one layer")
+        strays = [layer for layer in layers if not isinstance(layer, Layer)]
+        if strays:
+            raise TypeError(f"Sequential takes layers (Dense(10), Conv2D(32, 3), ...), got {strays[0]!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         self.layers, self.layout, self.input_shape = list(layers), layout, tuple(input_shape)
         rng = np.random.default_rng(seed)
         shape, row_order = self.input_shape, None

@@ -1,6 +1,7 @@
 """SGD (momentum), Adam, RMSprop, Adadelta: Keras' defaults, in-place fused updates, no allocation."""
 
 import math
+import numbers
 
 import kernels as K
 
@@ -9,8 +10,8 @@ class Optimizer:
     slots = 0
 
     def __init__(self, lr):
-        if not lr > 0:
-            raise ValueError(f"learning rate must be positive, got {lr!r}")
+        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
+            raise ValueError(f"learning rate must be a positive number, got {lr!r}")
         self.lr, self.iterations, self.state = lr, 0, {}
 
     def step(self, params, grads):
