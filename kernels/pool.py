@@ -1,11 +1,12 @@
 """Max-pooling with a square window and stride equal to the window (Keras' MaxPooling2D default).
 
 Forward also returns the argmax of each window (0..size*size-1: int8 up to 11 x 11 windows, then
-int16 or int32, maxpool2d_argmax_dtype), which backward scatters through, so backward never
-re-reads x; backward checks that every argmax is a position of the window. Trailing rows/columns
-that do not fill a window are dropped (padding "valid"), and get zero gradient. As in PyTorch, a
-NaN anywhere in a window makes its max NaN and its argmax the window's last NaN (so backward routes
-the gradient there); among equal values the first wins.
+int16 or int32, maxpool2d_argmax_dtype), which backward routes dy through, so backward never
+re-reads x; where it scatters (NCHW, windows other than 2 x 2) it first checks that every argmax
+is a position of the window. Trailing rows/columns that do not fill a window are dropped (padding
+"valid"), and get zero gradient. As in PyTorch, a NaN anywhere in a window makes its max NaN and
+its argmax the window's last NaN (so backward routes the gradient there); among equal values the
+first wins.
 
 Size 2 (Keras' default, and both seed CNNs') has its own kernels: NHWC's forward unrolls the
 window over a vector loop along the channels (8x faster than the general kernel, which keeps a
@@ -327,9 +328,11 @@ def maxpool2d_backward(dy, argmax, x_shape, *, layout, size=2, out=None):
     if dy.shape != shape or argmax.shape != shape:
         raise ValueError(f"dy {dy.shape} and argmax {argmax.shape} must both be {shape} for x {x_shape}")
     argmax = np.ascontiguousarray(argmax)
-    # one pass over the small argmax (seen unsigned, a negative is past every position): the NCHW
-    # kernel scatters through it, so a position off the window would write outside dx
-    if argmax.view(np.dtype(f"u{dtype.itemsize}")).max() >= size * size:
+    # the general NCHW kernel scatters through the argmax, so a position off the window would write
+    # outside dx: one pass over it first (seen unsigned, a negative is past every position); the
+    # others select by position, and one off the window routes nothing
+    scatters = layout == "NCHW" and size != 2
+    if scatters and argmax.view(np.dtype(f"u{dtype.itemsize}")).max() >= size * size:
         raise ValueError(f"argmax holds positions outside a {size}x{size} window (0..{size * size - 1}): pass the "
                          f"argmax maxpool2d_forward returned for this x and size")
     dx = out_buffer(out, x_shape)

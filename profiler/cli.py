@@ -130,6 +130,8 @@ def main(argv=None):
         print("profiler: interrupted", file=sys.stderr)
         return 130
     except Terminated:   # the processes it started are stopped: end as SIGTERM would have
+        if debug:
+            raise
         print("profiler: terminated", file=sys.stderr)
         return 128 + signal.SIGTERM
     except ProfilerError as e:

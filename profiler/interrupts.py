@@ -112,4 +112,5 @@ def terminated_raises():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGTERM) is raise_terminated:   # a handler set meanwhile stays
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -327,14 +327,14 @@ def test_ctrl_c_during_scaling_leaves_the_running_child_interrupted(tmp_path, to
 
 
 def _terminated(cmd, started, timeout=120):
-    """Start `profiler CMD` in a session of its own, wait for started() to hold, SIGTERM it alone;
+    """Start `profiler CMD` in a session of its own, wait for started(its psutil.Process) to hold, SIGTERM it alone;
     (its exit code, its stderr, the processes it had started, still alive after it ended)."""
     import psutil
     proc = subprocess.Popen([sys.executable, "-m", "profiler", *map(str, cmd)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.time() + timeout
-        while time.time() < deadline and proc.poll() is None and not started():
+        while time.time() < deadline and proc.poll() is None and not started(psutil.Process(proc.pid)):
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -355,7 +355,7 @@ def test_sigterm_during_scaling_stops_the_running_child_as_terminated(tmp_path):
     out = tmp_path / "scal"
     lines = out / "max-100000" / "epochs.jsonl"
     code, err, alive = _terminated(["scaling", "mlp", "--max-epochs", "100000,200000", "--samples", 500, "--out", out],
-                                   lambda: lines.exists() and lines.stat().st_size > 0)
+                                   lambda proc: lines.exists() and lines.stat().st_size > 0)
     assert code == 143 and err.strip().splitlines()[-1] == "profiler: terminated" and not alive, err
     meta = json.loads((out / "max-100000" / "meta.json").read_text())
     assert meta["status"] == "terminated" and meta["epochs"] == len(lines.read_text().splitlines()) >= 1
@@ -363,13 +363,11 @@ def test_sigterm_during_scaling_stops_the_running_child_as_terminated(tmp_path):
 
 
 def test_sigterm_during_a_flamegraph_stops_the_command_and_py_spy_and_leaves_no_files(tmp_path):
-    import psutil
     script = "import time\nend = time.time() + 60\nwhile time.time() < end: sum(range(1000))\n"
     svg = tmp_path / "a.svg"
 
-    def recording():
-        return any("py-spy" in " ".join(p.cmdline()) for p in psutil.process_iter(["cmdline"])
-                   if p.info["cmdline"] and str(os.getpid()) not in p.info["cmdline"])
+    def recording(proc):   # the command's own py-spy, not another's on the machine
+        return any("py-spy" in " ".join(p.cmdline()) for p in proc.children(recursive=True))
     code, err, alive = _terminated(["flamegraph", "--out", svg, "--", sys.executable, "-c", script], recording)
     assert code == 143 and err.strip().splitlines()[-1] == "profiler: terminated" and not alive, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []   # no .part, no folded, no svg

@@ -33,18 +33,19 @@ def test_what_if_arithmetic_and_labels(tmp_path):
     assert "If bias_backward in NCHW ran at its NHWC speed" in words and "(-33.3%)" in words
 
 
-def test_runs_of_different_programs_get_no_what_if_and_a_caution(tmp_path):
+def test_runs_of_different_scenarios_get_no_what_if_and_a_caution(tmp_path):
     ops = {("dense_backward", NHWC): 0.004, ("relu", NHWC): 0.001}
     a = run_with_ops(tmp_path / "a", ops, 0.012, meta={"scenario": "mnist-cnn", "label": "cnn"})
     b = run_with_ops(tmp_path / "b", {("dense_backward", NHWC): 0.001, ("relu", NHWC): 0.001}, 0.006,
                      meta={"scenario": "mlp", "label": "mlp"})
     c = compare(a, b)
-    assert (c.a.program, c.b.program) == ("mnist-cnn", "mlp")
+    assert (c.a.scenario, c.b.scenario) == ("mnist-cnn", "mlp")
     words = text.comparison_verdict(c)
     assert "If " not in words and "No op that both runs time" not in words
-    assert "Caution: cnn ran mnist-cnn and mlp mlp: different programs" in words
-    same = compare(run_with_ops(tmp_path / "c", ops, 0.012, meta={"script": "train.py"}),
-                   run_with_ops(tmp_path / "d", {("dense_backward", NHWC): 0.001}, 0.009, meta={"script": "train.py"}))
+    assert "Caution: cnn ran mnist-cnn and mlp mlp: different scenarios" in words
+    # two scripts, as an A/B of one's versions (train_old.py against train_new.py), keep their what-ifs
+    same = compare(run_with_ops(tmp_path / "c", ops, 0.012, meta={"script": "train_old.py"}),
+                   run_with_ops(tmp_path / "d", {("dense_backward", NHWC): 0.001}, 0.009, meta={"script": "./new.py"}))
     assert "Caution" not in text.comparison_verdict(same) and "If dense_backward" in text.comparison_verdict(same)
 
 

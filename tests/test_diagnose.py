@@ -49,7 +49,7 @@ def test_steady_gc_of_young_collections_is_not_told_to_freeze(tmp_path):
     f = d.findings[0]
     assert f.pattern == "gc-steady" and f.evidence.generation == 0
     remedy = text.remedy(f)
-    assert "youngest generation's collections" in remedy and "gc.set_threshold(50_000)" in remedy
+    assert "youngest generation's collections" in remedy and "gc.set_threshold(50_000, 20)" in remedy
     assert "gc.freeze()" not in remedy
 
 
@@ -237,6 +237,10 @@ def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path)
     assert d.epoch_time.warmup_epochs_skipped >= 2 and f.pattern == "allocation-growth"
     assert [s.site for s in f.evidence.top_sites] == ["train.py:42"] and "train.py:42" in text.remedy(f)
     assert f.evidence.sites_share == pytest.approx(2 * 4 / 30 / 4)   # two snapshots' 4 MiB over 30 traced epochs
+    # a later snapshot that saw nothing grow: the warm-up's sites (set-up filling caches) are not blamed
+    later = [dict(r, heap=dict(r["heap"], snapshot=True)) if r["epoch"] == 20 else r for r in records]
+    f = analyze(write_run(tmp_path / "later", later)).findings[0]
+    assert f.pattern == "allocation-growth" and f.evidence.top_sites == []
 
 
 def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see(tmp_path):

@@ -231,6 +231,7 @@ def test_optimizers_match_torch(name, ours):
     (lambda: Conv2D(4, -1), ["Conv2D kernel_size", "-1"]),
     (lambda: Conv2D(0, 3), ["Conv2D filters", "0"]),
     (lambda: Conv2D(4, (3, 3, 3)), ["Conv2D kernel_size", "(3, 3, 3)"]),
+    (lambda: Conv2D(4, None), ["Conv2D kernel_size", "None"]),
     (lambda: Conv2D(4, 3, stride=0), ["Conv2D stride", "0"]),
     (lambda: Sequential([Dense(3)], input_shape=(2,), seed=-1), ["seed", "-1"]),
     (lambda: Sequential([Flatten(), "dense"], input_shape=(2,)), ["Sequential takes layers", "'dense'"]),

@@ -36,9 +36,9 @@ class RunSide:
     warmup_included: bool   # too few epochs to leave out the warm-up (load.load skipped none)
     gc: "GcSide"            # what the collector cost this run
     windows: bool = False   # its epochs are fixed time windows (profiler run found nothing marking epochs)
-    program: str | None = None   # the scenario, script or module profiler run recorded, when it did
+    scenario: str | None = None  # the built-in scenario it ran (mlp, mnist-cnn, ...), when it ran one
     problems: list = field(default_factory=list)   # why the run is incomplete (rundir.Run.problems)
-    untimed_s: float = 0.0  # of epoch_s, what no op covers (the ops' medians' sum taken off, at least 0)
+    untimed_s: float = 0.0  # the median epoch's time that no op covers (nested ops make it a lower bound)
 
 
 @dataclass
@@ -73,6 +73,7 @@ class Comparison:
     rows: list              # [OpRow], largest absolute difference first; one-run ops last
     slower_everywhere: str | None = None   # "a" or "b": every sizeable shared op is RUN_WIDE slower there
     least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
+    same_run: bool = False                 # A and B are one run directory
 
 
 def _label(loaded):
@@ -95,16 +96,22 @@ def _windows(loaded):
     return loaded.run.user_meta.get("epochs_from") == "windows"
 
 
-def _program(loaded):
-    meta = loaded.run.user_meta
-    program = meta.get("scenario") or meta.get("script") or meta.get("module")
-    return str(program) if program else None
+def _scenario(loaded):
+    scenario = loaded.run.user_meta.get("scenario")
+    return str(scenario) if scenario else None
 
 
-def _side(loaded, label, epoch_s, tags, ops):
+def _untimed(loaded, series):
+    """The median over epochs of each epoch's time outside its ops (at least 0)."""
+    wall = np.array([r["wall_s"] for r in loaded.records])
+    timed = sum((seconds for seconds, _ in series.values()), np.zeros(len(wall)))
+    return float(np.median(np.maximum(0.0, wall - timed)))
+
+
+def _side(loaded, label, epoch_s, tags, series):
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
-                   _gc_side(loaded), _windows(loaded), _program(loaded), list(loaded.run.problems),
-                   max(0.0, epoch_s - sum(ops.values())))
+                   _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
+                   _untimed(loaded, series))
 
 
 def _tag_values(series):
@@ -171,6 +178,7 @@ def compare(run_a, run_b):
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
     slower, least = _run_wide(rows)
     return Comparison(
-        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, ops_a),
-        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, ops_b),
-        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least)
+        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa),
+        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb),
+        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least,
+        same_run=la.run.path.resolve() == lb.run.path.resolve())

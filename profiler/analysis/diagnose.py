@@ -147,7 +147,8 @@ def analyze(run_dir):
         spikes = spk.of_epochs(kept)
     # deep capture's snapshots wait within its budget after a costly one (seconds over a large heap),
     # so a short run can have them all in its warm-up: their sites then, rather than none
-    sited = records if fnd.top_sites(records) else run.epochs[loaded.skipped - loaded.warmup:]
+    snapshots = any((r.get("heap") or {}).get("snapshot") or (r.get("heap") or {}).get("top_growth") for r in records)
+    sited = records if snapshots else run.epochs[loaded.skipped - loaded.warmup:]
     sites = fnd.top_sites(sited)
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)

@@ -69,10 +69,10 @@ def _record(program, command, folded_path, rate, env, pass_fds, wait):
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "RUST_BACKTRACE": "0"})
         code = target.wait()
-    finally:
+    finally:   # py-spy itself: subprocess.run kills it on any exception
         if target.poll() is None:
             target.kill()
-            target.wait()   # py-spy itself: subprocess.run kills it on any exception
+            target.wait()
     text = spy.stdout or ""
     if "Permission denied" in text or "ptrace" in text.lower() or "Operation not permitted" in text:
         raise FlamegraphError(

@@ -123,7 +123,8 @@ class Detection:
         elif not marks.epochs and not any(t.note() for t in self.targets):
             notes.append(NO_EPOCHS)
         if marks.elsewhere:
-            notes.append(f"{marks.elsewhere:,} epochs or steps began in threads other than the one that runs the code, "
+            what = "epoch or step" if marks.elsewhere == 1 else "epochs or steps"
+            notes.append(f"{marks.elsewhere:,} {what} began in threads other than the one that runs the code, "
                          f"and were not recorded: the profiler marks that thread (train there, or open a Session in "
                          f"the training thread)")
         if self.policy.kind != "default":

@@ -11,13 +11,13 @@ Nothing here imports torch.
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 from ..capture.torchrun import rank_env
 from ..errors import UsageError, WorkloadError
 from ..rundir.format import RANK_PREFIX
+from ..workloads.processes import run_child
 
 LAUNCH_OPTION = "--nproc-per-node"
 
@@ -70,7 +70,7 @@ def launch(nproc, argv, out):
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError(f"cannot write in --out {out}: permission denied")
     command = launcher_command(nproc, rank_argv(argv, out), free_port())
-    code = subprocess.run(command).returncode
+    code, _ = run_child(command, capture=False)   # a SIGTERM is passed on: torchrun's agent stops the ranks
     if code != 0:
         raise WorkloadError(f"the job failed (the failed ranks and their errors are above); "
                             f"the ranks' runs are in {out}")

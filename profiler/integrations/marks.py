@@ -27,6 +27,7 @@ import threading
 
 from ..errors import RunWriteError
 
+
 def succeeded(error):
     """Whether a run that stopped with `error` (None if none) finished normally: its open torch pass
     is then an epoch (Marks.close's `write`)."""

@@ -2,7 +2,6 @@
 and the terminal reports. The JSON, HTML and figure renderers take their words from here."""
 
 import math
-import os
 import textwrap
 
 from ..analysis import findings as fnd
@@ -173,11 +172,13 @@ def remedy(f):
                 + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
-        young = "the youngest generation's" if e.generation == 0 else "generation 1's"
-        text = (f"Most of the pause is {young} collections, which run every gc.get_threshold()[0] container "
-                f"allocations and walk the young objects: make fewer container objects (lists, dicts, class "
-                f"instances) per step, e.g. numpy arrays or tuples of numbers instead, and break the reference cycles "
-                f"you make; or raise the first threshold (gc.set_threshold(50_000)) so they run less often")
+        young = ("the youngest generation's collections, which run every gc.get_threshold()[0] container "
+                 "allocations" if e.generation == 0 else "generation 1's collections, which run every "
+                 "gc.get_threshold()[1] young ones")
+        text = (f"Most of the pause is {young} and walk the objects made since: make fewer container objects "
+                f"(lists, dicts, class instances) per step, e.g. one numpy array rather than a list of objects, and "
+                f"break the reference cycles you make; or raise the thresholds (gc.set_threshold(50_000, 20)) so "
+                f"they run less often")
         return text + (f"; {e.site} allocates the most." if e.site else ".")
     if f.pattern == "gc-steady":
         text = ("Call gc.freeze() once set-up is done (model built, data loaded): the objects that live for the whole "
@@ -422,7 +423,7 @@ def comparison_verdict(c):
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    different = a.program and b.program and a.program != b.program   # ops of one name, different work
+    different = a.scenario and b.scenario and a.scenario != b.scenario   # ops of one name, different shapes
     best = [] if different else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
@@ -445,9 +446,9 @@ def comparison_verdict(c):
                  f"difference is run-wide ({cause}), not one op's; run both again back to back on a quiet "
                  f"machine before reading one op's ratio.")
     if different:
-        text += (f" Caution: {a.label} ran {a.program} and {b.label} {b.program}: different programs, whose ops of one "
-                 f"name need not do the same work, so no op's what-if is given; compare two runs of one program.")
-    if os.path.realpath(a.run_dir) == os.path.realpath(b.run_dir):
+        text += (f" Caution: {a.label} ran {a.scenario} and {b.label} {b.scenario}: different scenarios, whose ops of "
+                 f"one name work on different shapes, so no op's what-if is given; compare two runs of one scenario.")
+    if c.same_run:
         text += " Note: A and B are the same run directory."
     for side in (a, b):
         if side.problems:

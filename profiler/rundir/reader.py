@@ -371,7 +371,7 @@ def _check_optional(record):
         if not all(v is None or type(v) in (str, int, bool) or (type(v) is float and math.isfinite(v))
                    for v in op.get("tags", {}).values()):
             return f"has ops[{key!r}] tags {op['tags']!r}: tag values are strings, finite numbers, booleans or null"
-        if op.get("timed") is not None and not _number(op["timed"]):
+        if op.get("timed") is not None and not _count(op["timed"]):
             return f"has ops[{key!r}] timed {_shown(op['timed'])}, not a count of timed calls"
     heap = record.get("heap")
     if heap is not None:

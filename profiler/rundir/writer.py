@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import RunWriteError, UsageError
-from .format import EPOCHS, GC_EVENTS, META, STEPS
+from .format import EPOCHS, GC_EVENTS, META, RANK_PREFIX, STEPS
 from .reader import listed
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -32,7 +32,8 @@ def holds_a_run(path, prefix=""):
         if (path / name).exists():
             raise _taken(path, prefix, f"{name} exists")
     try:
-        runs = sorted(str(m.parent.relative_to(path)) for m in (*path.glob("*/" + META), *path.glob("*/*/" + META)))
+        runs = sorted(str(m.parent.relative_to(path))   # as the reader finds them: a run's, a job's ranks, per host
+                      for m in (*path.glob("*/" + META), *path.glob(f"*/{RANK_PREFIX}*/{META}")))
     except OSError:
         runs = []
     if runs:

@@ -8,6 +8,7 @@ moment later (not at once: the terminal's Ctrl-C has most likely reached it, and
 SIGTERM to this process is passed on to the child at once, which records its run as `terminated`.
 """
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -32,10 +33,13 @@ def run_many(jobs, desc):
             raise WorkloadError(f"`profiler {' '.join(argv)}` failed: {lines[-1] if lines else code}")
 
 
-def run_child(cmd):
-    """Run `cmd` to its end: (exit code, its stderr). Its stderr goes to a temporary file, not a
-    pipe, so that nothing needs reading while we wait for it after a Ctrl-C."""
-    with tempfile.TemporaryFile(mode="w+b") as err, terminated_raises():
+def run_child(cmd, capture=True):
+    """Run `cmd` to its end: (exit code, its stderr, or "" when it writes to ours: capture=False).
+    A captured stderr goes to a temporary file, not a pipe, so that nothing needs reading while we
+    wait for it after a Ctrl-C."""
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(tempfile.TemporaryFile(mode="w+b")) if capture else None
+        stack.enter_context(terminated_raises())
         proc = subprocess.Popen(cmd, stderr=err)
         try:
             code = proc.wait()
@@ -48,14 +52,17 @@ def run_child(cmd):
         except BaseException:
             _kill(proc)
             raise
+        if err is None:
+            return code, ""
         err.seek(0)
         return code, err.read().decode("utf-8", "replace")
 
 
 def stop_interrupted(proc, signum=signal.SIGINT, grace_s=INTERRUPT_GRACE_S):
-    """After a Ctrl-C in this process: let `proc` end of its own for `grace_s` (it had the Ctrl-C
-    too), else send it `signum` and wait INTERRUPT_BOUND_S more; SIGKILL only after that. Another
-    Ctrl-C while waiting moves on to the next step at once."""
+    """After a Ctrl-C (or, with SIGTERM and no grace, a SIGTERM) in this process: let `proc` end of
+    its own for `grace_s` (a terminal's Ctrl-C reached it too), else send it `signum` and wait
+    INTERRUPT_BOUND_S more; SIGKILL only after that. Another Ctrl-C or SIGTERM while waiting moves
+    on to the next step at once."""
     for send, wait_s in ((None, grace_s), (signum, INTERRUPT_BOUND_S)):
         try:
             if send is not None:

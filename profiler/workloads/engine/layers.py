@@ -150,8 +150,8 @@ class Conv2D(Layer):
     def __init__(self, filters, kernel_size, *, padding="valid", stride=1, activation=None):
         super().__init__()
         self.filters = positive_int("Conv2D filters", filters)
-        size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else tuple(kernel_size)
-        if len(size) != 2:
+        size = (kernel_size, kernel_size) if np.isscalar(kernel_size) else kernel_size
+        if not isinstance(size, (tuple, list, np.ndarray)) or len(size) != 2:
             raise ValueError(f"Conv2D kernel_size must be an int or (height, width), got {kernel_size!r}")
         self.kernel_size = tuple(positive_int("Conv2D kernel_size", k) for k in size)
         self.padding, self.stride = padding, positive_int("Conv2D stride", stride)

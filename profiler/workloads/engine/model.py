@@ -21,8 +21,8 @@ class Sequential:
         strays = [layer for layer in layers if not isinstance(layer, Layer)]
         if strays:
             raise TypeError(f"Sequential takes layers (Dense(10), Conv2D(32, 3), ...), got {strays[0]!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"seed must be a non-negative int (or None: fresh entropy), got {seed!r}")
         self.layers, self.layout, self.input_shape = list(layers), layout, tuple(input_shape)
         rng = np.random.default_rng(seed)
         shape, row_order = self.input_shape, None
