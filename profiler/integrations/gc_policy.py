@@ -65,9 +65,11 @@ class GcPolicy:
             gc.collect()
 
     def restore(self):
+        """Undo what the policy did: unfreeze what it froze, and enable the collector it disabled
+        (freeze leaves it alone, so a script's own gc.disable() stays)."""
         if self._frozen:
             gc.unfreeze()
             self._frozen = False
-        if self._was_enabled:
+        if self._was_enabled and self.kind in ("manual", "off"):
             gc.enable()
         self._was_enabled = None
