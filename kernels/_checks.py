@@ -46,6 +46,14 @@ def f32(name, a, ndim=None):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def positive_int(name, value, bits):
+    """`value` as a Python int from 1 to 2**bits - 1, or the one-line error naming `name`: numpy's
+    narrow integers would overflow in the callers' arithmetic, and huge ones in numba's."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 1 <= value < 2**bits:
+        raise ValueError(f"{name} must be a positive int (below 2**{bits}), got {value!r}")
+    return int(value)
+
+
 def shape4(name, shape, what):
     """`shape` as a tuple of 4 positive Python ints, or the one-line error naming `name`."""
     try:

@@ -62,7 +62,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import _isa
-from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer, shape4
+from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer, positive_int, shape4
 from ._copies import copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
@@ -899,16 +899,8 @@ def _few_inputs(c, blk):
     return 4 * c < blk.lanes
 
 
-def _stride(stride):
-    """stride as a Python int, or the one-line error: numpy's narrow integers (np.int8) would
-    overflow in the geometry, and the kernels take 64-bit strides."""
-    if not isinstance(stride, (int, np.integer)) or isinstance(stride, bool) or not 1 <= stride < 2**31:
-        raise ValueError(f"stride must be a positive int (below 2**31), got {stride!r}")
-    return int(stride)
-
-
 def _shapes(x_shape, w_shape, layout, stride, padding):
-    """Check the geometry (stride checked by _stride); return (n, c, h, w, kh, kw, cout, oh, ow,
+    """Check the geometry (stride checked by positive_int); return (n, c, h, w, kh, kw, cout, oh, ow,
     pad_top, pad_left)."""
     check_layout(layout)
     if padding not in ("valid", "same"):
@@ -971,7 +963,7 @@ class _Plan:
     def __init__(self, x, w, layout, stride, padding, workspace, blk):
         self.x, self.w = f32("x", x, 4), f32("w", w, 4)
         self.blk = block_of(blk)
-        self.nchw, self.stride = layout == "NCHW", _stride(stride)
+        self.nchw, self.stride = layout == "NCHW", positive_int("stride", stride, 31)
         self._geometry(*_shapes(self.x.shape, self.w.shape, layout, self.stride, padding))
         self.ws = check_workspace(workspace)
 
@@ -1061,7 +1053,8 @@ def conv2d_output_shape(x_shape, w_shape, *, layout, stride=1, padding="valid"):
     check_layout(layout)
     x_shape = shape4("x_shape", x_shape, f"the 4-D shape of x ({layout})")
     w_shape = shape4("w_shape", w_shape, "the 4-D shape of w (KH, KW, C_in, C_out)")
-    n, _, _, _, _, _, cout, oh, ow, _, _ = _shapes(x_shape, w_shape, layout, _stride(stride), padding)
+    stride = positive_int("stride", stride, 31)
+    n, _, _, _, _, _, cout, oh, ow, _, _ = _shapes(x_shape, w_shape, layout, stride, padding)
     return (n, cout, oh, ow) if layout == "NCHW" else (n, oh, ow, cout)
 
 

@@ -21,7 +21,7 @@ from numba import prange, types, uint64
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from ._checks import check_layout, f32, no_overlap, out_buffer, shape4
+from ._checks import check_layout, f32, no_overlap, out_buffer, positive_int, shape4
 from ._jit import helper, kernel
 from ._tile import _inlined, operands, vector_at
 
@@ -277,13 +277,8 @@ def _unpool_nhwc(dy, arg, p, dx):
                 dx[b, ih] = 0.0
 
 
-def _check_size(size):
-    if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or not 1 <= size < 2**15:
-        raise ValueError(f"pool size must be a positive int (below 2**15), got {size!r}")
-
-
 def _pooled_shape(shape, layout, size):
-    _check_size(size)
+    """The pooled shape of `shape`, for a size checked by positive_int."""
     n, c, h, w = shape if layout == "NCHW" else (shape[0], shape[3], shape[1], shape[2])
     if h < size or w < size:
         raise ValueError(f"pool window {size}x{size} is larger than the input {h}x{w} ({layout}, shape {shape})")
@@ -294,7 +289,7 @@ def _pooled_shape(shape, layout, size):
 def maxpool2d_argmax_dtype(size):
     """The dtype of the argmax of size x size windows: the narrowest signed integer that holds
     their size*size positions (int8 up to 11 x 11)."""
-    _check_size(size)
+    size = positive_int("pool size", size, 15)
     return np.dtype(next(t for t in (np.int8, np.int16, np.int32) if size * size <= np.iinfo(t).max + 1))
 
 
@@ -303,6 +298,7 @@ def maxpool2d_forward(x, *, layout, size=2, out=None, argmax_out=None):
     and its position in the window, in maxpool2d_argmax_dtype(size)."""
     check_layout(layout)
     x = f32("x", x, 4)
+    size = positive_int("pool size", size, 15)
     shape = _pooled_shape(x.shape, layout, size)
     y = out_buffer(out, shape)
     arg = out_buffer(argmax_out, shape, "argmax_out", maxpool2d_argmax_dtype(size))
@@ -320,6 +316,7 @@ def maxpool2d_backward(dy, argmax, x_shape, *, layout, size=2, out=None):
     check_layout(layout)
     dy = f32("dy", dy, 4)
     x_shape = shape4("x_shape", x_shape, f"the 4-D shape of the forward's x ({layout})")
+    size = positive_int("pool size", size, 15)
     shape = _pooled_shape(x_shape, layout, size)
     dtype = maxpool2d_argmax_dtype(size)
     if not isinstance(argmax, np.ndarray) or argmax.dtype != dtype:

@@ -147,8 +147,9 @@ def analyze(run_dir):
         spikes = spk.of_epochs(kept)
     # deep capture's snapshots wait within its budget after a costly one (seconds over a large heap),
     # so a short run can have them all in its warm-up: their sites then, rather than none
-    snapshots = any((r.get("heap") or {}).get("snapshot") or (r.get("heap") or {}).get("top_growth") for r in records)
-    sited = records if snapshots else run.epochs[loaded.skipped - loaded.warmup:]
+    heaps = [r.get("heap") or {} for r in records]
+    sited = records if any(h.get("snapshot") or h.get("top_growth") for h in heaps) else \
+        run.epochs[loaded.skipped - loaded.warmup:]
     sites = fnd.top_sites(sited)
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)

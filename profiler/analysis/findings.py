@@ -319,9 +319,9 @@ def rss_limit(records):
     return max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(records[0]["rss_bytes"]))
 
 
-def memory_growth(records, sites, sited=None):
+def memory_growth(records, sites, sited):
     """Growing RSS, malloc or traced memory (the first that grows past its threshold); `sites` are
-    the growth of the snapshots in `sited` (by default the records themselves)."""
+    the growth of the snapshots in the records `sited` (the warm-up's when it holds them all)."""
     idx = np.array([r["epoch"] for r in records], float)
     if len(idx) < MEMORY_MIN_EPOCHS:
         return None
@@ -336,7 +336,7 @@ def memory_growth(records, sites, sited=None):
         third = points[-max(3, len(points) // 3):]
         fit = window_growth_rate if measure == "traced" else growth_rate
         late_rate = fit(*zip(*third)) if len(third) >= 2 else rate
-        traced = sum(1 for r in (records if sited is None else sited) if r.get("heap") is not None)   # snapshots cover them all
+        traced = sum(1 for r in sited if r.get("heap") is not None)   # every traced epoch: snapshots cover them all
         share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
             measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,

@@ -10,7 +10,7 @@ import os
 
 from ..errors import UsageError
 from ..rundir.format import run_path
-from ..rundir.writer import holds_a_run
+from ..rundir.writer import check_free
 
 MAX_FRAMES = 65535   # tracemalloc.start() accepts 1..65535 frames
 
@@ -39,10 +39,7 @@ def run_dir(value):
     its working directory. A file in its place, or a run in it already, is refused now, as every
     option is (the Session's writer checks again when it creates the directory)."""
     path = os.path.abspath(run_path(value, "Session run_dir"))
-    if os.path.isfile(path):
-        raise UsageError(f"{path} is a file, not a directory; choose a new run directory")
-    if os.path.isdir(path):
-        holds_a_run(path)
+    check_free(path)
     return path
 
 

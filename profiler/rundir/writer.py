@@ -40,6 +40,21 @@ def holds_a_run(path, prefix=""):
         raise _taken(path, prefix, f"in {listed(runs, 3)}")
 
 
+def check_free(path):
+    """UsageError unless `path` can become a new run directory: a file in its place, or a run in it
+    already (holds_a_run), is refused. The Session calls it when built; RunWriter when it creates
+    the directory, which a file made meanwhile still fails (_a_file)."""
+    path = Path(path)
+    if path.is_file():
+        raise _a_file(path)
+    if path.is_dir():
+        holds_a_run(path)
+
+
+def _a_file(path):
+    return UsageError(f"{path} is a file, not a directory; choose a new run directory")
+
+
 def _taken(path, prefix="", what=f"{EPOCHS} exists"):   # RunWriter's own: epochs.jsonl created meanwhile
     return UsageError(f"{prefix}{path} already holds a run ({what}); choose a new directory")
 
@@ -48,12 +63,11 @@ class RunWriter:
     def __init__(self, path):
         self.path = Path(path)
         self._created = not self.path.exists()
-        if self.path.is_dir():
-            holds_a_run(self.path)
+        check_free(self.path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
-            raise UsageError(f"{self.path} is a file, not a directory; choose a new run directory") from None
+            raise _a_file(self.path) from None
         except NotADirectoryError:
             in_the_way = next(p for p in self.path.parents if p.exists())
             raise UsageError(f"cannot create the run directory {self.path}: {in_the_way} is a file, not a "
