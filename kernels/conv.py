@@ -63,7 +63,7 @@ from numba import prange, uint64
 
 from . import _isa
 from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer, positive_int, shape4
-from ._copies import copy, prefetch_write, transpose
+from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
 from .workspace import on_a_line
@@ -245,16 +245,20 @@ def _on_a_line(n):
 def _padded_rows(xs, nchw, b, r0, r1, pt, pl, h, w, c, hp, wp, xb):
     """xb[:(r1 - r0)*wp*c] = the padded rows r0:r1 of image b of x (flat xs, NCHW (B, C, H, W) or
     NHWC (B, H, W, C)), padded to hp x wp, channels-last: x's row ih at padded row pt + ih, its
-    columns from pl, and zeros elsewhere. A row of all channels at a time: NCHW's by 8 x 8
-    transposes (_copies.transpose), so each row of the copy is written whole while it is in L1;
-    NHWC's as it is."""
+    columns from pl, and zeros elsewhere. NCHW's by 8 x 8 transposes (_copies.transpose), 8
+    channels down all the rows, so each plane is read in one run (_forward_bands says why); NHWC's
+    a row at a time, as it is."""
     if pt > 0 or pl > 0 or wp > w or hp > h:   # any padding row or column, bottom and right too
         xb[:(r1 - r0) * wp * c] = 0.0
     cols = min(w, wp - pl)   # x's columns that some window reads
-    for r in range(max(r0, pt), min(r1, pt + h)):
-        if nchw:
-            transpose(xs, (b * c * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c, c, c, cols)
-        else:
+    lo, hi = max(r0, pt), min(r1, pt + h)
+    if nchw:
+        for c0 in range(0, c, TRANSPOSE_BLOCK):
+            for r in range(lo, hi):
+                transpose(xs, ((b * c + c0) * h + r - pt) * w, h * w, xb, ((r - r0) * wp + pl) * c + c0, c,
+                          min(TRANSPOSE_BLOCK, c - c0), cols)
+    else:
+        for r in range(lo, hi):
             copy(xs, (b * h + r - pt) * w * c, xb, ((r - r0) * wp + pl) * c, cols * c)
 
 
@@ -283,12 +287,11 @@ def _forward_bands(x, nchw, pt, pl, wk, bands, inner, y):
     from NHWC x (B, H, W, C), padded, under _COLUMN_DEPTH deep (below). Each iteration takes one
     of an image's `bands` bands of output rows (split evenly) and copies their input rows
     channels-last into a block of its own (_padded_rows: 8 x 8 transposes in registers, the band
-    sized to stay in cache), a row of all channels at a time. 8 channels down all the band's rows
-    (each plane read in one run) wrote a 32-channel pixel's 128 bytes in four pieces far apart in
-    time; it paid while bands held part of each plane (session 22), but with the seed models'
-    whole images a band (since session 31), the forwards took 0.96-1.01x the time by rows
-    (AVX-512 and emulated AVX2, 1 and 2 threads; docs/performance.md, session 33). x comes from
-    memory at each band, with no arithmetic to hide it. It runs _forward_nhwc's blocks on that
+    sized to stay in cache), 8 channels down all the band's rows, so that each plane is read in
+    one run. A row of all channels at a time writes each row of the copy whole while it is in L1
+    but reads every plane at once: the Intel Xeon's forwards took 0.96-1.01x the time that way,
+    the AMD Zen 4's 1.02-1.09x, and its NCHW backwards 1.03-1.09x (docs/performance.md, sessions
+    33 and 39). x comes from memory at each band, with no arithmetic to hide it. It runs _forward_nhwc's blocks on that
     copy into a channels-last block of the band's outputs (whole J-lane stores: Np is whole blocks
     of lanes, the lanes past N dropped after), then transposed into y's planes (8 x 8 again): the
     output columns inner[0]:inner[1] in blocks of P consecutive output pixels running on over row
