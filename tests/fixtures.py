@@ -12,13 +12,21 @@ MIB = 1 << 20
 
 
 def epoch(index, wall_s, *, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0), rss=200 * MIB, start_s=None,
-          ops=None, heap=None, malloc=None, workers=None, tracked=None, steps=None):
+          ops=None, heap=None, malloc=None, workers=None, tracked=None, steps=None, forced=None, forced_pause=None,
+          forced_sites=None):
     """One epoch record as the Session writes it. ops: {(name, (("k", "v"), ...)): seconds}; keys are
-    labels made unique as capture makes them ("conv[fast]", then "conv[fast]#2")."""
+    labels made unique as capture makes them ("conv[fast]", then "conv[fast]#2"). forced and
+    forced_pause: the program's own collections by generation (None: a run written before
+    they were told apart); forced_sites: {site: (collections, pause_s)}."""
     record = {"epoch": index, "wall_s": wall_s,
               "gc": {"pause_s": list(pause), "collections": list(collections), "collected": [0, 0, 0],
                      "max_pause_s": max(pause), "tracked": tracked},
               "rss_bytes": int(rss), "malloc_bytes": malloc, "heap": heap, "ops": {}}
+    if forced is not None:
+        record["gc"].update(forced=list(forced), forced_pause_s=list(forced_pause))
+    if forced_sites:
+        record["gc"]["forced_sites"] = [{"site": site, "collections": n, "pause_s": p}
+                                        for site, (n, p) in forced_sites.items()]
     for (name, tags), seconds in (ops or {}).items():
         label = f"{name}[{','.join(str(v) for _, v in tags)}]" if tags else name
         key = next(k for k in (label, *(f"{label}#{n}" for n in range(2, 99))) if k not in record["ops"])

@@ -62,6 +62,38 @@ def test_gc_counts_agree_with_gc_get_stats(tmp_path):
     assert counted == [a - b for a, b in zip(after, before)]
 
 
+def test_the_programs_own_collections_are_told_apart_with_their_line(tmp_path):
+    line = sys._getframe().f_lineno + 9   # the gc.collect() below
+    enabled = gc.isenabled()
+    with Session(tmp_path / "run") as session:
+        for e in range(2):
+            with session.epoch(e):
+                junk = []
+                for i in range(20000):   # automatic generation-0 collections
+                    junk.append([i])
+                for _ in range(3):
+                    gc.collect()
+                gc.collect(0)
+                gc.disable()   # with the collector off, every collection is asked for
+                try:
+                    collect_young()
+                finally:
+                    gc.enable() if enabled else None
+    for r in records(tmp_path / "run"):
+        g = r["gc"]
+        assert g["forced"] == [2, 0, 3] and g["collections"][0] > 20   # the automatic ones are not forced
+        assert 0 < sum(g["forced_pause_s"]) <= sum(g["pause_s"]) and g["forced_pause_s"][1] == 0
+        sites = {s["site"]: s["collections"] for s in g["forced_sites"]}
+        assert sites == {f"{__file__}:{line}": 3, f"{__file__}:{line + 1}": 1, f"{__file__}:{COLLECT_YOUNG_LINE}": 1}
+
+
+def collect_young():
+    gc.collect(0)
+
+
+COLLECT_YOUNG_LINE = collect_young.__code__.co_firstlineno + 1
+
+
 @pytest.mark.slow
 def test_pytorch_training_loop(tmp_path):
     torch = pytest.importorskip("torch")
@@ -433,12 +465,12 @@ def test_malloc_is_read_every_epoch_while_cheap_and_within_a_budget_after_a_cost
 
 def test_sites_are_the_users_lines_through_libraries_and_the_profilers_wrappers():
     import sysconfig
-    from profiler.capture import heap
+    from profiler.capture import heap, sites
     lib, own = sysconfig.get_paths()["purelib"], os.path.join(ROOT, "profiler")
     collate = (f"{lib}/torch/utils/data/_utils/collate.py", 1)
-    assert heap._site((collate, (f"{own}/integrations/torch.py", 51), ("/home/u/train.py", 42))) == "/home/u/train.py:42"
-    assert heap._site(((f"{lib}/json/encoder.py", 1), (f"{own}/rundir/writer.py", 77), ("/home/u/train.py", 42))) is None
-    assert heap._site((collate,)) == f"{collate[0]}:1"   # nothing but libraries: the innermost
+    assert sites.user_site((collate, (f"{own}/integrations/torch.py", 51), ("/home/u/train.py", 42))) == "/home/u/train.py:42"
+    assert sites.user_site(((f"{lib}/json/encoder.py", 1), (f"{own}/rundir/writer.py", 77), ("/home/u/train.py", 42))) is None
+    assert sites.user_site((collate,)) == f"{collate[0]}:1"   # nothing but libraries: the innermost
     # the raw traces site_totals reads: (domain, size, frames most recent first, total frames)
     tracemalloc.start(4)
     try:

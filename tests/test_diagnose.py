@@ -1,6 +1,7 @@
 """analyze() on synthetic runs with known answers: each finding, its time and evidence, and runs
 that must get no finding."""
 
+import gc
 import subprocess
 import sys
 import warnings
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 
 from benchmarks.detection import stationary
+from profiler import Session
 from profiler.analysis import analyze, findings
 from profiler.report import text
+from profiler.report.text import pct
+
 
 from .fixtures import MIB, epoch, from_walls, stepped_run, write_run
 
@@ -51,6 +55,53 @@ def test_steady_gc_of_young_collections_is_not_told_to_freeze(tmp_path):
     remedy = text.remedy(f)
     assert "youngest generation's collections" in remedy and "gc.set_threshold(50_000, 20)" in remedy
     assert "gc.freeze()" not in remedy
+
+
+def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
+    # a gc.collect() every step (OneTrainer issue 1459): 36 of an epoch's 37 full collections, 88% of its GC pause
+    site = "/home/u/train.py:88"
+    def run(name, **forced):
+        return analyze(write_run(tmp_path / name, [epoch(i, 0.050, pause=(0.001, 0.0, 0.040), collections=(20, 1, 37),
+                                                         **forced) for i in range(30)]))
+    d = run("forced", forced=(0, 0, 36), forced_pause=(0.0, 0.0, 0.036), forced_sites={site: (36, 0.036)})
+    f = d.findings[0]
+    assert f.pattern == "gc-steady" and f.evidence.forced.site == site and d.gc.forced_share == pytest.approx(36 / 41)
+    assert f.evidence.forced.collections_per_epoch == [0, 0, 36]
+    assert "; 87.8% of the pause is the program's own gc.collect() calls (36 calls per epoch, at /home/u/train.py:88)" \
+        in text.evidence(f)
+    assert text.remedy(f).startswith("87.8% of this pause is the program's own gc.collect() calls (at "
+                                     "/home/u/train.py:88): call it less often")
+    assert "gc.set_threshold" not in text.remedy(f)   # thresholds do not touch collections asked for
+    # none asked for: the automatic collections' remedy, and no word of gc.collect() in the evidence
+    d = run("automatic", forced=(0, 0, 0), forced_pause=(0.0, 0.0, 0.0))
+    f = d.findings[0]
+    assert d.gc.forced_share == 0.0 and f.evidence.forced.site is None
+    assert "gc.collect()" not in text.evidence(f) and text.remedy(f).startswith("Call gc.freeze() once set-up is done")
+    # a run written before forced collections were recorded
+    d = run("older")
+    assert d.gc.forced_share is None and d.findings[0].evidence.forced is None
+    assert text.remedy(d.findings[0]).startswith("Call gc.freeze() once set-up is done")
+
+
+def test_a_gc_collect_every_few_steps_is_named_as_the_spikes_cause(tmp_path):
+    # a real loop: a kept heap of ~100k objects and gc.collect() every 10th step, the spikes' cause
+    kept = [{"i": i} for i in range(100_000)]
+    line = sys._getframe().f_lineno + 8   # the gc.collect() below
+    with Session(tmp_path / "run") as session:
+        for e in range(12):
+            with session.epoch(e):
+                for i in range(40):
+                    with session.step():
+                        sum(range(20_000))
+                        if i % 10 == 9:
+                            gc.collect()
+    d = analyze(tmp_path / "run")
+    f = next(f for f in d.findings if f.pattern == "gc-spikes")
+    assert f.evidence.forced.site == f"{__file__}:{line}" and f.evidence.forced.share > 0.9
+    assert f.evidence.forced.collections_per_epoch[2] == 4
+    assert text.remedy(f).startswith(f"{pct(f.evidence.forced.share)} of this pause is the program's own gc.collect() "
+                                     f"calls (at {__file__}:{line})")
+    del kept
 
 
 def test_clean_run_is_none(tmp_path):

@@ -41,6 +41,7 @@ class GcSummary:
     generation: int             # the generation with the most pause time
     full_collections_per_epoch: float
     tracked: int | None         # GC-tracked objects at the end, when sampled
+    forced_share: float | None = None   # of all GC pause, the program's own gc.collect() calls' (None: not recorded)
 
 
 @dataclass
@@ -155,13 +156,13 @@ def analyze(run_dir):
     objs = fnd.objects(records, run.epochs)
     ops = fnd.op_growth(records, op_series(records))
 
-    policy = run.gc_policy
-    found = [fnd.gc_spikes(spikes, objs, site, policy),
-             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site),
+    policy, forced = run.gc_policy, fnd.forced(records)
+    found = [fnd.gc_spikes(spikes, objs, site, policy, forced),
+             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site, forced),
              fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
-                               policy))
+                               policy, forced))
     ranked = fnd.rank([f for f in found if f is not None])
 
     rates = fnd.memory_rates(records)
@@ -178,7 +179,7 @@ def analyze(run_dir):
                      share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
-                     tracked=objs.tracked if objs else None),
+                     tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None),
         allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"] or 0.0,
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],

@@ -39,6 +39,8 @@ WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS 
 WORKER_GROWTH_BYTES = 16 << 20   # one worker's USS growth since it started that does
 PREFETCH_DEFAULT = 2             # DataLoader's batches in flight per worker when it records none
 GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
+FORCED_SHOWN = 0.05          # share of the GC pause the program's own gc.collect() calls take that is worth saying...
+FORCED_LEADS = 0.5           # ...and that makes them the remedy
 
 
 @dataclass
@@ -61,6 +63,15 @@ class Objects:
 
 
 @dataclass
+class Forced:
+    """The collections the program asked for (gc.collect()) rather than allocation triggered."""
+    share: float                    # of all GC pause
+    pause_s: float
+    collections_per_epoch: list     # mean per generation
+    site: str | None                # the line whose collections paused longest (None: not the program's own)
+
+
+@dataclass
 class GcSteady:
     share_total: float              # all GC pause / all wall time
     steady_s: float                 # GC time outside spikes and growth
@@ -71,6 +82,7 @@ class GcSteady:
     objects: Objects | None
     site: str | None                # the Python line whose memory grew most (deep capture)
     policy: str | None = None       # the run's --gc-policy (manual:N: these are its own collections)
+    forced: Forced | None = None    # None: the run predates their capture
 
 
 @dataclass
@@ -80,6 +92,7 @@ class GcSpikes:
     objects: Objects | None
     site: str | None
     policy: str | None = None
+    forced: Forced | None = None
 
 
 @dataclass
@@ -95,6 +108,7 @@ class PauseGrowth:
     excess_s: float                 # pause time above the first fitted duration (spikes' time included)
     objects: Objects | None
     site: str | None
+    forced: Forced | None = None
 
 
 @dataclass
@@ -214,6 +228,23 @@ def python_site(sites):
     return next((s.site for s in sites if s.kind == "python"), None)
 
 
+def forced(records):
+    """The program's own collections over `records` (None when they were not recorded: runs
+    written before the capture told them apart)."""
+    gcs = [r["gc"] for r in records if "forced" in r["gc"]]
+    if not gcs:
+        return None
+    pause, total, sites = 0.0, 0.0, {}
+    for g in gcs:
+        pause += sum(g["forced_pause_s"])
+        total += sum(g["pause_s"])
+        for s in g.get("forced_sites") or []:
+            sites[s["site"]] = sites.get(s["site"], 0.0) + s["pause_s"]
+    return Forced(share=pause / total if total > 0 else 0.0, pause_s=pause,
+                  collections_per_epoch=np.mean([g["forced"] for g in gcs], axis=0).tolist(),
+                  site=max(sites, key=sites.get) if sites else None)
+
+
 # -- detectors -----------------------------------------------------------------------------------
 
 def spike_counted(spikes):
@@ -222,15 +253,15 @@ def spike_counted(spikes):
             and spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS)
 
 
-def gc_spikes(spikes, objs, site, policy=None):
+def gc_spikes(spikes, objs, site, policy=None, forced=None):
     if not spike_counted(spikes):
         return None
     paused = spikes.count_by_generation[spikes.generation] or spikes.count
     return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
-                   GcSpikes(spikes, spikes.total / paused, objs, site, policy))
+                   GcSpikes(spikes, spikes.total / paused, objs, site, policy, forced))
 
 
-def pause_growth(events, records, spikes, objs, site):
+def pause_growth(events, records, spikes, objs, site, forced=None):
     """Full collections that take longer with uptime: from gc_events.bin when it holds enough of
     them, else from each epoch's mean generation-2 pause. The growth that falls inside spikes is
     the spikes' time already; time_fraction is the rest."""
@@ -267,10 +298,10 @@ def pause_growth(events, records, spikes, objs, site):
     return Finding("gc", "gc-growing-pauses", excess * max(1 - in_spikes, 0.0) / wall_s if wall_s > 0 else 0.0,
                    PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
                                growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
-                               hours_to_one_second=hours, excess_s=excess, objects=objs, site=site))
+                               hours_to_one_second=hours, excess_s=excess, objects=objs, site=site, forced=forced))
 
 
-def gc_steady(records, spikes, growth_s, objs, site, policy=None):
+def gc_steady(records, spikes, growth_s, objs, site, policy=None, forced=None):
     """GC time outside the spikes and the pause growth (growth_s: the growth's own time)."""
     wall_s = spikes.wall_s
     spike_part = min(spikes.spike_gc_s, spikes.excess_s) if spike_counted(spikes) else 0.0
@@ -282,7 +313,8 @@ def gc_steady(records, spikes, growth_s, objs, site, policy=None):
     return Finding("gc", "gc-steady", steady / wall_s,
                    GcSteady(share_total=spikes.gc_s / wall_s, steady_s=steady, wall_s=wall_s,
                             generation=int(np.argmax(by_gen)), pause_by_generation_s=list(by_gen),
-                            collections_per_epoch=collections.tolist(), objects=objs, site=site, policy=policy))
+                            collections_per_epoch=collections.tolist(), objects=objs, site=site, policy=policy,
+                            forced=forced))
 
 
 def memory_series(records):

@@ -1,6 +1,14 @@
 """Time every garbage collection through gc.callbacks: per-generation totals for the epoch record,
 the pause inside the open step, and one GC event per generation-2 or long collection.
 
+A collection is "forced" when the program asked for it (gc.collect(), or PyGC_Collect from an
+extension) rather than allocation triggering it. CPython starts one of its own only when generation
+0's count passes its threshold with collection enabled, so a collection that starts with the
+collector off, its first threshold 0, or the count at or under the threshold was asked for. Forced
+collections are counted apart, with the line of the program that made each (sites.user_site, at
+the collection's start and outside its timed pause): a gc.collect() every step is a remedy of
+its own (remove it), not the thresholds' or gc.freeze()'s.
+
 The callback runs inside the collector, so it only adds to counters and packs an event into a
 preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
 events at each epoch end (`take_events()`); a buffer that fills inside an epoch is handed to
@@ -22,9 +30,12 @@ import sys
 import time
 
 from ..rundir.format import GC_EVENT
+from .sites import user_site
 
 _now = time.perf_counter_ns
 EVENT_CAPACITY = 4096
+SITE_FRAMES = 16        # frames above a forced collection searched for the program's line
+FORCED_SITES = 3        # lines kept per epoch record, the longest paused first
 
 
 class GcTimer:
@@ -37,6 +48,7 @@ class GcTimer:
         self._events = bytearray(GC_EVENT.size * capacity)
         self._n_events = 0
         self._start = 0              # the open collection's start; 0 when its start was not seen
+        self._forced_site = None     # the open collection's site when forced, else None (False: no line)
         self._installed = None       # the bound method in gc.callbacks
         self._next_hook = None       # the unraisable hook that was in place before install()
         self.reset()
@@ -48,9 +60,13 @@ class GcTimer:
         self.collected = [0, 0, 0]
         self.uncollectable = [0, 0, 0]
         self.max_pause_ns = 0
+        self.forced = [0, 0, 0]
+        self.forced_pause_ns = [0, 0, 0]
+        self.forced_sites = {}       # site -> [collections, pause_ns]
 
     def _callback(self, phase, info):
         if phase == "start":
+            self._forced_site = _forced_site() if _forced() else None
             self._start = _now()
             return
         start = self._start
@@ -64,6 +80,14 @@ class GcTimer:
         self.uncollectable[gen] += info["uncollectable"]
         if pause > self.max_pause_ns:
             self.max_pause_ns = pause
+        site = self._forced_site
+        if site is not None:
+            self.forced[gen] += 1
+            self.forced_pause_ns[gen] += pause
+            if site:
+                total = self.forced_sites.setdefault(site, [0, 0])
+                total[0] += 1
+                total[1] += pause
         if gen == 2 or pause >= self.threshold_ns:
             n = self._n_events
             if n * GC_EVENT.size == len(self._events):
@@ -110,7 +134,12 @@ class GcTimer:
             "collected": self.collected,
             "uncollectable": self.uncollectable,
             "max_pause_s": self.max_pause_ns / 1e9,
+            "forced": self.forced,
+            "forced_pause_s": [ns / 1e9 for ns in self.forced_pause_ns],
         }
+        if self.forced_sites:
+            ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
+            record["forced_sites"] = [{"site": site, "collections": n, "pause_s": ns / 1e9} for site, (n, ns) in ranked]
         self.reset()
         return record
 
@@ -121,6 +150,22 @@ class GcTimer:
         data = bytes(self._events[:self._n_events * GC_EVENT.size])
         self._n_events = 0
         return data
+
+
+def _forced():
+    """Whether the collection starting now was asked for rather than triggered by allocation."""
+    threshold = gc.get_threshold()[0]
+    return not (gc.isenabled() and threshold) or gc.get_count()[0] <= threshold
+
+
+def _forced_site():
+    """The program's line that asked for the collection starting now ("file.py:LINE"), or False
+    when it is the profiler's own (--gc-policy manual:N) or none can be told."""
+    frame, frames = sys._getframe(1).f_back, []   # above _callback: the caller of gc.collect()
+    while frame is not None and len(frames) < SITE_FRAMES:
+        frames.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return frames and user_site(frames) or False
 
 
 def _from_a_signal(exc, tb):

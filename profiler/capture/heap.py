@@ -21,15 +21,12 @@ Only per-line totals of the previous snapshot are kept (not the snapshot), so me
 constant and the profiler's own objects do not grow between counts. Snapshots exclude the
 profiler's own frames and tracemalloc's; numpy's buffers (their own tracemalloc domain) are told apart from
 Python objects. Each block is attributed to the innermost frame outside the standard library and
-installed packages (8 frames by default), i.e. the user's line that called np.ones, not numpy's.
+installed packages (8 frames by default), i.e. the user's line that called np.ones, not numpy's
+(sites.user_site).
 """
 
 import collections
-import fnmatch
-import functools
 import math
-import os
-import sysconfig
 import time
 import tracemalloc
 
@@ -37,36 +34,10 @@ import numpy as np
 
 from .budget import Budget
 from .objects import TypeGrowth
+from .sites import user_site
 
 NUMPY_DOMAIN = np.lib.tracemalloc_domain
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the profiler's own code: everything in the package but profiler/workloads, the code being profiled
-# (one pattern, so each snapshot pays for one filter; fnmatch's * crosses directories)
-_OWN = os.path.join(_PACKAGE, "[!w]*")
-# traces whose most recent frame is in one of these are not the program's
-_EXCLUDE = (_OWN, tracemalloc.__file__, "<frozen importlib._bootstrap*>", "<unknown>")
-_WRAPPERS = os.path.join(_PACKAGE, "integrations", "*")
 TOP = 10
-_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "purelib", "platlib")})
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_library(filename):
-    return os.path.realpath(filename).startswith(_LIBRARIES)
-
-
-def _site(frames):
-    """"file.py:LINE" of the line the user wrote among (filename, lineno) frames, most recent first:
-    the innermost outside the standard library, installed packages and the profiler's wrappers of
-    them (integrations/: a patched DataLoader.__next__ allocates for the user's loop), np.ones's own
-    line in numpy saying nothing; the innermost frame if all are such. None when the most recent is
-    excluded (tracemalloc's, ...) or the line is the profiler's own (its records, encoded by the
-    standard library: writer.py, objects.py; its snapshots)."""
-    if any(fnmatch.fnmatch(frames[0][0], pattern) for pattern in _EXCLUDE):
-        return None
-    filename, lineno = next((f for f in frames if not (_is_library(f[0]) or fnmatch.fnmatch(f[0], _WRAPPERS))),
-                            frames[0])
-    return None if fnmatch.fnmatch(filename, _OWN) else f"{filename}:{lineno}"
 
 
 def site_totals():
@@ -82,7 +53,7 @@ def site_totals():
         total[1] += 1
     totals = {}
     for (frames, numpy_block), (size, count) in by_traceback.items():
-        site = _site(frames) if frames else None
+        site = user_site(frames) if frames else None
         if site is not None:
             total = totals.setdefault((site, "numpy" if numpy_block else "python"), [0, 0])
             total[0] += size
@@ -95,7 +66,7 @@ def allocation_site(obj):
     traceback = tracemalloc.get_object_traceback(obj)
     if traceback is None or not len(traceback):
         return None
-    return _site([(f.filename, f.lineno) for f in reversed(traceback)])   # Traceback: oldest first
+    return user_site([(f.filename, f.lineno) for f in reversed(traceback)])   # Traceback: oldest first
 
 
 def top_growth(now, before, n=TOP):

@@ -84,6 +84,22 @@ def _objects(o, site):
     return ("; " + ", ".join(parts)) if parts else ""
 
 
+def _forced(f):
+    """The program's own collections, when they take a part of the pause worth saying."""
+    if f is None or f.share < fnd.FORCED_SHOWN:
+        return ""
+    return (f"; {pct(f.share)} of the pause is the program's own gc.collect() calls "
+            f"({_per_epoch(sum(f.collections_per_epoch), 'call')}" + (f", at {f.site}" if f.site else "") + ")")
+
+
+def _forced_remedy(f):
+    """What to do about collections the program asks for itself."""
+    return (f"{pct(f.share)} of this pause is the program's own gc.collect() calls"
+            + (f" (at {f.site})" if f.site else "") + ": call it less often (once an epoch, or every few hundred "
+            "steps) or not at all, since CPython collects on its own; if it is there to free memory, call "
+            "gc.freeze() once set-up is done so each call walks only what training keeps.")
+
+
 def _gen(g):
     return "full (generation 2)" if g == 2 else f"generation {g}"
 
@@ -116,14 +132,15 @@ def evidence(f):
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
         return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
                 f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
-                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + _objects(e.objects, e.site))
+                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + _forced(e.forced)
+                + _objects(e.objects, e.site))
     if f.pattern == "gc-spikes":
         s = e.spikes
         return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) are spikes, "
                 f"{s.count_by_generation[s.generation]:,} of them with a {_gen(s.generation)} collection inside "
                 f"(median {s.unit} {ms(s.median_s)}, p99 {ms(s.p99_s)}, slowest {ms(s.max_s)}); their time above the "
                 f"median is {pct(s.time_fraction)} of the run, and the GC pauses inside them explain "
-                f"{pct(s.gc_explained_fraction)} of it" + _objects(e.objects, e.site))
+                f"{pct(s.gc_explained_fraction)} of it" + _forced(e.forced) + _objects(e.objects, e.site))
     if f.pattern == "gc-growing-pauses":
         source = "every full collection in gc_events.bin" if e.source == "gc_events" else "each epoch's mean full collection"
         text = (f"Full collections take longer with uptime: {ms(e.first_s)} at first, {ms(e.last_s)} after "
@@ -131,7 +148,7 @@ def evidence(f):
                 f"growth adds {ms(e.excess_s)}, {pct(f.time_fraction)} of the run outside the spikes")
         if e.hours_to_one_second is not None:
             text += f". At this rate a full collection takes 1 s after {duration(3600 * e.hours_to_one_second)} of uptime"
-        return text + _objects(e.objects, e.site)
+        return text + _forced(e.forced) + _objects(e.objects, e.site)
     if f.pattern == "allocation-growth":
         return _memory(e)
     if f.pattern == "compute-growth":
@@ -170,6 +187,8 @@ def remedy(f):
                 f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
                 f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
                 + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
+    if f.pattern in ("gc-steady", "gc-spikes") and e.forced and e.forced.share >= fnd.FORCED_LEADS:
+        return _forced_remedy(e.forced)
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
         young = ("the youngest generation's collections, which run every gc.get_threshold()[0] container "
@@ -195,12 +214,16 @@ def remedy(f):
     if f.pattern == "gc-growing-pauses":
         site = (e.objects.top_type_site if e.objects else None) or e.site
         if site:
-            return (f"Tracked objects pile up: drop the reference that keeps what {site} allocates alive (or bound "
+            text = (f"Tracked objects pile up: drop the reference that keeps what {site} allocates alive (or bound "
                     f"the container it goes into); gc.freeze() after set-up takes what set-up made out of every "
                     f"collection.")
-        return ("Tracked objects pile up: run with --tracemalloc auto (or on) to name the line that keeps them, then "
-                "drop that reference or bound its container; gc.freeze() after set-up takes what set-up made out "
-                "of every collection.")
+        else:
+            text = ("Tracked objects pile up: run with --tracemalloc auto (or on) to name the line that keeps them, "
+                    "then drop that reference or bound its container; gc.freeze() after set-up takes what set-up made "
+                    "out of every collection.")
+        if e.forced and e.forced.share >= fnd.FORCED_LEADS:
+            text += " And " + _forced_remedy(e.forced)
+        return text
     if f.pattern == "allocation-growth":
         site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
         if e.levels_off:
@@ -358,7 +381,8 @@ def diagnosis(d):
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
               f"   ratio {et.ratio:.2f}   trend {change(et.change) if et.change.fitted else 'too few epochs to tell'}",
               f"GC share     whole run {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
-              f"   explains {100 * g.explained_fraction:.0f}% of the change",
+              f"   explains {100 * g.explained_fraction:.0f}% of the change"
+              + (f"   gc.collect() calls {pct(g.forced_share)} of it" if g.forced_share else ""),
               f"memory       RSS {'+' if a.rss_growth_bytes_per_epoch >= 0 else ''}{size(a.rss_growth_bytes_per_epoch)}/epoch"
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")

@@ -358,11 +358,21 @@ def _check_optional(record):
         if record.get(key) is not None and not check(record[key]):
             return f"has {key} {_shown(record[key])}, not {what}"
     gc = record["gc"]
-    for key in ("collected", "tracked"):
+    for key in ("collected", "tracked", "forced"):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
         return f"has gc.max_pause_s {_shown(gc['max_pause_s'])}, not {SECONDS}"
+    if gc.get("forced_pause_s") is not None and not _numbers(gc["forced_pause_s"], check=_seconds):
+        return f"has gc.forced_pause_s {gc['forced_pause_s']!r}, not three numbers of seconds between 0 and {MAX_SECONDS:.0e}"
+    for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
+        if gc.get(part) is not None and any(p > w for p, w in zip(gc[part], gc[whole])):
+            return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
+    sites = gc.get("forced_sites")
+    if sites is not None and not (isinstance(sites, list) and all(
+            isinstance(i, dict) and isinstance(i.get("site"), str) and _count(i.get("collections"))
+            and _seconds(i.get("pause_s")) for i in sites)):
+        return "has gc.forced_sites that is not a list of objects with site, collections and pause_s"
     for key, op in record.get("ops", {}).items():
         if not (isinstance(op, dict) and _number(op.get("calls")) and _seconds(op.get("total_s"))):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
