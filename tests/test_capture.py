@@ -87,6 +87,24 @@ def test_the_programs_own_collections_are_told_apart_with_their_line(tmp_path):
         assert sites == {f"{__file__}:{line}": 3, f"{__file__}:{line + 1}": 1, f"{__file__}:{COLLECT_YOUNG_LINE}": 1}
 
 
+def test_a_program_that_clears_gc_callbacks_gets_the_hook_back_and_a_problem(tmp_path):
+    others = list(gc.callbacks)
+    try:
+        with Session(tmp_path / "run") as session:
+            for e in range(3):
+                with session.epoch(e):
+                    if e == 1:
+                        gc.callbacks.clear()   # a library resetting the collector's callbacks
+                    gc.collect()
+    finally:
+        gc.callbacks[:] = others
+    run = read_run(tmp_path / "run")
+    assert [r["gc"].get("unhooked") for r in run.epochs] == [None, True, None]
+    assert [r["gc"]["collections"][2] for r in run.epochs] == [1, 0, 1]   # epoch 2 is timed again
+    assert "removed the profiler's GC callback from gc.callbacks in epoch 1" in " ".join(run.problems)
+    assert gc.callbacks == others   # and it is gone after the run, as always
+
+
 def collect_young():
     gc.collect(0)
 

@@ -9,6 +9,10 @@ collections are counted apart, with the line of the program that made each (site
 the collection's start and outside its timed pause): a gc.collect() every step is a remedy of
 its own (remove it), not the thresholds' or gc.freeze()'s.
 
+A program can remove the callback (gc.callbacks.clear()); its collections are then not timed.
+`rehook()`, at each epoch's start and end, puts it back, and the epoch whose end found it gone is
+marked (its record's "unhooked"), so its GC totals read as incomplete rather than as no GC.
+
 The callback runs inside the collector, so it only adds to counters and packs an event into a
 preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
 events at each epoch end (`take_events()`); a buffer that fills inside an epoch is handed to
@@ -50,6 +54,7 @@ class GcTimer:
         self._start = 0              # the open collection's start; 0 when its start was not seen
         self._forced_site = None     # the open collection's site when forced, else None (False: no line)
         self._installed = None       # the bound method in gc.callbacks
+        self._callbacks = None       # gc.callbacks as installed into (the collector's list, even if rebound)
         self._next_hook = None       # the unraisable hook that was in place before install()
         self.reset()
 
@@ -117,12 +122,20 @@ class GcTimer:
     def install(self):
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        self._installed = self._callback
-        gc.callbacks.append(self._installed)
+        self._installed, self._callbacks = self._callback, gc.callbacks
+        self._callbacks.append(self._installed)
+
+    def rehook(self):
+        """Put the callback back if the program removed it; whether it had to."""
+        if self._installed in self._callbacks:
+            return False
+        self._callbacks.append(self._installed)
+        return True
 
     def uninstall(self):
-        while self._callback in gc.callbacks:
-            gc.callbacks.remove(self._callback)
+        callbacks = self._callbacks if self._callbacks is not None else gc.callbacks
+        while self._callback in callbacks:
+            callbacks.remove(self._callback)
         if sys.unraisablehook == self._unraisable:   # else a later hook holds ours: it passes everything on
             sys.unraisablehook = self._next_hook
 
@@ -152,20 +165,29 @@ class GcTimer:
         return data
 
 
+_get_count, _get_threshold, _isenabled = gc.get_count, gc.get_threshold, gc.isenabled
+
+
 def _forced():
     """Whether the collection starting now was asked for rather than triggered by allocation."""
-    threshold = gc.get_threshold()[0]
-    return not (gc.isenabled() and threshold) or gc.get_count()[0] <= threshold
+    threshold = _get_threshold()[0]
+    return _get_count()[0] <= threshold or not threshold or not _isenabled()
 
 
 def _forced_site():
     """The program's line that asked for the collection starting now ("file.py:LINE"), or False
-    when it is the profiler's own (--gc-policy manual:N) or none can be told."""
-    frame, frames = sys._getframe(1).f_back, []   # above _callback: the caller of gc.collect()
-    while frame is not None and len(frames) < SITE_FRAMES:
-        frames.append((frame.f_code.co_filename, frame.f_lineno))
+    when it is the profiler's own (--gc-policy manual:N) or none can be told. It walks out only to
+    the first frame of the program's own (~1 us where gc.collect() is called from it)."""
+    return user_site(_frames(sys._getframe(2))) or False   # above _callback: the caller of gc.collect()
+
+
+def _frames(frame):
+    """(filename, lineno) of `frame` and the frames it was called from, at most SITE_FRAMES."""
+    for _ in range(SITE_FRAMES):
+        if frame is None:
+            return
+        yield frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
-    return frames and user_site(frames) or False
 
 
 def _from_a_signal(exc, tb):

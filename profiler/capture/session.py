@@ -327,6 +327,7 @@ class Session:
         index = options.epoch_index(index, self._last)
         self._epoch = index
         self._steps.start_epoch(index)
+        self.gc_timer.rehook()   # removed between epochs: nothing of an epoch was lost
         self.gc_timer.reset()
         self.ops.take()   # discard what ran between epochs
         self._start_ns = _now()
@@ -343,6 +344,8 @@ class Session:
             self._steps.abandon()
         wall = (end - self._start_ns) / 1e9
         gc_record = self.gc_timer.take()
+        if self.gc_timer.rehook():
+            gc_record["unhooked"] = True
         gc_record["tracked"] = self._tracked.sample()
         ops = self.ops.take()
         rss, malloc_bytes = self.memory.read()

@@ -8,6 +8,7 @@ accelerate's release_memory() rather than its gc.collect().
 
 import fnmatch
 import functools
+import itertools
 import os
 import sysconfig
 import tracemalloc
@@ -23,19 +24,32 @@ _LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in
 
 
 @functools.lru_cache(maxsize=4096)
-def _is_library(filename):
-    return os.path.realpath(filename).startswith(_LIBRARIES)
+def _excluded(filename):
+    return any(fnmatch.fnmatch(filename, pattern) for pattern in _EXCLUDE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _passed_over(filename):
+    """A frame of a library or of the profiler's wrappers: the user's line lies further out."""
+    return os.path.realpath(filename).startswith(_LIBRARIES) or fnmatch.fnmatch(filename, _WRAPPERS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _own(filename):
+    return fnmatch.fnmatch(filename, OWN)
 
 
 def user_site(frames):
-    """"file.py:LINE" of the line the user wrote among (filename, lineno) frames, most recent first:
-    the innermost outside the standard library, installed packages and the profiler's wrappers of
-    them (integrations/: a patched DataLoader.__next__ allocates for the user's loop), np.ones's own
-    line in numpy saying nothing; the innermost frame if all are such. None when the most recent is
-    excluded (tracemalloc's, ...) or the line is the profiler's own (its records, encoded by the
-    standard library: writer.py, objects.py; its snapshots; --gc-policy's collections)."""
-    if any(fnmatch.fnmatch(frames[0][0], pattern) for pattern in _EXCLUDE):
+    """"file.py:LINE" of the line the user wrote among (filename, lineno) frames, most recent first
+    (any iterable: it reads only as far as that line): the innermost outside the standard library,
+    installed packages and the profiler's wrappers of them (integrations/: a patched
+    DataLoader.__next__ allocates for the user's loop), np.ones's own line in numpy saying nothing;
+    the innermost frame if all are such. None when there are none, the most recent is excluded
+    (tracemalloc's, ...) or the line is the profiler's own (its records, encoded by the standard
+    library: writer.py, objects.py; its snapshots; --gc-policy's collections)."""
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None or _excluded(first[0]):
         return None
-    filename, lineno = next((f for f in frames if not (_is_library(f[0]) or fnmatch.fnmatch(f[0], _WRAPPERS))),
-                            frames[0])
-    return None if fnmatch.fnmatch(filename, OWN) else f"{filename}:{lineno}"
+    filename, lineno = next((f for f in itertools.chain((first,), frames) if not _passed_over(f[0])), first)
+    return None if _own(filename) else f"{filename}:{lineno}"

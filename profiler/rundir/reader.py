@@ -225,6 +225,11 @@ def read_run(path):
         problems.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
+    unhooked = [r["epoch"] for r in epochs if r["gc"].get("unhooked")]
+    if unhooked:
+        problems.append(f"the program removed the profiler's GC callback from gc.callbacks in epoch "
+                        f"{listed(unhooked, 3)}: their collections after that are missing (it was put back at "
+                        f"each epoch's end)")
     run = Run(path, meta, epochs, problems)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
@@ -368,6 +373,8 @@ def _check_optional(record):
     for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
         if gc.get(part) is not None and any(p > w for p, w in zip(gc[part], gc[whole])):
             return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
+    if gc.get("unhooked") not in (None, True, False):
+        return f"has gc.unhooked {gc['unhooked']!r}, not a boolean"
     sites = gc.get("forced_sites")
     if sites is not None and not (isinstance(sites, list) and all(
             isinstance(i, dict) and isinstance(i.get("site"), str) and _count(i.get("collections"))
