@@ -105,6 +105,24 @@ def test_a_program_that_clears_gc_callbacks_gets_the_hook_back_and_a_problem(tmp
     assert gc.callbacks == others   # and it is gone after the run, as always
 
 
+def test_a_collection_asked_for_with_no_frame_below_the_callback_has_no_line():
+    # a collection from C with no Python frame under the callback (a native thread, interpreter shutdown)
+    import _thread
+
+    from profiler.capture.gc_timer import GcTimer
+    timer, enabled = GcTimer(0, 1.0), gc.isenabled()
+    gc.disable()   # so the collection reads as asked for
+    try:
+        _thread.start_new_thread(timer._callback, ("start", {"generation": 2, "collected": 0, "uncollectable": 0}))
+        deadline = time.monotonic() + 10
+        while not timer._start and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finally:
+        if enabled:
+            gc.enable()
+    assert timer._start and timer._forced_site is False
+
+
 def collect_young():
     gc.collect(0)
 

@@ -178,7 +178,7 @@ def _forced_site():
     """The program's line that asked for the collection starting now ("file.py:LINE"), or False
     when it is the profiler's own (--gc-policy manual:N) or none can be told. It walks out only to
     the first frame of the program's own (~1 us where gc.collect() is called from it)."""
-    return user_site(_frames(sys._getframe(2))) or False   # above _callback: the caller of gc.collect()
+    return user_site(_frames(sys._getframe(1).f_back)) or False   # above _callback: the caller of gc.collect()
 
 
 def _frames(frame):
