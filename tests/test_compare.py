@@ -230,6 +230,25 @@ def test_gc_per_epoch_and_the_policy_are_compared(tmp_path):
     assert any(line.startswith("--gc-policy") and "default" in line and "freeze" in line for line in table)
 
 
+def test_the_programs_own_gc_collect_calls_are_compared(tmp_path):
+    # A calls gc.collect() every step (36 an epoch), B does not; a run recorded before they were told apart shows "-"
+    def run(name, forced):
+        return write_run(tmp_path / name, [epoch(i, 0.060, pause=(0.0, 0.0, 0.040), collections=(5, 0, 36), **forced)
+                                           for i in range(8)], meta={"label": name})
+    c = compare(run("asked", {"forced": (0, 0, 36), "forced_pause": (0.0, 0.0, 0.039)}),
+                run("automatic", {"forced": (0, 0, 0), "forced_pause": (0.0, 0.0, 0.0)}))
+    assert (c.a.gc.forced_collections, c.b.gc.forced_collections) == (36.0, 0.0)
+    row = next(line for line in text.comparison(c).splitlines() if line.startswith("mean gc.collect() calls per epoch"))
+    assert row.split()[-2:] == ["36.0", "0.0"]
+    c = compare(run("asked2", {"forced": (0, 0, 36), "forced_pause": (0.0, 0.0, 0.039)}), run("older", {}))
+    assert c.b.gc.forced_collections is None
+    row = next(line for line in text.comparison(c).splitlines() if line.startswith("mean gc.collect() calls per epoch"))
+    assert row.split()[-2:] == ["36.0", "-"]
+    # no calls on either side: no row
+    c = compare(run("none1", {"forced": (0, 0, 0), "forced_pause": (0.0, 0.0, 0.0)}), run("none2", {}))
+    assert not any(line.startswith("mean gc.collect()") for line in text.comparison(c).splitlines())
+
+
 def test_runs_where_gc_costs_nothing_say_nothing_of_it(tmp_path):
     c = compare(write_run(tmp_path / "a", [epoch(i, 0.02) for i in range(8)]),
                 write_run(tmp_path / "b", [epoch(i, 0.01) for i in range(8)]))

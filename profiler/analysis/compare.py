@@ -49,6 +49,8 @@ class GcSide:
     share_total: float           # all GC pause / all wall time
     full_collections: float      # mean generation-2 collections per epoch
     policy: str | None           # the --gc-policy the run used, when it recorded one
+    forced_collections: float | None = None   # mean collections per epoch the program asked for (gc.collect());
+                                              # None: a run recorded before they were told apart
 
 
 @dataclass
@@ -89,7 +91,9 @@ def _gc_side(loaded):
     return GcSide(epoch_s=wall / len(records), pause_s=sum(pauses) / len(records),
                   share_total=sum(pauses) / wall if wall > 0 else 0.0,
                   full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
-                  policy=loaded.run.gc_policy)
+                  policy=loaded.run.gc_policy,
+                  forced_collections=sum(sum(r["gc"]["forced"]) for r in records) / len(records)
+                  if all("forced" in r["gc"] for r in records) else None)
 
 
 def _windows(loaded):

@@ -518,6 +518,10 @@ def comparison(c):
             f"{'mean GC per epoch (ms)':{names}s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
             f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
             f"{'mean full collections per epoch':{names}s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
+        asked = [side.gc.forced_collections for side in (c.a, c.b)]
+        if any(asked):
+            lines.append(f"{'mean gc.collect() calls per epoch':{names}s} "
+                         + " ".join(f"{n:{width}.1f}" if n is not None else f"{'-':>{width}s}" for n in asked))
     policies = [side.gc.policy for side in (c.a, c.b)]
     if any(policies):
         lines.append(f"{'--gc-policy':{names}s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
