@@ -4,7 +4,9 @@ the pause inside the open step, and one GC event per generation-2 or long collec
 A collection is "forced" when the program asked for it (gc.collect(), or PyGC_Collect from an
 extension) rather than allocation triggering it. CPython starts one of its own only when generation
 0's count passes its threshold with collection enabled, so a collection that starts with the
-collector off, its first threshold 0, or the count at or under the threshold was asked for. Forced
+collector off, its first threshold 0, or the count at or under the threshold was asked for (exact
+on 3.10 and 3.11; 3.12 and later start their own at the eval loop's next check, and objects freed
+in between can rarely bring the count back under the threshold). Forced
 collections are counted apart, with the line of the program that made each (sites.user_site, at
 the collection's start and outside its timed pause): a gc.collect() every step is a remedy of
 its own (remove it), not the thresholds' or gc.freeze()'s.
