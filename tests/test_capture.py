@@ -78,7 +78,8 @@ def test_the_programs_own_collections_are_told_apart_with_their_line(tmp_path):
                 try:
                     collect_young()
                 finally:
-                    gc.enable() if enabled else None
+                    if enabled:
+                        gc.enable()
     for r in records(tmp_path / "run"):
         g = r["gc"]
         assert g["forced"] == [2, 0, 3] and g["collections"][0] > 20   # the automatic ones are not forced
@@ -87,22 +88,30 @@ def test_the_programs_own_collections_are_told_apart_with_their_line(tmp_path):
         assert sites == {f"{__file__}:{line}": 3, f"{__file__}:{line + 1}": 1, f"{__file__}:{COLLECT_YOUNG_LINE}": 1}
 
 
-def test_a_program_that_clears_gc_callbacks_gets_the_hook_back_and_a_problem(tmp_path):
+def test_collections_hidden_from_the_callback_are_counted_and_the_callback_comes_back(tmp_path):
     others = list(gc.callbacks)
     try:
         with Session(tmp_path / "run") as session:
-            for e in range(3):
+            for e in range(4):
                 with session.epoch(e):
                     if e == 1:
                         gc.callbacks.clear()   # a library resetting the collector's callbacks
+                    if e == 2:   # taken out and put back within the epoch: no trace of it at the epoch's end
+                        saved = list(gc.callbacks)
+                        gc.callbacks.clear()
+                        gc.collect()
+                        gc.collect()
+                        gc.callbacks.extend(saved)
                     gc.collect()
+        left = [cb for cb in gc.callbacks if getattr(cb, "__self__", None) is session.gc_timer]
     finally:
         gc.callbacks[:] = others
+    assert left == []   # the Session took its callback out when it ended, as always
     run = read_run(tmp_path / "run")
-    assert [r["gc"].get("unhooked") for r in run.epochs] == [None, True, None]
-    assert [r["gc"]["collections"][2] for r in run.epochs] == [1, 0, 1]   # epoch 2 is timed again
-    assert "removed the profiler's GC callback from gc.callbacks in epoch 1" in " ".join(run.problems)
-    assert gc.callbacks == others   # and it is gone after the run, as always
+    assert [r["gc"].get("missed", [0, 0, 0])[2] for r in run.epochs] == [0, 1, 2, 0]
+    assert [r["gc"]["collections"][2] for r in run.epochs] == [1, 0, 1, 1]   # put back at epoch 1's end
+    assert re.search(r"\d+ collections in epochs 1, 2 were not timed: the program took the profiler's callback out "
+                     r"of gc.callbacks", " ".join(run.problems))
 
 
 def test_a_collection_asked_for_with_no_frame_below_the_callback_has_no_line():
@@ -120,7 +129,7 @@ def test_a_collection_asked_for_with_no_frame_below_the_callback_has_no_line():
     finally:
         if enabled:
             gc.enable()
-    assert timer._start and timer._forced_site is False
+    assert timer._start and timer._asked == (None, None)
 
 
 def collect_young():
@@ -281,6 +290,21 @@ def test_only_a_signal_handlers_exceptions_are_raised_again_not_our_own_bugs(mon
     assert isinstance(ctrl_c, KeyboardInterrupt) and gc_timer._from_a_signal(ctrl_c, ctrl_c.__traceback__)
     assert isinstance(bug, TypeError) and not gc_timer._from_a_signal(bug, bug.__traceback__)
     assert gc_timer._from_a_signal(alarm, alarm.__traceback__)
+    # a bug of ours that raises inside the standard library, looking up the line of a collection asked for:
+    # printed, not raised into the program, and that collection is not timed (no start left from the one before)
+    import posixpath
+    monkeypatch.setattr(gc_timer, "user_site_via", posixpath.realpath)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        timer._start = 1
+        deep = raised(lambda: timer._callback("start", {"generation": 2, "collected": 0, "uncollectable": 0}))
+    finally:
+        if enabled:
+            gc.enable()
+    assert isinstance(deep, TypeError) and not gc_timer._from_a_signal(deep, deep.__traceback__)
+    timer._callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert timer._start == 0 and timer.collections == [0, 0, 0]
 
 
 def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):
@@ -507,6 +531,12 @@ def test_sites_are_the_users_lines_through_libraries_and_the_profilers_wrappers(
     assert sites.user_site((collate, (f"{own}/integrations/torch.py", 51), ("/home/u/train.py", 42))) == "/home/u/train.py:42"
     assert sites.user_site(((f"{lib}/json/encoder.py", 1), (f"{own}/rundir/writer.py", 77), ("/home/u/train.py", 42))) is None
     assert sites.user_site((collate,)) == f"{collate[0]}:1"   # nothing but libraries: the innermost
+    # a collection also keeps the installed package's line it came through (not the standard library's)
+    std = sysconfig.get_paths()["stdlib"]
+    assert sites.user_site_via(((f"{lib}/accelerate/utils/memory.py", 7), (f"{std}/contextlib.py", 3),
+                                ("/home/u/train.py", 42))) == ("/home/u/train.py:42", f"{lib}/accelerate/utils/memory.py:7")
+    assert sites.user_site_via(((f"{std}/contextlib.py", 3), ("/home/u/train.py", 42))) == ("/home/u/train.py:42", None)
+    assert sites.user_site((("<frozen posixpath>", 5), ("/home/u/train.py", 42))) == "/home/u/train.py:42"
     # the raw traces site_totals reads: (domain, size, frames most recent first, total frames)
     tracemalloc.start(4)
     try:

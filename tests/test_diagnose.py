@@ -72,6 +72,25 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
     assert text.remedy(f).startswith("87.8% of this pause is the program's own gc.collect() calls (at "
                                      "/home/u/train.py:88): call it less often")
     assert "gc.set_threshold" not in text.remedy(f)   # thresholds do not touch collections asked for
+    # asked for from three lines: the longest paused is named, with the others counted
+    d = run("three", forced=(0, 0, 36), forced_pause=(0.0, 0.0, 0.036),
+            forced_sites={site: (12, 0.013), "/home/u/eval.py:5": (12, 0.012), "/home/u/log.py:9": (12, 0.011)})
+    assert d.findings[0].evidence.forced.sites == [site, "/home/u/eval.py:5", "/home/u/log.py:9"]
+    assert "(36 calls per epoch, at /home/u/train.py:88 and 2 other lines)" in text.evidence(d.findings[0])
+    assert "gc.collect() calls (at /home/u/train.py:88 and 2 other lines): call it" in text.remedy(d.findings[0])
+    # the collector off (gc.disable()), the program collecting by itself: no "not at all"
+    d = run("off", forced=(20, 1, 37), forced_pause=(0.001, 0.0, 0.040), forced_sites={site: (58, 0.041)})
+    assert d.findings[0].evidence.forced.only
+    assert "CPython runs none of its own (the collector is off): collect less often, or call gc.freeze()" \
+        in text.remedy(d.findings[0])
+    # one call an epoch: less often is every few epochs
+    d = run("once", forced=(0, 0, 1), forced_pause=(0.0, 0.0, 0.030), forced_sites={site: (1, 0.030)})
+    assert "call it less often (every few epochs) or not at all" in text.remedy(d.findings[0])
+    # young collections asked for (gc.collect(0)): freezing the old objects would spare them nothing
+    d = analyze(write_run(tmp_path / "young", [epoch(i, 0.050, pause=(0.030, 0.0, 0.0), collections=(400, 0, 0),
+                                                     forced=(300, 0, 0), forced_pause=(0.025, 0.0, 0.0))
+                                               for i in range(30)]))
+    assert d.findings[0].evidence.forced.generation == 0 and "gc.freeze()" not in text.remedy(d.findings[0])
     # none asked for: the automatic collections' remedy, and no word of gc.collect() in the evidence
     d = run("automatic", forced=(0, 0, 0), forced_pause=(0.0, 0.0, 0.0))
     f = d.findings[0]
@@ -81,6 +100,18 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
     d = run("older")
     assert d.gc.forced_share is None and d.findings[0].evidence.forced is None
     assert text.remedy(d.findings[0]).startswith("Call gc.freeze() once set-up is done")
+
+
+def test_gc_collect_calls_lead_the_spikes_remedy_only_if_they_can_be_the_spikes():
+    from types import SimpleNamespace
+    spikes = SimpleNamespace(generation=2, count_by_generation=[0, 0, 40])
+    def forced(calls):
+        return findings.Forced(share=0.6, pause_s=1.0, collections_per_epoch=[0, 0, 1], site=None,
+                               collections=[0, 0, calls])
+    # one gc.collect() an epoch outside the steps, 40 spikes with an automatic full collection: not theirs
+    assert not findings.forced_leads(SimpleNamespace(forced=forced(10), spikes=spikes))
+    assert findings.forced_leads(SimpleNamespace(forced=forced(40), spikes=spikes))
+    assert findings.forced_leads(SimpleNamespace(forced=forced(10)))   # steady GC: the share alone
 
 
 def test_a_gc_collect_every_few_steps_is_named_as_the_spikes_cause(tmp_path):

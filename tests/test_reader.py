@@ -73,14 +73,22 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
      ["line 2 has gc.forced [0, 0, 2] above gc.collections [0, 0, 1]"]),
     (record(gc=dict(epoch(1, 0.01, forced=(0, 0, 0), forced_pause=(0, 0, 0))["gc"], forced_sites=[{"site": 3}])),
      ["line 2 has gc.forced_sites that is not a list of objects with site, collections and pause_s"]),
-    (record(gc=dict(epoch(1, 0.01)["gc"], unhooked="yes")), ["line 2 has gc.unhooked 'yes', not a boolean"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], forced=[0, 0, 0])), ["line 2 has gc.forced, gc.forced_pause_s or "
+                                                               "gc.forced_sites without the others"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], forced=None, forced_pause_s=None)),
+     ["line 2 has gc.forced None, not three non-negative numbers"]),
+    (record(gc=dict(epoch(1, 0.01, collections=(0, 0, 3), forced=(0, 0, 1), forced_pause=(0, 0, 0))["gc"],
+                    forced_sites=[{"site": "a.py:1", "collections": 2, "pause_s": 0.0}])),
+     ["line 2 has gc.forced_sites counting more collections than gc.forced"]),
+    (record(gc=dict(epoch(1, 0.01)["gc"], missed="yes")), ["line 2 has gc.missed 'yes', not three non-negative numbers"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "no-wall-rss", "wall-string", "wall-nan", "epoch-string", "epoch-float",
         "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "op-tag-nan", "op-timed",
         "workers", "workers-growth", "workers-new", "start-negative",
         "top-type-unnamed", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge",
         "wall-400-digits", "rss-400-digits", "steps-400-digits", "collections-400-digits", "calls-400-digits",
         "epoch-2**63", "int-5000-digits", "forced-negative", "forced-pause-string", "forced-over-collections",
-        "forced-sites-unnamed", "unhooked-string"])
+        "forced-sites-unnamed", "forced-alone", "forced-null", "forced-sites-over",
+        "missed-string"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
     first, _, last = lines(run)

@@ -68,7 +68,12 @@ class Forced:
     share: float                    # of all GC pause
     pause_s: float
     collections_per_epoch: list     # mean per generation
-    site: str | None                # the line whose collections paused longest (None: not the program's own)
+    site: str | None                # the line whose collections paused longest (None: no line recorded)
+    sites: list = field(default_factory=list)   # every line recorded, the longest paused first
+    via: str | None = None          # the installed package's line the first site's came through, if any
+    collections: list = field(default_factory=lambda: [0, 0, 0])   # over the run, per generation
+    generation: int = 2             # the generation with the most of their pause
+    only: bool = False              # CPython made no collection of its own (the collector off, or thresholds never met)
 
 
 @dataclass
@@ -234,15 +239,31 @@ def forced(records):
     gcs = [r["gc"] for r in records if "forced" in r["gc"]]
     if not gcs:
         return None
-    pause, total, sites = 0.0, 0.0, {}
+    sites, via = {}, {}
     for g in gcs:
-        pause += sum(g["forced_pause_s"])
-        total += sum(g["pause_s"])
         for s in g.get("forced_sites") or []:
             sites[s["site"]] = sites.get(s["site"], 0.0) + s["pause_s"]
-    return Forced(share=pause / total if total > 0 else 0.0, pause_s=pause,
-                  collections_per_epoch=np.mean([g["forced"] for g in gcs], axis=0).tolist(),
-                  site=max(sites, key=sites.get) if sites else None)
+            via.setdefault(s["site"], s.get("via"))
+    ranked = sorted(sites, key=lambda site: -sites[site])
+    forced, pause = np.sum([g["forced"] for g in gcs], axis=0), np.sum([g["forced_pause_s"] for g in gcs], axis=0)
+    total = sum(sum(g["pause_s"]) for g in gcs)
+    return Forced(share=float(pause.sum() / total) if total > 0 else 0.0, pause_s=float(pause.sum()),
+                  collections_per_epoch=(forced / len(gcs)).tolist(), site=ranked[0] if ranked else None,
+                  sites=ranked, via=via.get(ranked[0]) if ranked else None, collections=forced.tolist(),
+                  generation=int(np.argmax(pause)),
+                  only=forced.sum() > 0 and forced.sum() == sum(sum(g["collections"]) for g in gcs))
+
+
+def forced_leads(evidence):
+    """Whether a GC finding's remedy is the program's own gc.collect() calls': they take FORCED_LEADS
+    of the GC pause and, for spikes, hold at least half of those with a collection of the spikes'
+    generation (one gc.collect() an epoch outside the steps does not make automatic collections'
+    spikes its own)."""
+    f = evidence.forced
+    if f is None or f.share < FORCED_LEADS:
+        return False
+    spikes = getattr(evidence, "spikes", None)
+    return spikes is None or 2 * f.collections[spikes.generation] >= spikes.count_by_generation[spikes.generation]
 
 
 # -- detectors -----------------------------------------------------------------------------------

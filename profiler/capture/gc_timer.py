@@ -4,16 +4,20 @@ the pause inside the open step, and one GC event per generation-2 or long collec
 A collection is "forced" when the program asked for it (gc.collect(), or PyGC_Collect from an
 extension) rather than allocation triggering it. CPython starts one of its own only when generation
 0's count passes its threshold with collection enabled, so a collection that starts with the
-collector off, its first threshold 0, or the count at or under the threshold was asked for (exact
-on 3.10 and 3.11; 3.12 and later start their own at the eval loop's next check, and objects freed
-in between can rarely bring the count back under the threshold). Forced
-collections are counted apart, with the line of the program that made each (sites.user_site, at
-the collection's start and outside its timed pause): a gc.collect() every step is a remedy of
-its own (remove it), not the thresholds' or gc.freeze()'s.
+collector off, its first threshold 0, or the count at or under the threshold was asked for. Two
+cases read as CPython's own: a gc.collect() just after gc.enable(), once more containers were made
+while the collector was off than that threshold; and, from 3.12 (which starts its own at the eval
+loop's next check), rarely one whose count objects freed in between brought back under it. Forced
+collections are counted apart, with the line of the program that made each and the installed
+package's line it came through, if any (sites.user_site_via, at the collection's start and outside
+its timed pause): a gc.collect() every step is a remedy of its own (remove it), not the
+thresholds' or gc.freeze()'s. The profiler's own (--gc-policy manual:N) are not the program's:
+they count as CPython's. A free-threaded build starts its own on other counts, so there no
+collection is told apart and the records have no "forced".
 
-A program can remove the callback (gc.callbacks.clear()); its collections are then not timed.
-`rehook()`, at each epoch's start and end, puts it back, and the epoch whose end found it gone is
-marked (its record's "unhooked"), so its GC totals read as incomplete rather than as no GC.
+A program can remove the callback (gc.callbacks.clear()) and so hide collections from it. Each
+epoch's record says how many the callback missed ("missed", from gc.get_stats()), and `rehook()`,
+at each epoch's start and end, puts the callback back.
 
 The callback runs inside the collector, so it only adds to counters and packs an event into a
 preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
@@ -33,13 +37,15 @@ import _thread
 import ctypes
 import gc
 import sys
+import sysconfig
 import time
 
 from ..rundir.format import GC_EVENT
-from .sites import user_site
+from .sites import own, own_or_stdlib, user_site_via
 
 _now = time.perf_counter_ns
 EVENT_CAPACITY = 4096
+TELLS_FORCED = not sysconfig.get_config_var("Py_GIL_DISABLED")   # see the module docstring
 SITE_FRAMES = 16        # frames above a forced collection searched for the program's line
 FORCED_SITES = 3        # lines kept per epoch record, the longest paused first
 
@@ -54,7 +60,7 @@ class GcTimer:
         self._events = bytearray(GC_EVENT.size * capacity)
         self._n_events = 0
         self._start = 0              # the open collection's start; 0 when its start was not seen
-        self._forced_site = None     # the open collection's site when forced, else None (False: no line)
+        self._asked = None           # the open collection's (site, via) when the program asked for it, else None
         self._installed = None       # the bound method in gc.callbacks
         self._callbacks = None       # gc.callbacks as installed into (the collector's list, even if rebound)
         self._next_hook = None       # the unraisable hook that was in place before install()
@@ -62,6 +68,7 @@ class GcTimer:
 
     def reset(self):
         """Forget the collections counted so far (those between two epochs)."""
+        self._stats = _collections()
         self.pause_ns = [0, 0, 0]
         self.collections = [0, 0, 0]
         self.collected = [0, 0, 0]
@@ -69,16 +76,18 @@ class GcTimer:
         self.max_pause_ns = 0
         self.forced = [0, 0, 0]
         self.forced_pause_ns = [0, 0, 0]
-        self.forced_sites = {}       # site -> [collections, pause_ns]
+        self.forced_sites = {}       # (site, via) -> [collections, pause_ns]
 
     def _callback(self, phase, info):
         if phase == "start":
-            self._forced_site = _forced_site() if _forced() else None
+            self._start = 0   # until this start is read whole
+            self._asked = _asked() if TELLS_FORCED and _forced() else None
             self._start = _now()
             return
         start = self._start
         if not start:   # an exception raised in its "start" call (see the module docstring)
             return
+        self._start = 0
         pause = _now() - start
         gen = info["generation"]
         self.pause_ns[gen] += pause
@@ -87,12 +96,12 @@ class GcTimer:
         self.uncollectable[gen] += info["uncollectable"]
         if pause > self.max_pause_ns:
             self.max_pause_ns = pause
-        site = self._forced_site
-        if site is not None:
+        asked = self._asked
+        if asked is not None:
             self.forced[gen] += 1
             self.forced_pause_ns[gen] += pause
-            if site:
-                total = self.forced_sites.setdefault(site, [0, 0])
+            if asked[0]:
+                total = self.forced_sites.setdefault(asked, [0, 0])
                 total[0] += 1
                 total[1] += pause
         if gen == 2 or pause >= self.threshold_ns:
@@ -128,11 +137,9 @@ class GcTimer:
         self._callbacks.append(self._installed)
 
     def rehook(self):
-        """Put the callback back if the program removed it; whether it had to."""
-        if self._installed in self._callbacks:
-            return False
-        self._callbacks.append(self._installed)
-        return True
+        """Put the callback back if the program removed it."""
+        if self._installed not in self._callbacks:
+            self._callbacks.append(self._installed)
 
     def uninstall(self):
         callbacks = self._callbacks if self._callbacks is not None else gc.callbacks
@@ -149,12 +156,17 @@ class GcTimer:
             "collected": self.collected,
             "uncollectable": self.uncollectable,
             "max_pause_s": self.max_pause_ns / 1e9,
-            "forced": self.forced,
-            "forced_pause_s": [ns / 1e9 for ns in self.forced_pause_ns],
         }
+        if TELLS_FORCED:
+            record.update(forced=self.forced, forced_pause_s=[ns / 1e9 for ns in self.forced_pause_ns])
         if self.forced_sites:
             ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
-            record["forced_sites"] = [{"site": site, "collections": n, "pause_s": ns / 1e9} for site, (n, ns) in ranked]
+            record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
+                                       "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+        missed = [max(now - then - counted, 0)
+                  for now, then, counted in zip(_collections(), self._stats, self.collections)]
+        if any(missed):   # the program took the callback out of gc.callbacks for a while
+            record["missed"] = missed
         self.reset()
         return record
 
@@ -176,11 +188,21 @@ def _forced():
     return _get_count()[0] <= threshold or not threshold or not _isenabled()
 
 
-def _forced_site():
-    """The program's line that asked for the collection starting now ("file.py:LINE"), or False
-    when it is the profiler's own (--gc-policy manual:N) or none can be told. It walks out only to
-    the first frame of the program's own (~1 us where gc.collect() is called from it)."""
-    return user_site(_frames(sys._getframe(1).f_back)) or False   # above _callback: the caller of gc.collect()
+def _asked():
+    """(the program's line, the installed package's line it came through or None) for the
+    collection starting now, which the program asked for: (None, None) when no line can be told;
+    None when the profiler asked for it (--gc-policy manual:N), which makes it no collection of the
+    program's. It walks out only to the first frame of the program's own (~1.5 us where gc.collect()
+    is called from it)."""
+    frame = sys._getframe(1).f_back   # above _callback: the caller of gc.collect()
+    if frame is not None and own(frame.f_code.co_filename):
+        return None
+    return user_site_via(_frames(frame))
+
+
+def _collections():
+    """Collections so far by generation, as the collector counts them."""
+    return [s["collections"] for s in gc.get_stats()]
 
 
 def _frames(frame):
@@ -194,13 +216,21 @@ def _frames(frame):
 
 def _from_a_signal(exc, tb):
     """Whether a signal handler the callback ran raised `exc`: one that is no Exception (Python's
-    own SIGINT handler, in C, raises KeyboardInterrupt from our frame), or one raised in code that
-    is not ours. An Exception from our own code is a bug of ours, printed as usual."""
+    own SIGINT handler, in C, raises KeyboardInterrupt from our frame), or one raised through code
+    that is neither the profiler's nor the standard library's (a handler is the program's, or a
+    package's: pytest-timeout). An Exception raised only through ours and the standard library's
+    is a bug of ours (a site looked up at a recursion limit), printed as usual."""
     if not isinstance(exc, Exception) or type(exc).__dict__.get("_raised_again"):
         return True
-    while tb is not None and tb.tb_next is not None:
+    ours, filename = False, None
+    while tb is not None:   # from the callback's frame (ours) in
+        filename = tb.tb_frame.f_code.co_filename
+        if own(filename):
+            ours = True
+        elif ours and not own_or_stdlib(filename):
+            return True
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_filename != __file__
+    return not ours and filename is not None and not own_or_stdlib(filename)
 
 
 def _raise_again(thread, exc):

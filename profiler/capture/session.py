@@ -344,8 +344,7 @@ class Session:
             self._steps.abandon()
         wall = (end - self._start_ns) / 1e9
         gc_record = self.gc_timer.take()
-        if self.gc_timer.rehook():
-            gc_record["unhooked"] = True
+        self.gc_timer.rehook()
         gc_record["tracked"] = self._tracked.sample()
         ops = self.ops.take()
         rss, malloc_bytes = self.memory.read()

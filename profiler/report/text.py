@@ -84,20 +84,35 @@ def _objects(o, site):
     return ("; " + ", ".join(parts)) if parts else ""
 
 
+def _forced_lines(f):
+    """'train.py:42', 'train.py:42 (through trainer.py:9) and 2 other lines': the longest paused first."""
+    others = len(f.sites) - 1
+    return (f.site + (f" (through {f.via})" if f.via else "")
+            + (f" and {others} other line{'' if others == 1 else 's'}" if others > 0 else ""))
+
+
 def _forced(f):
     """The program's own collections, when they take a part of the pause worth saying."""
     if f is None or f.share < fnd.FORCED_SHOWN:
         return ""
     return (f"; {pct(f.share)} of the pause is the program's own gc.collect() calls "
-            f"({_per_epoch(sum(f.collections_per_epoch), 'call')}" + (f", at {f.site}" if f.site else "") + ")")
+            f"({_per_epoch(sum(f.collections_per_epoch), 'call')}"
+            + (f", at {_forced_lines(f)}" if f.site else "") + ")")
 
 
 def _forced_remedy(f):
     """What to do about collections the program asks for itself."""
-    return (f"{pct(f.share)} of this pause is the program's own gc.collect() calls"
-            + (f" (at {f.site})" if f.site else "") + ": call it less often (once an epoch, or every few hundred "
-            "steps) or not at all, since CPython collects on its own; if it is there to free memory, call "
-            "gc.freeze() once set-up is done so each call walks only what training keeps.")
+    text = f"{pct(f.share)} of this pause is the program's own gc.collect() calls" + (
+        f" (at {_forced_lines(f)})" if f.site else "")
+    if f.only:   # the collector is off: these are all the collections there are
+        return (text + ", and CPython runs none of its own (the collector is off): collect less often, or call "
+                "gc.freeze() once set-up is done so each collection walks only what training keeps.")
+    often = "once an epoch, or every few hundred steps" if sum(f.collections_per_epoch) > 1 else "every few epochs"
+    text += f": call it less often ({often}) or not at all, since CPython collects on its own"
+    if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
+        text += ("; if it is there to free memory, call gc.freeze() once set-up is done so each call walks only what "
+                 "training keeps")
+    return text + "."
 
 
 def _gen(g):
@@ -187,7 +202,7 @@ def remedy(f):
                 f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
                 f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
                 + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
-    if f.pattern in ("gc-steady", "gc-spikes") and e.forced and e.forced.share >= fnd.FORCED_LEADS:
+    if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):
         return _forced_remedy(e.forced)
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
@@ -221,7 +236,7 @@ def remedy(f):
             text = ("Tracked objects pile up: run with --tracemalloc auto (or on) to name the line that keeps them, "
                     "then drop that reference or bound its container; gc.freeze() after set-up takes what set-up made "
                     "out of every collection.")
-        if e.forced and e.forced.share >= fnd.FORCED_LEADS:
+        if fnd.forced_leads(e):
             text += " And " + _forced_remedy(e.forced)
         return text
     if f.pattern == "allocation-growth":
@@ -382,7 +397,7 @@ def diagnosis(d):
               f"   ratio {et.ratio:.2f}   trend {change(et.change) if et.change.fitted else 'too few epochs to tell'}",
               f"GC share     whole run {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
-              + (f"   gc.collect() calls {pct(g.forced_share)} of it" if g.forced_share else ""),
+              + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else ""),
               f"memory       RSS {'+' if a.rss_growth_bytes_per_epoch >= 0 else ''}{size(a.rss_growth_bytes_per_epoch)}/epoch"
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")

@@ -225,11 +225,11 @@ def read_run(path):
         problems.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
-    unhooked = [r["epoch"] for r in epochs if r["gc"].get("unhooked")]
-    if unhooked:
-        problems.append(f"the program removed the profiler's GC callback from gc.callbacks in epoch "
-                        f"{listed(unhooked, 3)}: their collections after that are missing (it was put back at "
-                        f"each epoch's end)")
+    missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
+    if missed:
+        problems.append(f"{sum(missed.values()):,} collections in epoch{'s' if len(missed) > 1 else ''} "
+                        f"{listed(missed, 3)} were not timed: the program took the profiler's callback out of "
+                        f"gc.callbacks for a while, and the GC pauses leave them out")
     run = Run(path, meta, epochs, problems)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
@@ -363,23 +363,17 @@ def _check_optional(record):
         if record.get(key) is not None and not check(record[key]):
             return f"has {key} {_shown(record[key])}, not {what}"
     gc = record["gc"]
-    for key in ("collected", "tracked", "forced"):
+    for key in ("collected", "tracked"):
         if gc.get(key) is not None and not _numbers(gc[key]):
+            return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
+    for key in ("forced", "missed"):   # absent, or counts
+        if key in gc and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
         return f"has gc.max_pause_s {_shown(gc['max_pause_s'])}, not {SECONDS}"
-    if gc.get("forced_pause_s") is not None and not _numbers(gc["forced_pause_s"], check=_seconds):
-        return f"has gc.forced_pause_s {gc['forced_pause_s']!r}, not three numbers of seconds between 0 and {MAX_SECONDS:.0e}"
-    for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
-        if gc.get(part) is not None and any(p > w for p, w in zip(gc[part], gc[whole])):
-            return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
-    if gc.get("unhooked") not in (None, True, False):
-        return f"has gc.unhooked {gc['unhooked']!r}, not a boolean"
-    sites = gc.get("forced_sites")
-    if sites is not None and not (isinstance(sites, list) and all(
-            isinstance(i, dict) and isinstance(i.get("site"), str) and _count(i.get("collections"))
-            and _seconds(i.get("pause_s")) for i in sites)):
-        return "has gc.forced_sites that is not a list of objects with site, collections and pause_s"
+    forced = _check_forced(gc)
+    if forced:
+        return forced
     for key, op in record.get("ops", {}).items():
         if not (isinstance(op, dict) and _number(op.get("calls")) and _seconds(op.get("total_s"))):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
@@ -412,6 +406,29 @@ def _check_optional(record):
     new = workers.get("new", 0)
     if type(new) is not int or not 0 <= new <= workers["count"]:
         return f"has workers.new {new!r}, not a count of at most workers.count {workers['count']!r}"
+    return None
+
+
+def _check_forced(gc):
+    """Why the program's own collections in an epoch's gc record are unusable, or None."""
+    if ("forced" in gc) != ("forced_pause_s" in gc) or ("forced_sites" in gc and "forced" not in gc):
+        return ("has gc.forced, gc.forced_pause_s or gc.forced_sites without the others (forced and forced_pause_s "
+                "come together, and forced_sites with them)")
+    if "forced" not in gc:
+        return None
+    if not _numbers(gc["forced_pause_s"], check=_seconds):
+        return (f"has gc.forced_pause_s {gc['forced_pause_s']!r}, not three numbers of seconds between 0 and "
+                f"{MAX_SECONDS:.0e}")
+    for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
+        if any(p > w for p, w in zip(gc[part], gc[whole])):
+            return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
+    sites = gc.get("forced_sites", [])
+    if not (isinstance(sites, list) and all(
+            isinstance(i, dict) and isinstance(i.get("site"), str) and isinstance(i.get("via", ""), str)
+            and _count(i.get("collections")) and _seconds(i.get("pause_s")) for i in sites)):
+        return "has gc.forced_sites that is not a list of objects with site, collections and pause_s (and via)"
+    if sum(i["collections"] for i in sites) > sum(gc["forced"]):
+        return "has gc.forced_sites counting more collections than gc.forced"
     return None
 
 
