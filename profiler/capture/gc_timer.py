@@ -64,11 +64,17 @@ class GcTimer:
         self._installed = None       # the bound method in gc.callbacks
         self._callbacks = None       # gc.callbacks as installed into (the collector's list, even if rebound)
         self._next_hook = None       # the unraisable hook that was in place before install()
-        self.reset()
+        self._stats = _collections()   # the collector's own count where ours starts (take() compares them)
+        self._zero()
 
     def reset(self):
-        """Forget the collections counted so far (those between two epochs)."""
-        self._stats = _collections()
+        """Forget the collections counted so far (those between two epochs): the collector's count
+        they are compared with moves on by them."""
+        with _Held():
+            self._stats = [s + c for s, c in zip(self._stats, self.collections)]
+            self._zero()
+
+    def _zero(self):
         self.pause_ns = [0, 0, 0]
         self.collections = [0, 0, 0]
         self.collected = [0, 0, 0]
@@ -134,7 +140,10 @@ class GcTimer:
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
         self._installed, self._callbacks = self._callback, gc.callbacks
-        self._callbacks.append(self._installed)
+        with _Held():   # the collector's count starts where ours does
+            self._stats = _collections()
+            self._zero()
+            self._callbacks.append(self._installed)
 
     def rehook(self):
         """Put the callback back if the program removed it."""
@@ -149,25 +158,27 @@ class GcTimer:
             sys.unraisablehook = self._next_hook
 
     def take(self):
-        """The GC record since the last take (the epoch record's 'gc' field), and reset."""
-        record = {
-            "pause_s": [ns / 1e9 for ns in self.pause_ns],
-            "collections": self.collections,
-            "collected": self.collected,
-            "uncollectable": self.uncollectable,
-            "max_pause_s": self.max_pause_ns / 1e9,
-        }
-        if TELLS_FORCED:
-            record.update(forced=self.forced, forced_pause_s=[ns / 1e9 for ns in self.forced_pause_ns])
-        if self.forced_sites:
-            ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
-            record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
-                                       "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
-        missed = [max(now - then - counted, 0)
-                  for now, then, counted in zip(_collections(), self._stats, self.collections)]
-        if any(missed):   # the program took the callback out of gc.callbacks for a while
-            record["missed"] = missed
-        self.reset()
+        """The GC record since the last take or reset (the epoch record's 'gc' field), and reset."""
+        with _Held():
+            now = _collections()
+            record = {
+                "pause_s": [ns / 1e9 for ns in self.pause_ns],
+                "collections": self.collections,
+                "collected": self.collected,
+                "uncollectable": self.uncollectable,
+                "max_pause_s": self.max_pause_ns / 1e9,
+            }
+            if TELLS_FORCED:
+                record.update(forced=self.forced, forced_pause_s=[ns / 1e9 for ns in self.forced_pause_ns])
+            if self.forced_sites:
+                ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
+                record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
+                                           "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+            missed = [max(n - then - counted, 0) for n, then, counted in zip(now, self._stats, self.collections)]
+            if any(missed):   # the program took the callback out of gc.callbacks for a while
+                record["missed"] = missed
+            self._stats = now
+            self._zero()
         return record
 
     def take_events(self):
@@ -198,6 +209,19 @@ def _asked():
     if frame is not None and own(frame.f_code.co_filename):
         return None
     return user_site_via(_frames(frame))
+
+
+class _Held:
+    """The collector held off for a few lines (its on/off state kept), so that no collection falls
+    between reading or zeroing our counts and reading the collector's."""
+
+    def __enter__(self):
+        self.enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            gc.enable()
 
 
 def _collections():
