@@ -69,10 +69,11 @@ class GcTimer:
 
     def reset(self):
         """Forget the collections counted so far (those between two epochs): the collector's count
-        they are compared with moves on by them."""
-        with _Held():
-            self._stats = [s + c for s, c in zip(self._stats, self.collections)]
-            self._zero()
+        they are compared with moves on by them. Our counts are swapped for new ones first, so a
+        collection meanwhile lands in the old ones (added here) or the new ones (counted on)."""
+        counted = self.collections
+        self._zero()
+        self._stats = [s + c for s, c in zip(self._stats, counted)]
 
     def _zero(self):
         self.pause_ns = [0, 0, 0]
@@ -87,7 +88,10 @@ class GcTimer:
     def _callback(self, phase, info):
         if phase == "start":
             self._start = 0   # until this start is read whole
-            self._asked = _asked() if TELLS_FORCED and _forced() else None
+            # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
+            threshold = _get_threshold()[0]
+            self._asked = (_asked() if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold
+                                                         or not _isenabled()) else None)
             self._start = _now()
             return
         start = self._start
@@ -140,10 +144,12 @@ class GcTimer:
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
         self._installed, self._callbacks = self._callback, gc.callbacks
-        with _Held():   # the collector's count starts where ours does
-            self._stats = _collections()
-            self._zero()
-            self._callbacks.append(self._installed)
+        self._zero()
+        self._callbacks.append(self._installed)
+        # where ours starts: the collector's count less ours, read first (one in between counts in both,
+        # one after the snapshot in ours only: the baseline may be one high, never low)
+        counted = self.collections[:]
+        self._stats = [s - c for s, c in zip(_collections(), counted)]
 
     def rehook(self):
         """Put the callback back if the program removed it."""
@@ -159,7 +165,9 @@ class GcTimer:
 
     def take(self):
         """The GC record since the last take or reset (the epoch record's 'gc' field), and reset."""
-        with _Held():
+        enabled = _isenabled()
+        gc.disable()   # no collection between reading the collector's count and zeroing ours (_collections allocates)
+        try:
             now = _collections()
             record = {
                 "pause_s": [ns / 1e9 for ns in self.pause_ns],
@@ -174,11 +182,14 @@ class GcTimer:
                 ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
                 record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
                                            "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
-            missed = [max(n - then - counted, 0) for n, then, counted in zip(now, self._stats, self.collections)]
-            if any(missed):   # the program took the callback out of gc.callbacks for a while
-                record["missed"] = missed
+            if sum(now) > sum(self._stats) + sum(self.collections):   # the program took the callback out for a while
+                record["missed"] = [max(n - then - counted, 0)
+                                    for n, then, counted in zip(now, self._stats, self.collections)]
             self._stats = now
             self._zero()
+        finally:
+            if enabled:
+                gc.enable()
         return record
 
     def take_events(self):
@@ -193,12 +204,6 @@ class GcTimer:
 _get_count, _get_threshold, _isenabled = gc.get_count, gc.get_threshold, gc.isenabled
 
 
-def _forced():
-    """Whether the collection starting now was asked for rather than triggered by allocation."""
-    threshold = _get_threshold()[0]
-    return _get_count()[0] <= threshold or not threshold or not _isenabled()
-
-
 def _asked():
     """(the program's line, the installed package's line it came through or None) for the
     collection starting now, which the program asked for: (None, None) when no line can be told;
@@ -209,19 +214,6 @@ def _asked():
     if frame is not None and own(frame.f_code.co_filename):
         return None
     return user_site_via(_frames(frame))
-
-
-class _Held:
-    """The collector held off for a few lines (its on/off state kept), so that no collection falls
-    between reading or zeroing our counts and reading the collector's."""
-
-    def __enter__(self):
-        self.enabled = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            gc.enable()
 
 
 def _collections():
