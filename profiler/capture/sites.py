@@ -12,14 +12,15 @@ import functools
 import itertools
 import os
 import sysconfig
-import tracemalloc
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the profiler's own code: everything in the package but profiler/workloads, the code being profiled
 # (one pattern: fnmatch's * crosses directories)
 _OWN = os.path.join(_PACKAGE, "[!w]*")
 # stacks whose most recent frame is in one of these are not the program's
-_EXCLUDE = (_OWN, tracemalloc.__file__, "<frozen importlib._bootstrap*>", "<unknown>")
+# (tracemalloc's file by its path: light capture, which names forced collections' lines, does not import it)
+_EXCLUDE = (_OWN, os.path.join(sysconfig.get_paths()["stdlib"], "tracemalloc.py"), "<frozen importlib._bootstrap*>",
+            "<unknown>")
 _WRAPPERS = os.path.join(_PACKAGE, "integrations", "*")
 _PACKAGES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep   # in a plain install, the packages lie under it
