@@ -245,13 +245,13 @@ def forced(records):
             sites[s["site"]] = sites.get(s["site"], 0.0) + s["pause_s"]
             via.setdefault(s["site"], s.get("via"))
     ranked = sorted(sites, key=lambda site: -sites[site])
-    forced, pause = np.sum([g["forced"] for g in gcs], axis=0), np.sum([g["forced_pause_s"] for g in gcs], axis=0)
+    counts, pause = np.sum([g["forced"] for g in gcs], axis=0), np.sum([g["forced_pause_s"] for g in gcs], axis=0)
     total = sum(sum(g["pause_s"]) for g in gcs)
     return Forced(share=float(pause.sum() / total) if total > 0 else 0.0, pause_s=float(pause.sum()),
-                  collections_per_epoch=(forced / len(gcs)).tolist(), site=ranked[0] if ranked else None,
-                  sites=ranked, via=via.get(ranked[0]) if ranked else None, collections=forced.tolist(),
+                  collections_per_epoch=(counts / len(gcs)).tolist(), site=ranked[0] if ranked else None,
+                  sites=ranked, via=via.get(ranked[0]) if ranked else None, collections=counts.tolist(),
                   generation=int(np.argmax(pause)),
-                  only=forced.sum() > 0 and forced.sum() == sum(sum(g["collections"]) for g in gcs))
+                  only=bool(counts.sum() > 0 and counts.sum() == sum(sum(g["collections"]) for g in gcs)))
 
 
 def forced_leads(evidence):

@@ -5,9 +5,9 @@ A collection is "forced" when the program asked for it (gc.collect(), or PyGC_Co
 extension) rather than allocation triggering it. CPython starts one of its own only when generation
 0's count passes its threshold with collection enabled, so a collection that starts with the
 collector off, its first threshold 0, or the count at or under the threshold was asked for. Two
-cases read as CPython's own: a gc.collect() just after gc.enable(), once more containers were made
-while the collector was off than that threshold; and, from 3.12 (which starts its own at the eval
-loop's next check), rarely one whose count objects freed in between brought back under it. Forced
+kinds read as CPython's own: a gc.collect() just after gc.enable() or a lowering gc.set_threshold()
+left the count above the threshold; and, from 3.12 (which starts its own at the eval loop's next
+check), rarely one asked for while one of its own was due. Forced
 collections are counted apart, with the line of the program that made each and the installed
 package's line it came through, if any (sites.user_site_via, at the collection's start and outside
 its timed pause): a gc.collect() every step is a remedy of its own (remove it), not the
