@@ -81,8 +81,8 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
     # the collector off (gc.disable()), the program collecting by itself: no "not at all"
     d = run("off", forced=(20, 1, 37), forced_pause=(0.001, 0.0, 0.040), forced_sites={site: (58, 0.041)})
     assert d.findings[0].evidence.forced.only
-    assert "CPython runs none of its own (the collector is off): collect less often, or call gc.freeze()" \
-        in text.remedy(d.findings[0])
+    assert "CPython ran none of its own. If the collector is off (gc.disable()), collect less often, or call " \
+           "gc.freeze()" in text.remedy(d.findings[0])
     # one call an epoch: less often is every few epochs
     d = run("once", forced=(0, 0, 1), forced_pause=(0.0, 0.0, 0.030), forced_sites={site: (1, 0.030)})
     assert "call it less often (every few epochs) or not at all" in text.remedy(d.findings[0])
@@ -622,6 +622,18 @@ def test_epochs_that_swing_between_two_speeds_are_not_called_steady(tmp_path):
     assert d.epoch_time.swings and not d.epoch_time.steady and not d.epoch_time.slowdown
     assert text.verdict(d).startswith("Epoch time swings too much to tell a trend: median epoch time 18.00 ms early, "
                                       "150.00 ms late (late / early 8.33, but no sustained trend;")
+
+
+def test_the_programs_own_calls_under_a_manual_policy_are_theirs_not_the_policys(tmp_path):
+    import json
+    records = [epoch(i, 0.050, pause=(0.0, 0.0, 0.040), collections=(0, 0, 37), forced=(0, 0, 36),
+                     forced_pause=(0.0, 0.0, 0.039), forced_sites={"/home/u/train.py:88": (36, 0.039)}) for i in range(30)]
+    run = write_run(tmp_path / "run", records)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({**meta, "options": {"gc_policy": "manual:50"}}))
+    remedy = text.remedy(analyze(run).findings[0])
+    assert remedy.startswith("97.5% of this pause is the program's own gc.collect() calls (at /home/u/train.py:88)")
+    assert "since --gc-policy manual:50 collects already" in remedy and "CPython collects on its own" not in remedy
 
 
 def test_a_manual_gc_policys_own_collections_get_its_remedy(tmp_path):

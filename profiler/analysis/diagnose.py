@@ -158,7 +158,7 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced),
-             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site, forced),
+             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site, forced, policy),
              fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,

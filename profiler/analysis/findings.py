@@ -73,7 +73,8 @@ class Forced:
     via: str | None = None          # the installed package's line the first site's came through, if any
     collections: list = field(default_factory=lambda: [0, 0, 0])   # over the run, per generation
     generation: int = 2             # the generation with the most of their pause
-    only: bool = False              # CPython made no collection of its own (the collector off, or thresholds never met)
+    only: bool = False              # CPython made no collection of its own (the collector off, or the calls keep
+                                    # its threshold from being reached)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class PauseGrowth:
     objects: Objects | None
     site: str | None
     forced: Forced | None = None
+    policy: str | None = None       # the run's --gc-policy
 
 
 @dataclass
@@ -282,7 +284,7 @@ def gc_spikes(spikes, objs, site, policy=None, forced=None):
                    GcSpikes(spikes, spikes.total / paused, objs, site, policy, forced))
 
 
-def pause_growth(events, records, spikes, objs, site, forced=None):
+def pause_growth(events, records, spikes, objs, site, forced=None, policy=None):
     """Full collections that take longer with uptime: from gc_events.bin when it holds enough of
     them, else from each epoch's mean generation-2 pause. The growth that falls inside spikes is
     the spikes' time already; time_fraction is the rest."""
@@ -319,7 +321,8 @@ def pause_growth(events, records, spikes, objs, site, forced=None):
     return Finding("gc", "gc-growing-pauses", excess * max(1 - in_spikes, 0.0) / wall_s if wall_s > 0 else 0.0,
                    PauseGrowth(source=source, collections=len(y), first_s=trend.start, last_s=trend.end, change=change,
                                growth_s_per_hour=trend.slope * 3600, uptime_s=float(x[-1]),
-                               hours_to_one_second=hours, excess_s=excess, objects=objs, site=site, forced=forced))
+                               hours_to_one_second=hours, excess_s=excess, objects=objs, site=site, forced=forced,
+                               policy=policy))
 
 
 def gc_steady(records, spikes, growth_s, objs, site, policy=None, forced=None):

@@ -61,6 +61,7 @@ class GcTimer:
         self._n_events = 0
         self._start = 0              # the open collection's start; 0 when its start was not seen
         self._asked = None           # the open collection's (site, via) when the program asked for it, else None
+        self._open = None            # the open collection's generation, from its start until it is counted
         self._installed = None       # the bound method in gc.callbacks
         self._callbacks = None       # gc.callbacks as installed into (the collector's list, even if rebound)
         self._next_hook = None       # the unraisable hook that was in place before install()
@@ -87,6 +88,7 @@ class GcTimer:
 
     def _callback(self, phase, info):
         if phase == "start":
+            self._open = info["generation"]
             self._start = 0   # until this start is read whole
             # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
             threshold = _get_threshold()[0]
@@ -95,11 +97,13 @@ class GcTimer:
             self._start = _now()
             return
         start = self._start
-        if not start:   # an exception raised in its "start" call (see the module docstring)
+        gen = info["generation"]
+        if not start:   # an exception raised in its "start" call (see the module docstring): counted, not timed
+            self.collections[gen] += 1
+            self._open = None
             return
         self._start = 0
         pause = _now() - start
-        gen = info["generation"]
         self.pause_ns[gen] += pause
         self.collections[gen] += 1
         self.collected[gen] += info["collected"]
@@ -125,6 +129,7 @@ class GcTimer:
         steps = self.steps
         if steps is not None and steps.open_ns:
             steps.add_gc(gen, pause)
+        self._open = None
 
     def _hand_over(self):
         data = self.take_events()
@@ -164,32 +169,40 @@ class GcTimer:
             sys.unraisablehook = self._next_hook
 
     def take(self):
-        """The GC record since the last take or reset (the epoch record's 'gc' field), and reset."""
+        """The GC record since the last take or reset (the epoch record's 'gc' field), and reset.
+        Our counts are swapped for new ones first, so the record holds still. The collector's count
+        is then read with automatic collection held off (reading it allocates) until it agrees with
+        what the new counts hold, which another thread's gc.collect() in between may add to; a
+        collection still open in another thread is not a missed one."""
+        pause_ns, collections, max_pause_ns = self.pause_ns, self.collections, self.max_pause_ns
+        collected, uncollectable = self.collected, self.uncollectable
+        forced, forced_pause_ns, forced_sites = self.forced, self.forced_pause_ns, self.forced_sites
+        self._zero()
         enabled = _isenabled()
-        gc.disable()   # no collection between reading the collector's count and zeroing ours (_collections allocates)
+        gc.disable()
         try:
-            now = _collections()
-            record = {
-                "pause_s": [ns / 1e9 for ns in self.pause_ns],
-                "collections": self.collections,
-                "collected": self.collected,
-                "uncollectable": self.uncollectable,
-                "max_pause_s": self.max_pause_ns / 1e9,
-            }
-            if TELLS_FORCED:
-                record.update(forced=self.forced, forced_pause_s=[ns / 1e9 for ns in self.forced_pause_ns])
-            if self.forced_sites:
-                ranked = sorted(self.forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
-                record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
-                                           "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
-            if sum(now) > sum(self._stats) + sum(self.collections):   # the program took the callback out for a while
-                record["missed"] = [max(n - then - counted, 0)
-                                    for n, then, counted in zip(now, self._stats, self.collections)]
-            self._stats = now
-            self._zero()
+            while True:
+                since = self.collections[:]
+                now = _collections()
+                if self.collections == since:
+                    break
         finally:
             if enabled:
                 gc.enable()
+        record = {"pause_s": [ns / 1e9 for ns in pause_ns], "collections": collections, "collected": collected,
+                  "uncollectable": uncollectable, "max_pause_s": max_pause_ns / 1e9}
+        if TELLS_FORCED:
+            record.update(forced=forced, forced_pause_s=[ns / 1e9 for ns in forced_pause_ns])
+        if forced_sites:
+            ranked = sorted(forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
+            record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
+                                       "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+        # one open in another thread may be in the collector's count and not yet in ours
+        missed = [max(n - then - old - new - (g == self._open), 0)
+                  for g, (n, then, old, new) in enumerate(zip(now, self._stats, collections, since))]
+        if any(missed):   # the program took the callback out of gc.callbacks for a while
+            record["missed"] = missed
+        self._stats = [n - new for n, new in zip(now, since)]
         return record
 
     def take_events(self):

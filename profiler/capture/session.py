@@ -327,7 +327,7 @@ class Session:
         index = options.epoch_index(index, self._last)
         self._epoch = index
         self._steps.start_epoch(index)
-        self.gc_timer.rehook()   # removed between epochs: nothing of an epoch was lost
+        self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
         self.gc_timer.reset()
         self.ops.take()   # discard what ran between epochs
         self._start_ns = _now()

@@ -100,14 +100,18 @@ def _forced(f):
             + (f", at {_forced_lines(f)}" if f.site else "") + ")")
 
 
-def _forced_remedy(f):
-    """What to do about collections the program asks for itself."""
+def _forced_remedy(f, policy=None):
+    """What to do about collections the program asks for itself (policy: the run's --gc-policy)."""
     text = f"{pct(f.share)} of this pause is the program's own gc.collect() calls" + (
         f" (at {_forced_lines(f)})" if f.site else "")
-    if f.only:   # the collector is off: these are all the collections there are
-        return (text + ", and CPython runs none of its own (the collector is off): collect less often, or call "
-                "gc.freeze() once set-up is done so each collection walks only what training keeps.")
     often = "once an epoch, or every few hundred steps" if sum(f.collections_per_epoch) > 1 else "every few epochs"
+    if (policy or "").startswith("manual:"):
+        return text + f": call it less often ({often}) or not at all, since --gc-policy {policy} collects already."
+    if f.only:   # these are all the collections there are: the collector is off, or they keep its threshold unmet
+        return (text + ", and CPython ran none of its own. If the collector is off (gc.disable()), collect less "
+                "often, or call gc.freeze() once set-up is done so each collection walks only what training keeps; "
+                "if it is on, the calls keep its threshold from being reached, and it would collect on its own "
+                "without them.")
     text += f": call it less often ({often}) or not at all, since CPython collects on its own"
     if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
         text += ("; if it is there to free memory, call gc.freeze() once set-up is done so each call walks only what "
@@ -197,13 +201,13 @@ def remedy(f):
         return rank_text.straggler_remedy(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_remedy(e)
+    if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):
+        return _forced_remedy(e.forced, e.policy)
     if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
         return (f"These are --gc-policy {e.policy}'s own collections (a full gc.collect() every "
                 f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
                 f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
                 + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
-    if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):
-        return _forced_remedy(e.forced)
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
         young = ("the youngest generation's collections, which run every gc.get_threshold()[0] container "
@@ -237,7 +241,7 @@ def remedy(f):
                     "then drop that reference or bound its container; gc.freeze() after set-up takes what set-up made "
                     "out of every collection.")
         if fnd.forced_leads(e):
-            text += " And " + _forced_remedy(e.forced)
+            text += " And " + _forced_remedy(e.forced, e.policy)
         return text
     if f.pattern == "allocation-growth":
         site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
