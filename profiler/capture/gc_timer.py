@@ -197,11 +197,12 @@ class GcTimer:
             ranked = sorted(forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
             record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
                                        "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
-        # one open in another thread may be in the collector's count and not yet in ours
-        missed = [max(n - then - old - new - (g == self._open), 0)
-                  for g, (n, then, old, new) in enumerate(zip(now, self._stats, collections, since))]
-        if any(missed):   # the program took the callback out of gc.callbacks for a while
-            record["missed"] = missed
+        if sum(now) > sum(self._stats) + sum(collections) + sum(since):   # the callback was out for a while, or...
+            # ...one open in another thread is in the collector's count and not yet in ours
+            missed = [max(n - then - old - new - (g == self._open), 0)
+                      for g, (n, then, old, new) in enumerate(zip(now, self._stats, collections, since))]
+            if any(missed):
+                record["missed"] = missed
         self._stats = [n - new for n, new in zip(now, since)]
         return record
 
