@@ -105,6 +105,13 @@ def no_overlap(out_name, out, inputs, in_place=()):
                          f"reading it: pass a separate buffer{allowed}")
 
 
+def flag(name, v):
+    """A bool (numpy's too) as a Python bool: a string or None would read as true or false unnoticed."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {_given(v)}")
+    return bool(v)
+
+
 def number(name, v):
     """A real number as a Python float (numba types those faster than numpy scalars)."""
     if not isinstance(v, numbers.Real) or isinstance(v, bool):

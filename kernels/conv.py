@@ -62,7 +62,7 @@ import numpy as np
 from numba import prange, uint64
 
 from . import _isa
-from ._checks import check_layout, check_workspace, f32, no_overlap, out_buffer, positive_int, shape4
+from ._checks import check_layout, check_workspace, f32, flag, no_overlap, out_buffer, positive_int, shape4
 from ._copies import TRANSPOSE_BLOCK, copy, prefetch_write, transpose
 from ._jit import helper, kernel
 from ._tile import J, P, block as block_of, lanes_block, machine_chosen, rows_block, tile, tiled
@@ -1187,6 +1187,7 @@ def conv2d_backward(x, w, dy, *, layout, stride=1, padding="valid", out=None, wo
     """
     plan = _Plan(x, w, layout, stride, padding, workspace, block)
     blk = plan.blk
+    need_dx = flag("need_dx", need_dx)
     dy = f32("dy", dy, 4)
     if dy.shape != plan.y_shape:
         raise ValueError(f"dy has shape {dy.shape}, but conv2d of x {plan.x.shape} with w {plan.w.shape} "

@@ -26,6 +26,8 @@ w = np.zeros((3, 3, 3, 4), np.float32)
     (lambda: K.conv2d_forward(x4, w, layout="NCHW", padding="full"), ValueError, ["padding", "'full'"]),
     (lambda: K.conv2d_backward(x4, w, np.zeros((2, 4, 4, 4), np.float32), layout="NCHW"), ValueError,
      ["dy", "(2, 4, 4, 4)", "(2, 4, 3, 3)"]),
+    (lambda: K.conv2d_backward(x4, w, np.zeros((2, 4, 3, 3), np.float32), layout="NCHW", need_dx="no"), TypeError,
+     ["need_dx", "True or False", "str 'no'"]),
     (lambda: K.conv2d_forward(x4, w, layout="NCHW", out=np.zeros((2, 4, 3, 3), np.float64)), ValueError,
      ["out", "float32", "(2, 4, 3, 3)"]),
     (lambda: K.broadcast_add_forward(x4, np.zeros(4, np.float32), layout="NCHW"), ValueError,
