@@ -114,6 +114,94 @@ def test_collections_hidden_from_the_callback_are_counted_and_the_callback_comes
                      r"of gc.callbacks", " ".join(run.problems))
 
 
+def test_another_callback_that_frees_objects_does_not_make_automatic_collections_read_as_asked_for(tmp_path):
+    # a callback before the Session's that empties a cache at each start: read after it, generation 0's count
+    # was back under the threshold, and every automatic collection read as a gc.collect() (27.5 an epoch)
+    class Cached:
+        __slots__ = ("x",)
+    cache = {}
+
+    def drop_cache(phase, info):
+        if phase == "start":
+            cache.clear()
+    gc.callbacks.append(drop_cache)
+    try:
+        with Session(tmp_path / "run") as session:
+            for e in range(3):
+                with session.epoch(e):
+                    for i in range(20000):
+                        cache[i % 50] = Cached()
+                        a = []
+                        a.append(a)   # cyclic garbage: generation-0 collections
+    finally:
+        gc.callbacks.remove(drop_cache)
+    for r in records(tmp_path / "run"):
+        assert r["gc"]["collections"][0] > 10 and r["gc"]["forced"] == [0, 0, 0]
+
+
+def test_a_second_copy_of_the_callback_restored_by_the_program_counts_nothing_twice(tmp_path):
+    # the program saves the callbacks, clears them, and puts its copy back after the next epoch began (and
+    # the callback with it): it is in the list twice until the epoch ends, and each collection counted once
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            saved = gc.callbacks[:]
+            gc.callbacks.clear()
+        with session.epoch(1):
+            gc.callbacks.extend(saved)
+            twice = [cb for cb in gc.callbacks if getattr(cb, "__self__", None) is session.gc_timer]
+            gc.collect()
+        with session.epoch(2):
+            once = [cb for cb in gc.callbacks if getattr(cb, "__self__", None) is session.gc_timer]
+            gc.collect()
+    assert len(twice) == 2 and len(once) == 1
+    run = read_run(tmp_path / "run")
+    assert [r["gc"]["collections"][2] for r in run.epochs] == [0, 1, 1] and run.problems == []
+    assert [r["gc"]["forced"][2] for r in run.epochs] == [0, 1, 1]
+
+
+def test_collections_are_counted_when_the_program_rebinds_gc_callbacks_before_the_session(tmp_path):
+    # `gc.callbacks = []` rebinds the module's name; the collector keeps calling its own list
+    collectors = gc.callbacks
+    gc.callbacks = []
+    try:
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                gc.collect()
+    finally:
+        gc.callbacks = collectors
+    run = read_run(tmp_path / "run")
+    assert run.epochs[0]["gc"]["collections"][2] == 1 and "missed" not in run.epochs[0]["gc"]
+    assert not [cb for cb in collectors if getattr(cb, "__self__", None) is session.gc_timer]
+
+
+def test_a_gc_collect_at_the_recursion_limit_is_counted_and_prints_nothing(tmp_path):
+    # a few frames under the limit the callback's site lookup, or the callback itself, cannot run: the
+    # collection is counted as asked for (with no line) or left untimed, and no error of ours is printed
+    code = f"""if True:
+        import gc, sys
+        from profiler import Session
+        def depth():
+            f, n = sys._getframe(), 0
+            while f:
+                f, n = f.f_back, n + 1
+            return n
+        def down(margin):
+            if depth() < sys.getrecursionlimit() - margin:
+                return down(margin)
+            gc.collect()
+        with Session({str(tmp_path / "run")!r}) as session:
+            for margin in range(1, 9):
+                with session.epoch():
+                    down(margin)
+        """
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0 and proc.stderr == ""
+    run = read_run(tmp_path / "run")
+    assert len(run.epochs) == 8 and run.problems == []
+    assert all(r["gc"]["collections"][2] == 1 and r["gc"]["forced"][2] == 1 for r in run.epochs)
+
+
 def test_another_threads_collections_while_epochs_end_are_not_missed_ones(tmp_path):
     # a thread calling gc.collect(0) back to back: one may be open, or land, while the epoch's record is
     # taken (146 of 1,000 such epochs read one missed collection before take() allowed for an open one)

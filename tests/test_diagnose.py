@@ -91,6 +91,14 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
                                                      forced=(300, 0, 0), forced_pause=(0.025, 0.0, 0.0))
                                                for i in range(30)]))
     assert d.findings[0].evidence.forced.generation == 0 and "gc.freeze()" not in text.remedy(d.findings[0])
+    # ...nor when they are all the collections there are, which leaves CPython nothing to do (no "it would collect")
+    d = analyze(write_run(tmp_path / "young-only", [epoch(i, 0.050, pause=(0.030, 0.0, 0.0), collections=(100, 0, 0),
+                                                          forced=(100, 0, 0), forced_pause=(0.030, 0.0, 0.0))
+                                                    for i in range(30)]))
+    remedy = text.remedy(d.findings[0])
+    assert d.findings[0].evidence.forced.only and "gc.freeze()" not in remedy and "would collect" not in remedy
+    assert remedy.endswith("collect less often; if it is on, the calls reset its count before the threshold is "
+                           "reached, and without them collecting is left to CPython.")
     # none asked for: the automatic collections' remedy, and no word of gc.collect() in the evidence
     d = run("automatic", forced=(0, 0, 0), forced_pause=(0.0, 0.0, 0.0))
     f = d.findings[0]

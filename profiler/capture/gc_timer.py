@@ -15,9 +15,13 @@ thresholds' or gc.freeze()'s. The profiler's own (--gc-policy manual:N) are not 
 they count as CPython's. A free-threaded build starts its own on other counts, so there no
 collection is told apart and the records have no "forced".
 
-A program can remove the callback (gc.callbacks.clear()) and so hide collections from it. Each
-epoch's record says how many the callback missed ("missed", from gc.get_stats()), and `rehook()`,
-at each epoch's start and end, puts the callback back.
+The callback goes first in the collector's list, so the count it reads at a start is the
+collector's own, before another callback frees objects (one that empties a cache made every
+automatic collection read as asked for). A program can remove it (gc.callbacks.clear()) and so hide
+collections from it. Each epoch's record says how many the callback missed ("missed", from
+gc.get_stats()), and `rehook()`, at each epoch's start and end, puts it back first, and once (a
+program that restores a saved copy of the list adds it a second time; until then the second
+copy's calls are told by their info dict, which the collector builds once a phase, and skipped).
 
 The callback runs inside the collector, so it only adds to counters and packs an event into a
 preallocated buffer (GC_EVENT, 17 bytes; 4096 of them between writes). The Session writes the
@@ -62,8 +66,9 @@ class GcTimer:
         self._start = 0              # the open collection's start; 0 when its start was not seen
         self._asked = None           # the open collection's (site, via) when the program asked for it, else None
         self._open = None            # the open collection's generation, from its start until it is counted
+        self._info = None            # the info of the phase last seen: a second copy of ours gets the same dict
         self._installed = None       # the bound method in gc.callbacks
-        self._callbacks = None       # gc.callbacks as installed into (the collector's list, even if rebound)
+        self._callbacks = None       # the collector's list installed into (_CALLBACKS)
         self._next_hook = None       # the unraisable hook that was in place before install()
         self._stats = _collections()   # the collector's own count where ours starts (take() compares them)
         self._zero()
@@ -87,13 +92,19 @@ class GcTimer:
         self.forced_sites = {}       # (site, via) -> [collections, pause_ns]
 
     def _callback(self, phase, info):
+        if info is self._info:   # a second copy of ours in the list: the collector builds one info a phase
+            return
+        self._info = info
         if phase == "start":
             self._open = info["generation"]
             self._start = 0   # until this start is read whole
             # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
-            threshold = _get_threshold()[0]
-            self._asked = (_asked() if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold
-                                                         or not _isenabled()) else None)
+            try:
+                threshold = _get_threshold()[0]
+                self._asked = (_asked() if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold
+                                                             or not _isenabled()) else None)
+            except RecursionError:   # within a few frames of the recursion limit: counted as asked for, no line
+                self._asked = (None, None)
             self._start = _now()
             return
         start = self._start
@@ -139,7 +150,14 @@ class GcTimer:
             self.events_dropped += len(data) // GC_EVENT.size
 
     def _unraisable(self, unraisable):
-        if unraisable.object is self._installed and _from_a_signal(unraisable.exc_value, unraisable.exc_traceback):
+        ours = unraisable.object is self._installed
+        if ours and isinstance(unraisable.exc_value, RecursionError):   # called at the program's recursion limit:
+            return   # that collection is counted, untimed, and nothing is printed, as without the profiler
+        try:
+            signal = ours and _from_a_signal(unraisable.exc_value, unraisable.exc_traceback)
+        except RecursionError:   # at the recursion limit: a signal's exception there is lost, as without us
+            signal = False
+        if signal:
             self._start = 0   # the collection it interrupted is not timed
             _thread.start_new_thread(_raise_again, (_thread.get_ident(), unraisable.exc_value))
         else:
@@ -148,21 +166,25 @@ class GcTimer:
     def install(self):
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        self._installed, self._callbacks = self._callback, gc.callbacks
+        self._installed, self._callbacks = self._callback, _CALLBACKS
         self._zero()
-        self._callbacks.append(self._installed)
+        self._callbacks.insert(0, self._installed)
         # where ours starts: the collector's count less ours, read first (one in between counts in both,
         # one after the snapshot in ours only: the baseline may be one high, never low)
         counted = self.collections[:]
         self._stats = [s - c for s, c in zip(_collections(), counted)]
 
     def rehook(self):
-        """Put the callback back if the program removed it."""
-        if self._installed not in self._callbacks:
-            self._callbacks.append(self._installed)
+        """Put the callback back first, and once, if the program removed it, put another before it, or
+        added it again (the module docstring)."""
+        callbacks, installed = self._callbacks, self._installed
+        if callbacks[:1] != [installed] or callbacks.count(installed) > 1:
+            while installed in callbacks:
+                callbacks.remove(installed)
+            callbacks.insert(0, installed)
 
     def uninstall(self):
-        callbacks = self._callbacks if self._callbacks is not None else gc.callbacks
+        callbacks = self._callbacks if self._callbacks is not None else _CALLBACKS
         while self._callback in callbacks:
             callbacks.remove(self._callback)
         if sys.unraisablehook == self._unraisable:   # else a later hook holds ours: it passes everything on
@@ -216,6 +238,7 @@ class GcTimer:
 
 
 _get_count, _get_threshold, _isenabled = gc.get_count, gc.get_threshold, gc.isenabled
+_CALLBACKS = gc.callbacks   # the list the collector calls, kept should the program rebind gc.callbacks
 
 
 def _asked():

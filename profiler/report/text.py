@@ -109,9 +109,10 @@ def _forced_remedy(f, policy=None):
         return text + f": call it less often ({often}) or not at all, since --gc-policy {policy} collects already."
     if f.only:   # these are all the collections there are: the collector is off, or they keep its threshold unmet
         return (text + ", and CPython ran none of its own. If the collector is off (gc.disable()), collect less "
-                "often, or call gc.freeze() once set-up is done so each collection walks only what training keeps; "
-                "if it is on, the calls keep its threshold from being reached, and it would collect on its own "
-                "without them.")
+                "often" + (", or call gc.freeze() once set-up is done so each collection walks only what training "
+                           "keeps" if f.generation == 2 else "")
+                + "; if it is on, the calls reset its count before the threshold is reached, and without them "
+                "collecting is left to CPython.")
     text += f": call it less often ({often}) or not at all, since CPython collects on its own"
     if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
         text += ("; if it is there to free memory, call gc.freeze() once set-up is done so each call walks only what "

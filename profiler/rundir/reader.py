@@ -229,7 +229,8 @@ def read_run(path):
     if missed:
         problems.append(f"{sum(missed.values()):,} collections in epoch{'s' if len(missed) > 1 else ''} "
                         f"{listed(missed, 3)} were not timed: the program took the profiler's callback out of "
-                        f"gc.callbacks for a while, and the GC pauses leave them out")
+                        f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
+                        f"was imported), and the GC pauses leave them out")
     run = Run(path, meta, epochs, problems)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
