@@ -347,3 +347,16 @@ def test_scaling_into_a_directory_that_holds_its_runs_already_stops_before_any_r
     html = tmp_path / "new" / "max-8" / "meta.json"   # the page would replace a run scaling reads at its end
     assert cli.main(["scaling", "mlp", "--max-epochs", "4,8", "--out", str(tmp_path / "new"), "--html", str(html)]) == 2
     assert "is a record of the run" in capsys.readouterr().err
+
+
+def test_collections_a_run_did_not_time_are_noted_without_calling_it_incomplete(tmp_path):
+    ops = {("conv2d_forward", NHWC): 0.004}
+    records = [epoch(i, 0.010, ops=ops, collections=(3, 0, 1)) for i in range(8)]
+    records[5]["gc"]["missed"] = [0, 0, 2]   # the program took the callback out for a while
+    a = write_run(tmp_path / "a", records, meta={"label": "hidden"})
+    b = run_with_ops(tmp_path / "b", ops, 0.010, meta={"label": "plain"})
+    c = compare(a, b)
+    assert c.a.problems == [] and c.a.cautions and c.b.cautions == []
+    words = text.comparison_verdict(c)
+    assert "incomplete" not in words and "Note: in hidden, 2 collections in epoch 5 were not timed" in words
+    assert json_out.to_plain(c)["a"]["cautions"] == c.a.cautions

@@ -1,7 +1,9 @@
 """analyze() on synthetic runs with known answers: each finding, its time and evidence, and runs
 that must get no finding."""
 
+import dataclasses
 import gc
+from types import SimpleNamespace
 import subprocess
 import sys
 import warnings
@@ -120,6 +122,13 @@ def test_gc_collect_calls_lead_the_spikes_remedy_only_if_they_can_be_the_spikes(
     assert not findings.forced_leads(SimpleNamespace(forced=forced(10), spikes=spikes))
     assert findings.forced_leads(SimpleNamespace(forced=forced(40), spikes=spikes))
     assert findings.forced_leads(SimpleNamespace(forced=forced(10)))   # steady GC: the share alone
+    # --gc-policy manual:N collects between steps with automatic collection off: a step's collection is the program's
+    steps = SimpleNamespace(unit="step", generation=2, count_by_generation=[0, 0, 40])
+    low = dataclasses.replace(forced(10), share=0.3)   # the policy's own collections take most of the pause
+    assert findings.forced_leads(SimpleNamespace(forced=low, spikes=steps, policy="manual:5"))
+    assert not findings.forced_leads(SimpleNamespace(forced=low, spikes=steps, policy=None))
+    assert not findings.forced_leads(SimpleNamespace(forced=dataclasses.replace(low, collections=[0, 0, 0]), spikes=steps,
+                                                     policy="manual:5"))
 
 
 def test_a_gc_collect_every_few_steps_is_named_as_the_spikes_cause(tmp_path):
@@ -655,3 +664,39 @@ def test_a_manual_gc_policys_own_collections_get_its_remedy(tmp_path):
     assert text.remedy(f).startswith("These are --gc-policy manual:50's own collections (a full gc.collect() every 50 "
                                      "steps, automatic collection off): collect less often")
     assert "gc.set_threshold" not in text.remedy(f)   # automatic collection is off: thresholds do nothing
+
+
+def _with_policy(run, policy):
+    import json
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({**meta, "options": {"gc_policy": policy}}))
+    return run
+
+
+def test_a_manual_policys_remedy_names_the_programs_own_calls_beside_it(tmp_path):
+    # 12 full collections an epoch: the policy's 8 and the program's 4 (a third of the pause)
+    records = [epoch(i, 0.050, pause=(0.0, 0.0, 0.036), collections=(0, 0, 12), forced=(0, 0, 4),
+                     forced_pause=(0.0, 0.0, 0.012), forced_sites={"/home/u/train.py:16": (4, 0.012)}) for i in range(30)]
+    f = analyze(_with_policy(write_run(tmp_path / "run", records), "manual:2")).findings[0]
+    assert f.pattern == "gc-steady" and not findings.forced_leads(f.evidence)
+    assert text.remedy(f).startswith("Most of these are --gc-policy manual:2's own collections")
+    assert text.remedy(f).endswith("; the rest, 33.3% of the pause, is the program's own gc.collect() calls (at "
+                                   "/home/u/train.py:16): remove them, since the policy collects already.")
+    # its step spikes: automatic collection is off and the policy collects between steps, so they are the program's
+    spikes = dataclasses.replace(f, pattern="gc-spikes", evidence=SimpleNamespace(
+        forced=f.evidence.forced, policy="manual:2", spikes=SimpleNamespace(unit="step", generation=2,
+                                                                            count_by_generation=[0, 0, 4])))
+    assert text.remedy(spikes) == ("The spikes are the program's own gc.collect() calls (at /home/u/train.py:16), as "
+                                   "the policy collects only between steps, with automatic collection off: call it less "
+                                   "often (once an epoch, or every few hundred steps) or not at all, since --gc-policy "
+                                   "manual:2 collects already.")
+
+
+def test_the_programs_calls_under_gc_policy_off_are_the_only_collections(tmp_path):
+    records = [epoch(i, 0.050, pause=(0.0, 0.0, 0.030), collections=(0, 0, 4), forced=(0, 0, 4),
+                     forced_pause=(0.0, 0.0, 0.030), forced_sites={"/home/u/train.py:16": (4, 0.030)}) for i in range(30)]
+    f = analyze(_with_policy(write_run(tmp_path / "run", records), "off")).findings[0]
+    remedy = text.remedy(f)
+    assert remedy == ("100.0% of this pause is the program's own gc.collect() calls (at /home/u/train.py:16), the only "
+                      "collections with --gc-policy off: call it less often (once an epoch, or every few hundred "
+                      "steps), or call gc.freeze() once set-up is done so each call walks only what training keeps.")

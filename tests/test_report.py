@@ -291,3 +291,26 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
     assert {p: p.read_bytes() for p in kept} == kept
     assert cli.main(["report", str(run), "--html", str(run / "report.html")]) == 0   # beside the records: fine
     assert (run / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
+    # the epoch time, the collector's cost and the program's own gc.collect() calls, as in the text table
+    from profiler.analysis import compare
+    ops = {("conv", (("layout", "NHWC"),)): 0.004}
+    a = write_run(tmp_path / "a", [epoch(i, 0.020, ops=ops, pause=(0.0, 0.0, 0.008), collections=(0, 0, 4),
+                                         forced=(0, 0, 4), forced_pause=(0.0, 0.0, 0.008)) for i in range(8)],
+                  meta={"label": "collects"})
+    b = write_run(tmp_path / "b", [epoch(i, 0.012, ops=ops, pause=(0.0, 0.0, 0.0), collections=(0, 0, 0),
+                                         forced=(0, 0, 0), forced_pause=(0.0, 0.0, 0.0)) for i in range(8)],
+                  meta={"label": "plain"})
+    c = compare(a, b)
+    rows = text.run_rows(c)
+    assert [r[0] for r in rows] == ["epoch (ms)", "mean epoch, spikes included (ms)", "mean GC per epoch (ms)",
+                                    "mean full collections per epoch", "mean gc.collect() calls per epoch"]
+    assert rows[4][1:3] == ("4.0", "0.0")
+    table = text.comparison(c).splitlines()
+    for name, x, y, _ in rows:
+        assert any(line.startswith(name) and line[len(name):].split()[:2] == [x, y] for line in table)
+    page = html.render(comparisons=[c])
+    for name, x, y, _ in rows:
+        assert f"<td>{html_escape(name)}</td><td>{x}</td><td>{y}</td>" in page

@@ -39,6 +39,7 @@ class RunSide:
     scenario: str | None = None  # the built-in scenario it ran (mlp, mnist-cnn, ...), when it ran one
     problems: list = field(default_factory=list)   # why the run is incomplete (rundir.Run.problems)
     untimed_s: float = 0.0  # the median epoch's time that no op covers (nested ops make it a lower bound)
+    cautions: list = field(default_factory=list)   # what its records leave out (rundir.Run.cautions)
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _untimed(loaded, series):
 def _side(loaded, label, epoch_s, tags, series):
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
-                   _untimed(loaded, series))
+                   _untimed(loaded, series), list(loaded.run.cautions))
 
 
 def _tag_values(series):

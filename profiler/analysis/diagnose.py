@@ -92,6 +92,7 @@ class Diagnosis:
     stragglers: object = None   # multi-rank runs: ranks.Straggler or None
     rank_analysis: object = None  # multi-rank runs: ranks.RankAnalysis (per-rank summary, lost time)
     meta: dict = field(default_factory=dict)
+    cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
 
 
 def _training_events(run):
@@ -169,7 +170,7 @@ def analyze(run_dir):
     workers = [r["workers"] for r in records if r.get("workers")]
     return Diagnosis(
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,
-        problems=list(run.problems),
+        problems=list(run.problems), cautions=list(run.cautions),
         epoch_time=EpochTime(early_s, late_s, ratio, change, slowdown, faster, loaded.skipped,
                              steady=trendless and _within(ratio)
                              and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,

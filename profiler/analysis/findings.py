@@ -260,11 +260,16 @@ def forced_leads(evidence):
     """Whether a GC finding's remedy is the program's own gc.collect() calls': they take FORCED_LEADS
     of the GC pause and, for spikes, hold at least half of those with a collection of the spikes'
     generation (one gc.collect() an epoch outside the steps does not make automatic collections'
-    spikes its own)."""
+    spikes its own). Under --gc-policy manual:N, which turns automatic collection off and collects
+    between steps, a collection inside a step is the program's: the step spikes' remedy is theirs
+    whenever they asked for one of the spikes' generation."""
     f = evidence.forced
+    spikes = getattr(evidence, "spikes", None)
+    manual = (getattr(evidence, "policy", None) or "").startswith("manual:")
+    if f is not None and spikes is not None and manual and spikes.unit == "step" and f.collections[spikes.generation]:
+        return True
     if f is None or f.share < FORCED_LEADS:
         return False
-    spikes = getattr(evidence, "spikes", None)
     return spikes is None or 2 * f.collections[spikes.generation] >= spikes.count_by_generation[spikes.generation]
 
 

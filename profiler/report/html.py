@@ -87,7 +87,9 @@ def comparison_section(c):
             for r in c.rows]
     return "\n".join([
         f"<h2>{html.escape(c.a.label)} vs {html.escape(c.b.label)}</h2>",
-        f"<p class=verdict>{html.escape(text.comparison_verdict(c))}</p>", _img(figures.ops_by_run(c)),
+        f"<p class=verdict>{html.escape(text.comparison_verdict(c))}</p>",
+        _table(["run", c.a.label, c.b.label, "ratio, or share of run time"], [list(row) for row in text.run_rows(c)]),
+        _img(figures.ops_by_run(c)),
         _table(["op", f"{c.a.label} ms", f"{c.b.label} ms", "ratio", "share A", "share B",
                 f"{c.a.label} epoch at {c.b.label} speed, ms"], rows)])
 

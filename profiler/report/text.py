@@ -100,13 +100,19 @@ def _forced(f):
             + (f", at {_forced_lines(f)}" if f.site else "") + ")")
 
 
-def _forced_remedy(f, policy=None):
-    """What to do about collections the program asks for itself (policy: the run's --gc-policy)."""
-    text = f"{pct(f.share)} of this pause is the program's own gc.collect() calls" + (
-        f" (at {_forced_lines(f)})" if f.site else "")
+def _forced_remedy(f, policy=None, spikes=False):
+    """What to do about collections the program asks for itself (policy: the run's --gc-policy;
+    spikes: the step spikes are theirs, though the policy's collections take most of the pause)."""
+    text = (("The spikes are" if spikes else f"{pct(f.share)} of this pause is") + " the program's own gc.collect() calls"
+            + (f" (at {_forced_lines(f)})" if f.site else "")
+            + (", as the policy collects only between steps, with automatic collection off" if spikes else ""))
     often = "once an epoch, or every few hundred steps" if sum(f.collections_per_epoch) > 1 else "every few epochs"
     if (policy or "").startswith("manual:"):
         return text + f": call it less often ({often}) or not at all, since --gc-policy {policy} collects already."
+    if policy == "off":   # the collector is off: these are all the collections there are
+        return (text + f", the only collections with --gc-policy off: call it less often ({often})"
+                + (", or call gc.freeze() once set-up is done so each call walks only what training keeps"
+                   if f.generation == 2 else "") + ".")
     if f.only:   # these are all the collections there are: the collector is off, or they keep its threshold unmet
         return (text + ", and CPython ran none of its own. If the collector is off (gc.disable()), collect less "
                 "often" + (", or call gc.freeze() once set-up is done so each collection walks only what training "
@@ -202,13 +208,18 @@ def remedy(f):
         return rank_text.straggler_remedy(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_remedy(e)
-    if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):
-        return _forced_remedy(e.forced, e.policy)
+    if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):   # under half the pause: manual:N's spikes
+        return _forced_remedy(e.forced, e.policy, spikes=e.forced.share < fnd.FORCED_LEADS)
     if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
-        return (f"These are --gc-policy {e.policy}'s own collections (a full gc.collect() every "
-                f"{e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often (a larger N), or "
-                f"freeze what set-up made (--gc-policy freeze) so each collection walks only what training keeps"
-                + (f"; and drop the references that keep what {e.site} allocates alive." if e.site else "."))
+        theirs = e.forced if e.forced is not None and e.forced.share >= fnd.FORCED_SHOWN else None
+        return (f"{'Most of these are' if theirs else 'These are'} --gc-policy {e.policy}'s own collections (a full "
+                f"gc.collect() every {e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often "
+                f"(a larger N), or freeze what set-up made (--gc-policy freeze) so each collection walks only what "
+                f"training keeps"
+                + (f"; and drop the references that keep what {e.site} allocates alive" if e.site else "")
+                + (f"; the rest, {pct(theirs.share)} of the pause, is the program's own gc.collect() calls"
+                   + (f" (at {_forced_lines(theirs)})" if theirs.site else "")
+                   + ": remove them, since the policy collects already" if theirs else "") + ".")
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
         young = ("the youngest generation's collections, which run every gc.get_threshold()[0] container "
@@ -374,6 +385,8 @@ def verdict(d):
         text += _no_finding(d)
     if d.problems:
         text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
+    if d.cautions:
+        text += " Note: " + "; ".join(d.cautions) + "."
     if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
         text += (" Note: these epochs are fixed time windows, so epoch time cannot change; mark real epochs "
                  "with profiler run --epoch-fn NAME (each call of NAME is an epoch) or session.epoch().")
@@ -497,6 +510,8 @@ def comparison_verdict(c):
     for side in (a, b):
         if side.problems:
             text += f" Note: {side.label} is incomplete ({'; '.join(side.problems)})."
+        if side.cautions:
+            text += f" Note: in {side.label}, {'; '.join(side.cautions)}."
     windowed = [side.label for side in (a, b) if side.windows]
     if windowed:
         text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
@@ -522,6 +537,25 @@ def comparison_verdict(c):
     return text
 
 
+def run_rows(c):
+    """The rows of the runs as a whole, above the ops: (name, A, B, note) as text: the epoch time (its
+    note the ratio), and where the collector matters its cost and the gc.collect() calls; the
+    --gc-policy if either run had one."""
+    a, b = c.a, c.b
+    rows = [("epoch (ms)", f"{a.epoch_s * 1e3:.2f}", f"{b.epoch_s * 1e3:.2f}", f"{c.ratio:5.2f}")]
+    if _gc_matters(a, b):
+        rows += [("mean epoch, spikes included (ms)", f"{a.gc.epoch_s * 1e3:.2f}", f"{b.gc.epoch_s * 1e3:.2f}", ""),
+                 ("mean GC per epoch (ms)", f"{a.gc.pause_s * 1e3:.2f}", f"{b.gc.pause_s * 1e3:.2f}",
+                  f"{pct(a.gc.share_total):>7s} {pct(b.gc.share_total):>8s} of run time"),
+                 ("mean full collections per epoch", f"{a.gc.full_collections:.1f}", f"{b.gc.full_collections:.1f}", "")]
+        asked = [side.gc.forced_collections for side in (a, b)]
+        if any(asked):
+            rows.append(("mean gc.collect() calls per epoch", *("-" if n is None else f"{n:.1f}" for n in asked), ""))
+    if a.gc.policy or b.gc.policy:
+        rows.append(("--gc-policy", a.gc.policy or "default", b.gc.policy or "default", ""))
+    return rows
+
+
 def comparison(c):
     if isinstance(c, RankComparison):
         return rank_text.comparison(c)
@@ -530,21 +564,9 @@ def comparison(c):
     labels = [op_label(r.op, r.tags) for r in c.rows]
     names = max([34] + [len(label) for label in labels])   # the first column fits the longest op
     lines = [_wrap(comparison_verdict(c)), "",
-             f"{'op':{names}s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed",
-             f"{'epoch (ms)':{names}s} {c.a.epoch_s * 1e3:{width}.2f} {c.b.epoch_s * 1e3:{width}.2f}   {c.ratio:5.2f}"]
-    if _gc_matters(c.a, c.b):
-        lines += [
-            f"{'mean epoch, spikes included (ms)':{names}s} {c.a.gc.epoch_s * 1e3:{width}.2f} {c.b.gc.epoch_s * 1e3:{width}.2f}",
-            f"{'mean GC per epoch (ms)':{names}s} {c.a.gc.pause_s * 1e3:{width}.2f} {c.b.gc.pause_s * 1e3:{width}.2f}"
-            f"   {pct(c.a.gc.share_total):>7s} {pct(c.b.gc.share_total):>8s} of run time",
-            f"{'mean full collections per epoch':{names}s} {c.a.gc.full_collections:{width}.1f} {c.b.gc.full_collections:{width}.1f}"]
-        asked = [side.gc.forced_collections for side in (c.a, c.b)]
-        if any(asked):
-            lines.append(f"{'mean gc.collect() calls per epoch':{names}s} "
-                         + " ".join(f"{n:{width}.1f}" if n is not None else f"{'-':>{width}s}" for n in asked))
-    policies = [side.gc.policy for side in (c.a, c.b)]
-    if any(policies):
-        lines.append(f"{'--gc-policy':{names}s} " + " ".join(f"{p or 'default':>{width}s}" for p in policies))
+             f"{'op':{names}s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed"]
+    lines += [f"{name:{names}s} {x:>{width}s} {y:>{width}s}" + (f"   {note}" if note else "")
+              for name, x, y, note in run_rows(c)]
     for r, label in zip(c.rows, labels):
         if r.only_in is not None:
             value = (r.a_s if r.only_in == "a" else r.b_s) * 1e3

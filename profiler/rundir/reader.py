@@ -30,6 +30,7 @@ class Run:
     meta: dict
     epochs: list
     problems: list = field(default_factory=list)  # why the run is incomplete, if it is
+    cautions: list = field(default_factory=list)  # what a whole run's records leave out (GC events, collections)
     kept_steps: int | None = None  # steps() stops here: the steps after the last epoch with a line are left out
 
     @property
@@ -211,7 +212,7 @@ def read_run(path):
     if meta["format"] != FORMAT:
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
     _check_meta(meta, meta_file)
-    problems = []
+    problems, cautions = [], []
     status = meta.get("status")
     if status == "running":
         problems.append("the run never finished (status still 'running'): it crashed, was killed, or is live")
@@ -222,16 +223,16 @@ def read_run(path):
         problems.append(f"{META} has status {status!r}, not one this profiler writes ({', '.join(STATUSES)})")
     dropped = meta.get("gc_events_dropped")
     if dropped:
-        problems.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
+        cautions.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
     missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
     if missed:
-        problems.append(f"{sum(missed.values()):,} collections in epoch{'s' if len(missed) > 1 else ''} "
+        cautions.append(f"{sum(missed.values()):,} collections in epoch{'s' if len(missed) > 1 else ''} "
                         f"{listed(missed, 3)} were not timed: the program took the profiler's callback out of "
                         f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
                         f"was imported), and the GC pauses leave them out")
-    run = Run(path, meta, epochs, problems)
+    run = Run(path, meta, epochs, problems, cautions)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
     _unlined_steps(run, step_epochs - lined, kept)
@@ -368,8 +369,8 @@ def _check_optional(record):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
     for key in ("forced", "missed"):   # absent, or counts
-        if key in gc and not _numbers(gc[key]):
-            return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
+        if key in gc and not _numbers(gc[key], check=_count):
+            return f"has gc.{key} {gc[key]!r}, not three counts (non-negative integers)"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
         return f"has gc.max_pause_s {_shown(gc['max_pause_s'])}, not {SECONDS}"
     forced = _check_forced(gc)
@@ -423,11 +424,15 @@ def _check_forced(gc):
     for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
         if any(p > w for p, w in zip(gc[part], gc[whole])):
             return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
+    if any(p and not n for n, p in zip(gc["forced"], gc["forced_pause_s"])):
+        return f"has gc.forced_pause_s {gc['forced_pause_s']!r}, a pause where gc.forced {gc['forced']!r} has no collection"
     sites = gc.get("forced_sites", [])
     if not (isinstance(sites, list) and all(
-            isinstance(i, dict) and isinstance(i.get("site"), str) and isinstance(i.get("via", ""), str)
+            isinstance(i, dict) and isinstance(i.get("site"), str) and i["site"] and isinstance(i.get("via", "x"), str)
+            and i.get("via", "x")
             and _count(i.get("collections")) and _seconds(i.get("pause_s")) for i in sites)):
-        return "has gc.forced_sites that is not a list of objects with site, collections and pause_s (and via)"
+        return ("has gc.forced_sites that is not a list of objects with a site, collections and pause_s (and a "
+                "via)")
     if sum(i["collections"] for i in sites) > sum(gc["forced"]):
         return "has gc.forced_sites counting more collections than gc.forced"
     return None
