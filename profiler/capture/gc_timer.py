@@ -178,7 +178,7 @@ class GcTimer:
         """Put the callback back first, and once, if the program removed it, put another before it, or
         added it again (the module docstring)."""
         callbacks, installed = self._callbacks, self._installed
-        if callbacks[:1] != [installed] or callbacks.count(installed) > 1:
+        if not (callbacks and callbacks[0] is installed) or (len(callbacks) > 1 and callbacks.count(installed) > 1):
             while installed in callbacks:
                 callbacks.remove(installed)
             callbacks.insert(0, installed)
