@@ -207,6 +207,28 @@ def test_a_gc_collect_at_the_recursion_limit_is_counted_and_prints_nothing(tmp_p
     assert all(r["gc"]["collections"][2] == 1 and r["gc"]["forced"][2] == 1 for r in run.epochs)
 
 
+def test_a_collection_whose_stop_never_came_is_a_missed_one(tmp_path):
+    # a later callback empties the list at a full collection's start: ours saw the start, never the stop
+    # (take() allowed for it as one still open in another thread, and it was lost from both counts)
+    saved = []
+
+    def clear(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            saved[:] = gc.callbacks
+            gc.callbacks.clear()
+    gc.callbacks.append(clear)
+    try:
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                gc.collect()
+                gc.callbacks[:] = saved
+    finally:
+        if clear in gc.callbacks:
+            gc.callbacks.remove(clear)
+    record = records(tmp_path / "run")[0]["gc"]
+    assert record["collections"][2] == 0 and record["missed"] == [0, 0, 1]
+
+
 def test_another_threads_collections_while_epochs_end_are_not_missed_ones(tmp_path):
     # a thread calling gc.collect(0) back to back: one may be open, or land, while the epoch's record is
     # taken (146 of 1,000 such epochs read one missed collection before take() allowed for an open one)

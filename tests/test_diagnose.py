@@ -124,9 +124,12 @@ def test_gc_collect_calls_lead_the_spikes_remedy_only_if_they_can_be_the_spikes(
     assert findings.forced_leads(SimpleNamespace(forced=forced(10)))   # steady GC: the share alone
     # --gc-policy manual:N collects between steps with automatic collection off: a step's collection is the program's
     steps = SimpleNamespace(unit="step", generation=2, count_by_generation=[0, 0, 40])
-    low = dataclasses.replace(forced(10), share=0.3)   # the policy's own collections take most of the pause
+    low = dataclasses.replace(forced(20), share=0.3)   # the policy's own collections take most of the pause
     assert findings.forced_leads(SimpleNamespace(forced=low, spikes=steps, policy="manual:5"))
     assert not findings.forced_leads(SimpleNamespace(forced=low, spikes=steps, policy=None))
+    # ...if they hold half of the spikes: a call now and then beside automatic collections turned back on is not
+    assert not findings.forced_leads(SimpleNamespace(forced=dataclasses.replace(low, collections=[0, 0, 10]),
+                                                     spikes=steps, policy="manual:5"))
     assert not findings.forced_leads(SimpleNamespace(forced=dataclasses.replace(low, collections=[0, 0, 0]), spikes=steps,
                                                      policy="manual:5"))
 

@@ -472,3 +472,17 @@ def test_a_damaged_rank_file_is_an_error_not_wrong_numbers(tmp_path, name, recor
     path.write_bytes(bytes(data))
     with pytest.raises(RunDirError, match=rf"rank-2/{name} record 3 has {shown}"):
         analyze_ranks(root)
+
+
+def test_what_another_ranks_records_leave_out_is_noted_for_the_job(tmp_path):
+    # collections hidden from one rank's callback: the job is whole, and its report says what that rank left out
+    synthetic_job(tmp_path, 4, 200)
+    base = analyze(tmp_path).rank_analysis.diagnosed
+    other = next(r for r in rank_dirs(tmp_path) if r.rank != base)
+    lines = (other.path / "epochs.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    record["gc"]["missed"] = [0, 0, 3]
+    (other.path / "epochs.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(record)]) + "\n")
+    d = analyze(tmp_path)
+    assert d.complete and d.cautions == [c for c in d.cautions if c.startswith(f"rank {other.rank}: 3 collections")]
+    assert len(d.cautions) == 1 and f"Note: rank {other.rank}: 3 collections in epoch" in text.verdict(d)

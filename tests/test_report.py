@@ -309,8 +309,13 @@ def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
                                     "mean full collections per epoch", "mean gc.collect() calls per epoch"]
     assert rows[4][1:3] == ("4.0", "0.0")
     table = text.comparison(c).splitlines()
-    for name, x, y, _ in rows:
-        assert any(line.startswith(name) and line[len(name):].split()[:2] == [x, y] for line in table)
+    first = table.index(next(line for line in table if line.startswith("epoch (ms)")))
+    assert table[first:first + 5] == [
+        "epoch (ms)                              20.00      12.00    1.67",
+        "mean epoch, spikes included (ms)        20.00      12.00",
+        "mean GC per epoch (ms)                   8.00       0.00     40.0%     0.0% of run time",
+        "mean full collections per epoch           4.0        0.0",
+        "mean gc.collect() calls per epoch         4.0        0.0"]
     page = html.render(comparisons=[c])
     for name, x, y, _ in rows:
         assert f"<td>{html_escape(name)}</td><td>{x}</td><td>{y}</td>" in page

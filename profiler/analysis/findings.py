@@ -262,13 +262,12 @@ def forced_leads(evidence):
     generation (one gc.collect() an epoch outside the steps does not make automatic collections'
     spikes its own). Under --gc-policy manual:N, which turns automatic collection off and collects
     between steps, a collection inside a step is the program's: the step spikes' remedy is theirs
-    whenever they asked for one of the spikes' generation."""
+    whatever their share of the pause, if they hold half of the spikes."""
     f = evidence.forced
     spikes = getattr(evidence, "spikes", None)
-    manual = (getattr(evidence, "policy", None) or "").startswith("manual:")
-    if f is not None and spikes is not None and manual and spikes.unit == "step" and f.collections[spikes.generation]:
-        return True
-    if f is None or f.share < FORCED_LEADS:
+    in_steps = ((getattr(evidence, "policy", None) or "").startswith("manual:") and spikes is not None
+                and spikes.unit == "step")
+    if f is None or (f.share < FORCED_LEADS and not (in_steps and f.collections[spikes.generation])):
         return False
     return spikes is None or 2 * f.collections[spikes.generation] >= spikes.count_by_generation[spikes.generation]
 

@@ -81,6 +81,7 @@ class RankSummary:
     straggled: int = 0           # aligned steps this rank held the others back
     stall_s: float = 0.0         # the time those stalls cost the job
     complete: bool = True        # its run as read is whole (Run.complete): a final status, no line lost or torn
+    cautions: list = field(default_factory=list)   # what its records leave out (Run.cautions)
 
 
 @dataclass
@@ -237,7 +238,8 @@ def _rank(rank_dir, unit):
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error"),   # a string or None (the reader checks it)
-        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete)
+        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete,
+        cautions=list(run.cautions))
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -543,6 +545,7 @@ def diagnose_ranks(run_dir):
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
+    d.cautions += [f"rank {s.rank}: {c}" for s in merged.per_rank if s.rank != base for c in s.cautions]
     return d
 
 

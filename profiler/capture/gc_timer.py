@@ -66,6 +66,7 @@ class GcTimer:
         self._start = 0              # the open collection's start; 0 when its start was not seen
         self._asked = None           # the open collection's (site, via) when the program asked for it, else None
         self._open = None            # the open collection's generation, from its start until it is counted
+        self._open_thread = None     # the thread it runs in: take() allows for one open in another thread
         self._info = None            # the info of the phase last seen: a second copy of ours gets the same dict
         self._installed = None       # the bound method in gc.callbacks
         self._callbacks = None       # the collector's list installed into (_CALLBACKS)
@@ -96,15 +97,18 @@ class GcTimer:
             return
         self._info = info
         if phase == "start":
-            self._open = info["generation"]
+            self._open, self._open_thread = info["generation"], _get_ident()
             self._start = 0   # until this start is read whole
             # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
             try:
                 threshold = _get_threshold()[0]
-                self._asked = (_asked() if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold
-                                                             or not _isenabled()) else None)
-            except RecursionError:   # within a few frames of the recursion limit: counted as asked for, no line
-                self._asked = (None, None)
+                asked = TELLS_FORCED and (_get_count()[0] <= threshold or not threshold or not _isenabled())
+            except RecursionError:   # within a few frames of the recursion limit: not claimed as the program's
+                asked = False
+            try:
+                self._asked = _asked() if asked else None
+            except RecursionError:
+                self._asked = (None, None)   # asked for, its line out of reach
             self._start = _now()
             return
         start = self._start
@@ -152,7 +156,7 @@ class GcTimer:
     def _unraisable(self, unraisable):
         ours = unraisable.object is self._installed
         if ours and isinstance(unraisable.exc_value, RecursionError):   # called at the program's recursion limit:
-            return   # that collection is counted, untimed, and nothing is printed, as without the profiler
+            return   # that collection is counted untimed (or, if its stop was lost, as missed), and nothing is printed
         try:
             signal = ours and _from_a_signal(unraisable.exc_value, unraisable.exc_traceback)
         except RecursionError:   # at the recursion limit: a signal's exception there is lost, as without us
@@ -221,7 +225,8 @@ class GcTimer:
                                        "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
         if sum(now) > sum(self._stats) + sum(collections) + sum(since):   # the callback was out for a while, or...
             # ...one open in another thread is in the collector's count and not yet in ours
-            missed = [max(n - then - old - new - (g == self._open), 0)
+            elsewhere = self._open if self._open_thread != _get_ident() else None   # else one whose stop never came
+            missed = [max(n - then - old - new - (g == elsewhere), 0)
                       for g, (n, then, old, new) in enumerate(zip(now, self._stats, collections, since))]
             if any(missed):
                 record["missed"] = missed
@@ -237,7 +242,7 @@ class GcTimer:
         return data
 
 
-_get_count, _get_threshold, _isenabled = gc.get_count, gc.get_threshold, gc.isenabled
+_get_count, _get_threshold, _isenabled, _get_ident = gc.get_count, gc.get_threshold, gc.isenabled, _thread.get_ident
 _CALLBACKS = gc.callbacks   # the list the collector calls, kept should the program rebind gc.callbacks
 
 

@@ -211,7 +211,7 @@ def remedy(f):
     if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):   # under half the pause: manual:N's spikes
         return _forced_remedy(e.forced, e.policy, spikes=e.forced.share < fnd.FORCED_LEADS)
     if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
-        theirs = e.forced if e.forced is not None and e.forced.share >= fnd.FORCED_SHOWN else None
+        theirs = e.forced if e.forced is not None and fnd.FORCED_SHOWN <= e.forced.share < fnd.FORCED_LEADS else None
         return (f"{'Most of these are' if theirs else 'These are'} --gc-policy {e.policy}'s own collections (a full "
                 f"gc.collect() every {e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often "
                 f"(a larger N), or freeze what set-up made (--gc-policy freeze) so each collection walks only what "
