@@ -97,18 +97,19 @@ class GcTimer:
             return
         self._info = info
         if phase == "start":
-            self._open, self._open_thread = info["generation"], _get_ident()
+            self._open = info["generation"]
+            self._open_thread = _get_ident()
             self._start = 0   # until this start is read whole
             # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
-            try:
+            asked = None
+            try:   # within a few frames of the recursion limit: not claimed unless told, its line then out of reach
                 threshold = _get_threshold()[0]
-                asked = TELLS_FORCED and (_get_count()[0] <= threshold or not threshold or not _isenabled())
-            except RecursionError:   # within a few frames of the recursion limit: not claimed as the program's
-                asked = False
-            try:
-                self._asked = _asked() if asked else None
+                if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold or not _isenabled()):
+                    asked = (None, None)
+                    asked = _asked()
             except RecursionError:
-                self._asked = (None, None)   # asked for, its line out of reach
+                pass
+            self._asked = asked
             self._start = _now()
             return
         start = self._start
