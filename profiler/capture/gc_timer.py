@@ -120,9 +120,10 @@ class GcTimer:
             return
         self._start = 0
         pause = _now() - start
+        collected = info["collected"]
         self.pause_ns[gen] += pause
         self.collections[gen] += 1
-        self.collected[gen] += info["collected"]
+        self.collected[gen] += collected
         self.uncollectable[gen] += info["uncollectable"]
         if pause > self.max_pause_ns:
             self.max_pause_ns = pause
@@ -136,11 +137,11 @@ class GcTimer:
                 total[1] += pause
         if gen == 2 or pause >= self.threshold_ns:
             n = self._n_events
-            if n * GC_EVENT.size == len(self._events):
+            if n * _EVENT_SIZE == len(self._events):
                 self._hand_over()
                 n = 0
-            GC_EVENT.pack_into(self._events, n * GC_EVENT.size, (start - self.origin_ns) / 1e9, pause / 1e9, gen,
-                               min(info["collected"], 0xFFFFFFFF))
+            _pack_event(self._events, n * _EVENT_SIZE, (start - self.origin_ns) / 1e9, pause / 1e9, gen,
+                        collected if collected < 0xFFFFFFFF else 0xFFFFFFFF)
             self._n_events = n + 1
         steps = self.steps
         if steps is not None and steps.open_ns:
@@ -244,6 +245,7 @@ class GcTimer:
 
 
 _get_count, _get_threshold, _isenabled, _get_ident = gc.get_count, gc.get_threshold, gc.isenabled, _thread.get_ident
+_pack_event, _EVENT_SIZE = GC_EVENT.pack_into, GC_EVENT.size
 _CALLBACKS = gc.callbacks   # the list the collector calls, kept should the program rebind gc.callbacks
 
 
