@@ -12,6 +12,7 @@ AVX2 code path against an AVX2 PyTorch on this core, not an AVX2 machine's cache
 import argparse
 import importlib
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -98,13 +99,27 @@ def _vcpu_scheduling():
 
 def _merge(old, parts):
     """Keep the sections of an earlier full run that this (--only) run did not redo, in the
-    usual order; the header (machine, date) is this run's."""
+    usual order, each marked with the date of the run that measured it; the header (machine,
+    date) is this run's."""
     def sections(text):
         blocks = text.split("\n## ")
         return blocks[0], {block.splitlines()[0]: "## " + block.rstrip() + "\n" for block in blocks[1:]}
     header, new = sections("\n".join(parts))
-    merged = sections(old)[1] | new
+    old_header, kept = sections(old)
+    date = re.search(r"^\| date \| (.*?) \|", old_header, re.M)
+    merged = {title: _kept(block, date.group(1) if date else "an earlier date") for title, block in kept.items()} | new
     return [header + "\n"] + [merged[title] for title in SECTIONS.values() if title in merged]
+
+
+KEPT = "_Measured on {date}, before the header's run, which did not redo this section (--only)._"
+
+
+def _kept(block, date):
+    """A section kept from an earlier run, marked with its date (a section kept again keeps its mark)."""
+    title, _, rest = block.partition("\n")
+    if rest.lstrip("\n").startswith("_Measured on "):
+        return block
+    return f"{title}\n\n{KEPT.format(date=date)}\n{rest}"
 
 
 def main(args, chosen):
