@@ -229,6 +229,44 @@ def test_a_collection_whose_stop_never_came_is_a_missed_one(tmp_path):
     assert record["collections"][2] == 0 and record["missed"] == [0, 0, 1]
 
 
+def test_a_full_collection_asked_for_while_generation_0_is_over_its_threshold_is_the_programs(tmp_path):
+    # generation 0's count over its threshold, as when another thread allocated during a collection: CPython
+    # starts a full collection of its own only when generation 2's count is over its threshold too
+    enabled = gc.isenabled()
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            gc.disable()
+            try:
+                gc.collect()   # generation 2's count back to 0
+                junk = [[] for _ in range(3 * gc.get_threshold()[0])]
+                assert gc.get_count()[0] > gc.get_threshold()[0]
+                gc.enable()
+                gc.collect(2)
+            finally:
+                if not enabled:
+                    gc.disable()
+            del junk
+    assert records(tmp_path / "run")[0]["gc"]["forced"][2] == 2
+
+
+def test_a_collection_open_in_another_thread_as_an_epoch_begins_is_charged_from_its_start():
+    # the collector in another thread gives up the GIL inside the callbacks: a collection begun before the epoch
+    # and ended in it was charged whole, more GC pause than the epoch lasted, and the reader refused the run
+    import threading
+
+    from profiler.capture.gc_timer import GcTimer
+    timer = GcTimer(0, 1.0)
+    started = threading.Event()
+    start = threading.Thread(target=lambda: (timer._callback("start", {"generation": 2}), started.set()))
+    start.start()
+    start.join()
+    time.sleep(0.05)
+    timer.reset()   # the epoch begins
+    time.sleep(0.01)
+    timer._callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert timer.collections[2] == 1 and 0.01 <= timer.pause_ns[2] / 1e9 < 0.04
+
+
 def test_another_threads_collections_while_epochs_end_are_not_missed_ones(tmp_path):
     # a thread calling gc.collect(0) back to back: one may be open, or land, while the epoch's record is
     # taken (146 of 1,000 such epochs read one missed collection before take() allowed for an open one)

@@ -484,5 +484,43 @@ def test_what_another_ranks_records_leave_out_is_noted_for_the_job(tmp_path):
     record["gc"]["missed"] = [0, 0, 3]
     (other.path / "epochs.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(record)]) + "\n")
     d = analyze(tmp_path)
-    assert d.complete and d.cautions == [c for c in d.cautions if c.startswith(f"rank {other.rank}: 3 collections")]
-    assert len(d.cautions) == 1 and f"Note: rank {other.rank}: 3 collections in epoch" in text.verdict(d)
+    assert d.complete and len(d.cautions) == 1 and d.cautions[0].startswith(f"rank {other.rank}: 3 collections in epoch")
+    assert f"Note: rank {other.rank}: 3 collections in epoch" in text.verdict(d)
+    # ...and of the diagnosed rank itself, named as such (one collection: "was")
+    lines = (rank_dirs(tmp_path)[base].path / "epochs.jsonl").read_text().splitlines()
+    record = json.loads(lines[-1])
+    record["gc"]["missed"] = [0, 0, 1]
+    (rank_dirs(tmp_path)[base].path / "epochs.jsonl").write_text("\n".join(lines[:-1] + [json.dumps(record)]) + "\n")
+    d = analyze(tmp_path)
+    assert sorted(c.split(":")[0] for c in d.cautions) == sorted([f"rank {base}", f"rank {other.rank}"])
+    assert any(c.startswith(f"rank {base}: 1 collection in epoch") and " was not timed" in c for c in d.cautions)
+    # compared as a job with another: the note names the side and the ranks
+    clean = synthetic_job(tmp_path.parent / f"{tmp_path.name}-clean", 4, 200)
+    words = text.comparison_verdict(rank_analysis.compare_ranks(clean, tmp_path))
+    assert f"Note: in {tmp_path.name}, rank {base}: 1 collection in epoch" in words and words.count("Note:") == 1
+
+
+def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove_them(tmp_path):
+    # rank 2's full collections are gc.collect() calls at one line: no --gc-policy stops those
+    synthetic_job(tmp_path, 4, 400, straggler=2, every=10, pause_s=0.008)
+    path = rank_dirs(tmp_path)[2].path / "epochs.jsonl"
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        g = record["gc"]
+        g.update(forced=[0, 0, g["collections"][2]], forced_pause_s=[0.0, 0.0, g["pause_s"][2]])
+        if g["collections"][2]:
+            g["forced_sites"] = [{"site": "/home/u/train.py:40", "collections": g["collections"][2],
+                                  "pause_s": g["pause_s"][2]}]
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+    d = analyze(tmp_path)
+    f = next(f for f in d.findings if f.pattern == "rank-straggler")
+    assert f.evidence.rank == 2 and f.evidence.forced.site == "/home/u/train.py:40"
+    assert "of the pause is the program's own gc.collect() calls (4 calls per epoch, at /home/u/train.py:40)" \
+        in text.evidence(f)
+    remedy = text.remedy(f)
+    assert remedy.startswith("Rank 2's stalls are the program's own gc.collect() calls (at /home/u/train.py:40)")
+    assert "--gc-policy" not in remedy
+    # a rank whose records predate the forced fields has none
+    assert rank_analysis.analyze_ranks(tmp_path).per_rank[0].forced is None

@@ -82,6 +82,7 @@ class RankSummary:
     stall_s: float = 0.0         # the time those stalls cost the job
     complete: bool = True        # its run as read is whole (Run.complete): a final status, no line lost or torn
     cautions: list = field(default_factory=list)   # what its records leave out (Run.cautions)
+    forced: object = None        # findings.Forced over its epochs after the warm-up (None: not recorded)
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Straggler:
     share_of_lost: float             # of all the job's lost time
     rss_growth_bytes_per_epoch: float
     others_rss_growth_bytes_per_epoch: float   # the median of the other ranks'
+    forced: object = None            # findings.Forced: its own gc.collect() calls (None: not recorded)
 
 
 @dataclass
@@ -239,7 +241,7 @@ def _rank(rank_dir, unit):
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error"),   # a string or None (the reader checks it)
         stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete,
-        cautions=list(run.cautions))
+        cautions=list(run.cautions), forced=findings.forced(used))
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -452,13 +454,13 @@ def analyze_ranks(run_dir):
         stalls = top_stall[mine]
         stragglers = Straggler(
             rank=worst, unit=unit, time_fraction=float(stall_by_rank[worst] / job_time),
-            gc_explained_fraction=float(by_gen.sum()), gc_explained_by_generation=[float(x) for x in by_gen],
+            gc_explained_fraction=min(1.0, float(by_gen.sum())), gc_explained_by_generation=[float(x) for x in by_gen],
             steps=int(counts_by_rank[worst]), step_fraction=float(counts_by_rank[worst] / n_used),
             stall_s=float(stall_by_rank[worst]), median_stall_s=float(np.median(stalls)),
             stall_growth=float(np.mean(stalls[-half:]) / np.mean(stalls[:half])) if half else 1.0,
             mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
             rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
-            others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0)
+            others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0, forced=per_rank[worst].forced)
     stopped = sorted((s for s in per_rank if s.status not in FINISHED), key=_stop_order)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
                    "epochs": s.epochs, "error": s.error, "first": False, "killed_before": []} for s in stopped]
@@ -545,8 +547,13 @@ def diagnose_ranks(run_dir):
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
-    d.cautions += [f"rank {s.rank}: {c}" for s in merged.per_rank if s.rank != base for c in s.cautions]
+    d.cautions = _cautions(merged.per_rank)   # the diagnosed rank's too
     return d
+
+
+def _cautions(per_rank):
+    """What each rank's records leave out (Run.cautions), each named by its rank."""
+    return [f"rank {s.rank}: {c}" for s in per_rank for c in s.cautions]
 
 
 @dataclass
@@ -561,6 +568,7 @@ class JobSide:
     lost_fraction: float
     gc_share: float              # GC pause / wall time, mean over ranks
     straggler: Straggler | None
+    cautions: list = field(default_factory=list)   # what its ranks' records leave out, each as "rank N: ..."
 
 
 @dataclass
@@ -579,7 +587,8 @@ def _side(run_dir):
     return JobSide(run_dir=str(run_dir), label=f"{name} (gc-policy {policy})" if policy else name, gc_policy=policy,
                    ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
                    lost_fraction=merged.lost_fraction,
-                   gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers)
+                   gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers,
+                   cautions=_cautions(merged.per_rank))
 
 
 def compare_ranks(run_a, run_b):

@@ -3,8 +3,10 @@ the pause inside the open step, and one GC event per generation-2 or long collec
 
 A collection is "forced" when the program asked for it (gc.collect(), or PyGC_Collect from an
 extension) rather than allocation triggering it. CPython starts one of its own only when generation
-0's count passes its threshold with collection enabled, so a collection that starts with the
-collector off, its first threshold 0, or the count at or under the threshold was asked for. Two
+0's count passes its threshold with collection enabled, and of generation g only when g's count
+passes g's threshold too, so a collection that starts with the collector off, its first threshold
+0, or either count at or under its threshold was asked for (generation 0's alone read another
+thread's gc.collect(2) as CPython's own when this thread allocated meanwhile). Two
 kinds read as CPython's own: a gc.collect() just after gc.enable() or a lowering gc.set_threshold()
 left the count above the threshold; and, from 3.12 (which starts its own at the eval loop's next
 check), rarely one asked for while one of its own was due. Forced
@@ -81,6 +83,8 @@ class GcTimer:
         counted = self.collections
         self._zero()
         self._stats = [s + c for s, c in zip(self._stats, counted)]
+        if self._start:   # one open in another thread, begun before: its pause counts from here, within the epoch
+            self._start = _now()
 
     def _zero(self):
         self.pause_ns = [0, 0, 0]
@@ -97,14 +101,15 @@ class GcTimer:
             return
         self._info = info
         if phase == "start":
-            self._open = info["generation"]
+            gen = self._open = info["generation"]
             self._open_thread = _get_ident()
             self._start = 0   # until this start is read whole
             # asked for, rather than started by allocation (the module docstring); inline: it runs on every collection
             asked = None
             try:   # within a few frames of the recursion limit: not claimed unless told, its line then out of reach
-                threshold = _get_threshold()[0]
-                if TELLS_FORCED and (_get_count()[0] <= threshold or not threshold or not _isenabled()):
+                thresholds, counts = _get_threshold(), _get_count()
+                if TELLS_FORCED and (counts[0] <= thresholds[0] or counts[gen] <= thresholds[gen] or not thresholds[0]
+                                     or not _isenabled()):
                     asked = (None, None)
                     asked = _asked()
             except RecursionError:

@@ -1,6 +1,7 @@
 """The sentences about a multi-rank run: the straggler finding's evidence and remedy, the per-rank
 table, ranks that did not finish, and the comparison of two multi-rank runs (text.py calls these)."""
 
+from ..analysis import findings
 from ..analysis.ranks import FINISHED
 from . import text
 
@@ -42,6 +43,7 @@ def straggler_evidence(s):
              f"(median {text.ms(s.median_stall_s)}), and every other rank waited for it: {text.ms(s.stall_s)}, "
              f"{text.pct(s.time_fraction)} of the job's time. Its own GC pauses explain "
              f"{text.pct(s.gc_explained_fraction)} of it{_generations(s.gc_explained_by_generation)}")
+    text_ += text.forced_clause(s.forced)
     if s.stall_growth >= 1.25:
         text_ += f"; its stalls grow as the run goes on (second half {s.stall_growth:.1f}x the first)"
     if s.rss_growth_bytes_per_epoch > 2 * max(s.others_rss_growth_bytes_per_epoch, 0) + (1 << 20):
@@ -50,12 +52,22 @@ def straggler_evidence(s):
     return text_
 
 
+def _own_calls(s):
+    """Whether the straggler's GC pause is mostly the program's own gc.collect() calls."""
+    return s.forced is not None and s.forced.share >= findings.FORCED_LEADS
+
+
 def straggler_remedy(s):
     every = max(10, int(round(s.mean_interval, -1)) or 50)
     if s.gc_explained_fraction < 0.5:
         return (f"Most of rank {s.rank}'s stall is its own work, not GC: look at what only it does (its data shard, "
                 f"its loader, logging or checkpointing on that rank); `profiler report` on its own directory "
                 f"shows its ops.")
+    if _own_calls(s):   # a --gc-policy would leave them running
+        return (f"Rank {s.rank}'s stalls are the program's own gc.collect() calls"
+                + (f" (at {text.forced_lines(s.forced)})" if s.forced.site else "")
+                + ", and every other rank waits for each: remove them, or make every rank call it at the same step "
+                "(then each pause costs the job once, not once per rank that calls it apart).")
     holds = s.stall_growth >= 1.25 or s.rss_growth_bytes_per_epoch > 2 * max(s.others_rss_growth_bytes_per_epoch, 0) \
         + (1 << 20)
     if holds:
@@ -183,6 +195,9 @@ def comparison_verdict(c):
                   f"{text.pct(sa.time_fraction)} (rank {sa.rank}).")
     elif sb is not None:
         text_ += f" Rank {sb.rank} straggles in {c.b.label} only."
+    for side in (c.a, c.b):
+        if side.cautions:
+            text_ += f" Note: in {side.label}, {'; '.join(side.cautions)}."
     return text_
 
 

@@ -84,27 +84,27 @@ def _objects(o, site):
     return ("; " + ", ".join(parts)) if parts else ""
 
 
-def _forced_lines(f):
+def forced_lines(f):
     """'train.py:42', 'train.py:42 (through trainer.py:9) and 2 other lines': the longest paused first."""
     others = len(f.sites) - 1
     return (f.site + (f" (through {f.via})" if f.via else "")
             + (f" and {others} other line{'' if others == 1 else 's'}" if others > 0 else ""))
 
 
-def _forced(f):
+def forced_clause(f):
     """The program's own collections, when they take a part of the pause worth saying."""
     if f is None or f.share < fnd.FORCED_SHOWN:
         return ""
     return (f"; {pct(f.share)} of the pause is the program's own gc.collect() calls "
             f"({_per_epoch(sum(f.collections_per_epoch), 'call')}"
-            + (f", at {_forced_lines(f)}" if f.site else "") + ")")
+            + (f", at {forced_lines(f)}" if f.site else "") + ")")
 
 
 def _forced_remedy(f, policy=None, spikes=False):
     """What to do about collections the program asks for itself (policy: the run's --gc-policy;
     spikes: the step spikes are theirs, though the policy's collections take most of the pause)."""
     text = (("The spikes are" if spikes else f"{pct(f.share)} of this pause is") + " the program's own gc.collect() calls"
-            + (f" (at {_forced_lines(f)})" if f.site else "")
+            + (f" (at {forced_lines(f)})" if f.site else "")
             + (", as the policy collects only between steps, with automatic collection off" if spikes else ""))
     often = "once an epoch, or every few hundred steps" if sum(f.collections_per_epoch) > 1 else "every few epochs"
     if (policy or "").startswith("manual:"):
@@ -158,7 +158,7 @@ def evidence(f):
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
         return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
                 f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
-                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + _forced(e.forced)
+                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + forced_clause(e.forced)
                 + _objects(e.objects, e.site))
     if f.pattern == "gc-spikes":
         s = e.spikes
@@ -166,7 +166,7 @@ def evidence(f):
                 f"{s.count_by_generation[s.generation]:,} of them with a {_gen(s.generation)} collection inside "
                 f"(median {s.unit} {ms(s.median_s)}, p99 {ms(s.p99_s)}, slowest {ms(s.max_s)}); their time above the "
                 f"median is {pct(s.time_fraction)} of the run, and the GC pauses inside them explain "
-                f"{pct(s.gc_explained_fraction)} of it" + _forced(e.forced) + _objects(e.objects, e.site))
+                f"{pct(s.gc_explained_fraction)} of it" + forced_clause(e.forced) + _objects(e.objects, e.site))
     if f.pattern == "gc-growing-pauses":
         source = "every full collection in gc_events.bin" if e.source == "gc_events" else "each epoch's mean full collection"
         text = (f"Full collections take longer with uptime: {ms(e.first_s)} at first, {ms(e.last_s)} after "
@@ -174,7 +174,7 @@ def evidence(f):
                 f"growth adds {ms(e.excess_s)}, {pct(f.time_fraction)} of the run outside the spikes")
         if e.hours_to_one_second is not None:
             text += f". At this rate a full collection takes 1 s after {duration(3600 * e.hours_to_one_second)} of uptime"
-        return text + _forced(e.forced) + _objects(e.objects, e.site)
+        return text + forced_clause(e.forced) + _objects(e.objects, e.site)
     if f.pattern == "allocation-growth":
         return _memory(e)
     if f.pattern == "compute-growth":
@@ -218,7 +218,7 @@ def remedy(f):
                 f"training keeps"
                 + (f"; and drop the references that keep what {e.site} allocates alive" if e.site else "")
                 + (f"; the rest, {pct(theirs.share)} of the pause, is the program's own gc.collect() calls"
-                   + (f" (at {_forced_lines(theirs)})" if theirs.site else "")
+                   + (f" (at {forced_lines(theirs)})" if theirs.site else "")
                    + ": remove them, since the policy collects already" if theirs else "") + ".")
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing

@@ -228,8 +228,9 @@ def read_run(path):
     epochs = _read_epochs(path / EPOCHS, problems)
     missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
     if missed:
-        cautions.append(f"{sum(missed.values()):,} collections in epoch{'s' if len(missed) > 1 else ''} "
-                        f"{listed(missed, 3)} were not timed: the program took the profiler's callback out of "
+        n = sum(missed.values())
+        cautions.append(f"{n:,} collection{'s' if n > 1 else ''} in epoch{'s' if len(missed) > 1 else ''} "
+                        f"{listed(missed, 3)} {'were' if n > 1 else 'was'} not timed: the program took the profiler's callback out of "
                         f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
                         f"was imported), and the GC pauses leave them out")
     run = Run(path, meta, epochs, problems, cautions)
