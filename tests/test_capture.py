@@ -255,16 +255,18 @@ def test_a_collection_open_in_another_thread_as_an_epoch_begins_is_charged_from_
     import threading
 
     from profiler.capture.gc_timer import GcTimer
+    from profiler.rundir.format import GC_EVENT
     timer = GcTimer(0, 1.0)
-    started = threading.Event()
-    start = threading.Thread(target=lambda: (timer._callback("start", {"generation": 2}), started.set()))
+    start = threading.Thread(target=timer._callback, args=("start", {"generation": 2}))
     start.start()
     start.join()
-    time.sleep(0.05)
-    timer.reset()   # the epoch begins
+    time.sleep(0.1)
+    timer.reset(time.perf_counter_ns())   # the epoch begins
     time.sleep(0.01)
     timer._callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
-    assert timer.collections[2] == 1 and 0.01 <= timer.pause_ns[2] / 1e9 < 0.04
+    assert timer.collections[2] == 1 and 0.01 <= timer.pause_ns[2] / 1e9 < 0.09   # not the 0.11 s before it
+    (_, duration, generation, _), = [GC_EVENT.unpack_from(timer.take_events())]   # the event keeps the whole
+    assert generation == 2 and duration >= 0.11
 
 
 def test_another_threads_collections_while_epochs_end_are_not_missed_ones(tmp_path):

@@ -517,10 +517,23 @@ def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove
     d = analyze(tmp_path)
     f = next(f for f in d.findings if f.pattern == "rank-straggler")
     assert f.evidence.rank == 2 and f.evidence.forced.site == "/home/u/train.py:40"
-    assert "of the pause is the program's own gc.collect() calls (4 calls per epoch, at /home/u/train.py:40)" \
+    assert "of its GC pause is the program's own gc.collect() calls (4 calls per epoch, at /home/u/train.py:40)" \
         in text.evidence(f)
     remedy = text.remedy(f)
     assert remedy.startswith("Rank 2's stalls are the program's own gc.collect() calls (at /home/u/train.py:40)")
     assert "--gc-policy" not in remedy
     # a rank whose records predate the forced fields has none
     assert rank_analysis.analyze_ranks(tmp_path).per_rank[0].forced is None
+    # one call an epoch, beside the 4 stalls an epoch of automatic collections: those calls are not its stalls
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        g = record["gc"]
+        calls = min(1, g["collections"][2])
+        g.update(forced=[0, 0, calls], forced_pause_s=[0.0, 0.0, g["pause_s"][2] if calls else 0.0])
+        g["forced_sites"] = [{"site": "/home/u/train.py:40", "collections": calls, "pause_s": g["pause_s"][2]}] \
+            if calls else []
+        lines.append(json.dumps(record))
+    path.write_text("\n".join(lines) + "\n")
+    f = next(f for f in analyze(tmp_path).findings if f.pattern == "rank-straggler")
+    assert f.evidence.forced.collections[2] < f.evidence.steps / 2 and "--gc-policy manual" in text.remedy(f)

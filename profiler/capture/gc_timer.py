@@ -6,9 +6,11 @@ extension) rather than allocation triggering it. CPython starts one of its own o
 0's count passes its threshold with collection enabled, and of generation g only when g's count
 passes g's threshold too, so a collection that starts with the collector off, its first threshold
 0, or either count at or under its threshold was asked for (generation 0's alone read another
-thread's gc.collect(2) as CPython's own when this thread allocated meanwhile). Two
+thread's gc.collect(2) as CPython's own when this thread allocated meanwhile). Three
 kinds read as CPython's own: a gc.collect() just after gc.enable() or a lowering gc.set_threshold()
-left the count above the threshold; and, from 3.12 (which starts its own at the eval loop's next
+left the count above the threshold; a gc.collect(2) while generation 0's count is over its threshold
+(another thread allocating) in a heap whose long-lived objects hold generation 2's over its own
+(CPython then skips its full collections, and Python cannot see why); and, from 3.12 (which starts its own at the eval loop's next
 check), rarely one asked for while one of its own was due. Forced
 collections are counted apart, with the line of the program that made each and the installed
 package's line it came through, if any (sites.user_site_via, at the collection's start and outside
@@ -70,21 +72,23 @@ class GcTimer:
         self._open = None            # the open collection's generation, from its start until it is counted
         self._open_thread = None     # the thread it runs in: take() allows for one open in another thread
         self._info = None            # the info of the phase last seen: a second copy of ours gets the same dict
+        self._since = 0              # the epoch's start: a collection begun before adds its pause from there
         self._installed = None       # the bound method in gc.callbacks
         self._callbacks = None       # the collector's list installed into (_CALLBACKS)
         self._next_hook = None       # the unraisable hook that was in place before install()
         self._stats = _collections()   # the collector's own count where ours starts (take() compares them)
         self._zero()
 
-    def reset(self):
-        """Forget the collections counted so far (those between two epochs): the collector's count
-        they are compared with moves on by them. Our counts are swapped for new ones first, so a
-        collection meanwhile lands in the old ones (added here) or the new ones (counted on)."""
+    def reset(self, since_ns):
+        """Forget the collections counted so far (those between two epochs), as an epoch begins at
+        `since_ns`: the collector's count they are compared with moves on by them. Our counts are
+        swapped for new ones first, so a collection meanwhile lands in the old ones (added here) or
+        the new ones (counted on). One open in another thread, begun before, adds to the epoch only
+        its pause from `since_ns` on (its GC event keeps the whole)."""
         counted = self.collections
         self._zero()
         self._stats = [s + c for s, c in zip(self._stats, counted)]
-        if self._start:   # one open in another thread, begun before: its pause counts from here, within the epoch
-            self._start = _now()
+        self._since = since_ns
 
     def _zero(self):
         self.pause_ns = [0, 0, 0]
@@ -124,7 +128,9 @@ class GcTimer:
             self._open = None
             return
         self._start = 0
-        pause = _now() - start
+        end = _now()
+        whole = end - start
+        pause = whole if start >= self._since else end - self._since   # within the epoch (reset)
         collected = info["collected"]
         self.pause_ns[gen] += pause
         self.collections[gen] += 1
@@ -140,12 +146,12 @@ class GcTimer:
                 total = self.forced_sites.setdefault(asked, [0, 0])
                 total[0] += 1
                 total[1] += pause
-        if gen == 2 or pause >= self.threshold_ns:
+        if gen == 2 or whole >= self.threshold_ns:
             n = self._n_events
             if n * _EVENT_SIZE == len(self._events):
                 self._hand_over()
                 n = 0
-            _pack_event(self._events, n * _EVENT_SIZE, (start - self.origin_ns) / 1e9, pause / 1e9, gen,
+            _pack_event(self._events, n * _EVENT_SIZE, (start - self.origin_ns) / 1e9, whole / 1e9, gen,
                         collected if collected < 0xFFFFFFFF else 0xFFFFFFFF)
             self._n_events = n + 1
         steps = self.steps

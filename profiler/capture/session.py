@@ -328,9 +328,9 @@ class Session:
         self._epoch = index
         self._steps.start_epoch(index)
         self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
-        self.gc_timer.reset()
-        self.ops.take()   # discard what ran between epochs
         self._start_ns = _now()
+        self.gc_timer.reset(self._start_ns)
+        self.ops.take()   # discard what ran between epochs
         return index
 
     def end_epoch(self):

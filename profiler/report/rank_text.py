@@ -43,7 +43,7 @@ def straggler_evidence(s):
              f"(median {text.ms(s.median_stall_s)}), and every other rank waited for it: {text.ms(s.stall_s)}, "
              f"{text.pct(s.time_fraction)} of the job's time. Its own GC pauses explain "
              f"{text.pct(s.gc_explained_fraction)} of it{_generations(s.gc_explained_by_generation)}")
-    text_ += text.forced_clause(s.forced)
+    text_ += text.forced_clause(s.forced, "its GC pause")
     if s.stall_growth >= 1.25:
         text_ += f"; its stalls grow as the run goes on (second half {s.stall_growth:.1f}x the first)"
     if s.rss_growth_bytes_per_epoch > 2 * max(s.others_rss_growth_bytes_per_epoch, 0) + (1 << 20):
@@ -53,8 +53,12 @@ def straggler_evidence(s):
 
 
 def _own_calls(s):
-    """Whether the straggler's GC pause is mostly the program's own gc.collect() calls."""
-    return s.forced is not None and s.forced.share >= findings.FORCED_LEADS
+    """Whether the straggler's stalls are the program's own gc.collect() calls: most of its GC pause,
+    and at least half as many as its stalls, of the generation that explains them most (a call an
+    epoch that every rank makes does not make its stalls inside the steps)."""
+    g = max(range(3), key=lambda i: s.gc_explained_by_generation[i])
+    return (s.forced is not None and s.forced.share >= findings.FORCED_LEADS
+            and 2 * s.forced.collections[g] >= s.steps)
 
 
 def straggler_remedy(s):

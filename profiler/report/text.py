@@ -91,11 +91,11 @@ def forced_lines(f):
             + (f" and {others} other line{'' if others == 1 else 's'}" if others > 0 else ""))
 
 
-def forced_clause(f):
+def forced_clause(f, of="the pause"):
     """The program's own collections, when they take a part of the pause worth saying."""
     if f is None or f.share < fnd.FORCED_SHOWN:
         return ""
-    return (f"; {pct(f.share)} of the pause is the program's own gc.collect() calls "
+    return (f"; {pct(f.share)} of {of} is the program's own gc.collect() calls "
             f"({_per_epoch(sum(f.collections_per_epoch), 'call')}"
             + (f", at {forced_lines(f)}" if f.site else "") + ")")
 
