@@ -267,6 +267,20 @@ def test_a_collection_open_in_another_thread_as_an_epoch_begins_is_charged_from_
     assert timer.collections[2] == 1 and 0.01 <= timer.pause_ns[2] / 1e9 < 0.09   # not the 0.11 s before it
     (_, duration, generation, _), = [GC_EVENT.unpack_from(timer.take_events())]   # the event keeps the whole
     assert generation == 2 and duration >= 0.11
+    # ...and a step is charged it from the step's start, as the epoch is
+    from profiler.capture.steps import StepRecorder
+    from profiler.rundir.format import STEP_SLOTS
+    timer.steps = StepRecorder(sink=lambda view: None, drop=None)
+    timer.steps.epoch = 0
+    start = threading.Thread(target=timer._callback, args=("start", {"generation": 2}))
+    start.start()
+    start.join()
+    time.sleep(0.1)
+    with timer.steps:
+        time.sleep(0.01)
+        timer._callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    step_gc = timer.steps._buffer[timer.steps._slot - STEP_SLOTS:timer.steps._slot]
+    assert 0.01 <= sum(step_gc[-3:]) / 1e9 < 0.09
 
 
 def test_another_threads_collections_while_epochs_end_are_not_missed_ones(tmp_path):

@@ -155,8 +155,9 @@ class GcTimer:
                         collected if collected < 0xFFFFFFFF else 0xFFFFFFFF)
             self._n_events = n + 1
         steps = self.steps
-        if steps is not None and steps.open_ns:
-            steps.add_gc(gen, pause)
+        if steps is not None and steps.open_ns:   # one begun before the step (another thread's): from its start
+            opened = steps.open_ns
+            steps.add_gc(gen, whole if start >= opened else end - opened)
         self._open = None
 
     def _hand_over(self):
