@@ -6,12 +6,12 @@ extension) rather than allocation triggering it. CPython starts one of its own o
 0's count passes its threshold with collection enabled, and of generation g only when g's count
 passes g's threshold too, so a collection that starts with the collector off, its first threshold
 0, or either count at or under its threshold was asked for (generation 0's alone read another
-thread's gc.collect(2) as CPython's own when this thread allocated meanwhile). Three
-kinds read as CPython's own: a gc.collect() just after gc.enable() or a lowering gc.set_threshold()
-left the count above the threshold; a gc.collect(2) while generation 0's count is over its threshold
+thread's gc.collect(2) as CPython's own when this thread allocated meanwhile). Three kinds read as
+CPython's own: a gc.collect() just after gc.enable() or a lowering gc.set_threshold() left the
+count above the threshold; a gc.collect(2) while generation 0's count is over its threshold
 (another thread allocating) in a heap whose long-lived objects hold generation 2's over its own
-(CPython then skips its full collections, and Python cannot see why); and, from 3.12 (which starts its own at the eval loop's next
-check), rarely one asked for while one of its own was due. Forced
+(CPython then skips its full collections, and Python cannot see why); and, from 3.12 (which starts
+its own at the eval loop's next check), rarely one asked for while one of its own was due. Forced
 collections are counted apart, with the line of the program that made each and the installed
 package's line it came through, if any (sites.user_site_via, at the collection's start and outside
 its timed pause): a gc.collect() every step is a remedy of its own (remove it), not the

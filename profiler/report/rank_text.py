@@ -199,10 +199,7 @@ def comparison_verdict(c):
                   f"{text.pct(sa.time_fraction)} (rank {sa.rank}).")
     elif sb is not None:
         text_ += f" Rank {sb.rank} straggles in {c.b.label} only."
-    for side in (c.a, c.b):
-        if side.cautions:
-            text_ += f" Note: in {side.label}, {'; '.join(side.cautions)}."
-    return text_
+    return text_ + text.cautions_note(c.a) + text.cautions_note(c.b)
 
 
 def comparison(c):

@@ -100,6 +100,9 @@ def forced_clause(f, of="the pause"):
             + (f", at {forced_lines(f)}" if f.site else "") + ")")
 
 
+_FREEZE_CALLS = "call gc.freeze() once set-up is done so each call walks only what training keeps"
+
+
 def _forced_remedy(f, policy=None, spikes=False):
     """What to do about collections the program asks for itself (policy: the run's --gc-policy;
     spikes: the step spikes are theirs, though the policy's collections take most of the pause)."""
@@ -111,8 +114,7 @@ def _forced_remedy(f, policy=None, spikes=False):
         return text + f": call it less often ({often}) or not at all, since --gc-policy {policy} collects already."
     if policy == "off":   # the collector is off: these are all the collections there are
         return (text + f", the only collections with --gc-policy off: call it less often ({often})"
-                + (", or call gc.freeze() once set-up is done so each call walks only what training keeps"
-                   if f.generation == 2 else "") + ".")
+                + (f", or {_FREEZE_CALLS}" if f.generation == 2 else "") + ".")
     if f.only:   # these are all the collections there are: the collector is off, or they keep its threshold unmet
         return (text + ", and CPython ran none of its own. If the collector is off (gc.disable()), collect less "
                 "often" + (", or call gc.freeze() once set-up is done so each collection walks only what training "
@@ -121,8 +123,7 @@ def _forced_remedy(f, policy=None, spikes=False):
                 "collecting is left to CPython.")
     text += f": call it less often ({often}) or not at all, since CPython collects on its own"
     if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
-        text += ("; if it is there to free memory, call gc.freeze() once set-up is done so each call walks only what "
-                 "training keeps")
+        text += f"; if it is there to free memory, {_FREEZE_CALLS}"
     return text + "."
 
 
@@ -510,8 +511,7 @@ def comparison_verdict(c):
     for side in (a, b):
         if side.problems:
             text += f" Note: {side.label} is incomplete ({'; '.join(side.problems)})."
-        if side.cautions:
-            text += f" Note: in {side.label}, {'; '.join(side.cautions)}."
+        text += cautions_note(side)
     windowed = [side.label for side in (a, b) if side.windows]
     if windowed:
         text += (f" Note: the epochs of {' and '.join(windowed)} are fixed time windows, so epoch time cannot differ "
@@ -535,6 +535,11 @@ def comparison_verdict(c):
                  f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
                  f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
     return text
+
+
+def cautions_note(side):
+    """' Note: in LABEL, ...' for a compared run's (or job's) cautions, or ''."""
+    return f" Note: in {side.label}, {'; '.join(side.cautions)}." if side.cautions else ""
 
 
 def run_rows(c):
