@@ -888,8 +888,13 @@ def test_workspace_buffers_and_allocated_results_start_on_a_cache_line(rng):
         buf = ws.take(name, shape, dtype)
         assert buf.ctypes.data % 64 == 0 and buf.shape == shape and buf.dtype == dtype, (name, shape, dtype)
     assert ws.nbytes == 3 * 1000 * 4 + (1 << 20) * 4 + 33 * 8 + 9
-    a = K.aligned_empty((3, 5, 7), np.float64)
-    assert a.ctypes.data % 64 == 0 and a.shape == (3, 5, 7) and a.dtype == np.float64 and a.flags.c_contiguous
+    for shape, dtype in (((3, 5, 7), np.float64), (9, np.float16), ([4, 6], np.complex64), (np.int64(1 << 18), np.int32),
+                         ((2, 3), np.uint8)):
+        for _ in range(8):   # numpy's buffers start at different offsets from a line
+            a = K.aligned_empty(shape, dtype)
+            want = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+            assert a.ctypes.data % 64 == 0 and a.shape == want and a.dtype == dtype and a.flags.c_contiguous \
+                and a.flags.writeable, (shape, dtype)
     x, w, b = f32(rng, 70, 600), f32(rng, 600, 130), f32(rng, 130)
     y = K.dense_forward(x, w, b)
     dx, dw, db = K.dense_backward(x, w, f32(rng, 70, 130))
