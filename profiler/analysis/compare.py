@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank
+from . import findings
 from .load import load
 from .ops import op_series
 
@@ -50,8 +51,8 @@ class GcSide:
     share_total: float           # all GC pause / all wall time
     full_collections: float      # mean generation-2 collections per epoch
     policy: str | None           # the --gc-policy the run used, when it recorded one
-    forced_collections: float | None = None   # mean collections per epoch the program asked for (gc.collect());
-                                              # None: a run recorded before they were told apart
+    forced: findings.Forced | None = None   # the collections the program asked for (gc.collect()), as a finding's
+                                     # evidence has them; None: a run recorded before they were told apart
 
 
 @dataclass
@@ -93,8 +94,7 @@ def _gc_side(loaded):
                   share_total=sum(pauses) / wall if wall > 0 else 0.0,
                   full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
                   policy=loaded.run.gc_policy,
-                  forced_collections=sum(sum(r["gc"]["forced"]) for r in records) / len(records)
-                  if all("forced" in r["gc"] for r in records) else None)
+                  forced=findings.forced(records) if all("forced" in r["gc"] for r in records) else None)
 
 
 def _windows(loaded):

@@ -462,6 +462,8 @@ def _gc_comparison(a, b):
     delta, gc_delta = slow.gc.epoch_s - fast.gc.epoch_s, slow.gc.pause_s - fast.gc.pause_s
     if delta > 0 and gc_delta > 0:
         text += f": the collector accounts for {pct(min(gc_delta / delta, 1.0))} of the difference"
+    for side in (slow, fast):
+        text += forced_clause(side.gc.forced, of=f"the GC in {side.label}")
     return text + "."
 
 
@@ -553,7 +555,7 @@ def run_rows(c):
                  ("mean GC per epoch (ms)", f"{a.gc.pause_s * 1e3:.2f}", f"{b.gc.pause_s * 1e3:.2f}",
                   f"{pct(a.gc.share_total):>7s} {pct(b.gc.share_total):>8s} of run time"),
                  ("mean full collections per epoch", f"{a.gc.full_collections:.1f}", f"{b.gc.full_collections:.1f}", "")]
-        asked = [side.gc.forced_collections for side in (a, b)]
+        asked = [None if side.gc.forced is None else sum(side.gc.forced.collections_per_epoch) for side in (a, b)]
         if any(asked):
             rows.append(("mean gc.collect() calls per epoch", *("-" if n is None else f"{n:.1f}" for n in asked), ""))
     if a.gc.policy or b.gc.policy:
