@@ -502,14 +502,25 @@ def test_only_a_signal_handlers_exceptions_are_raised_again_not_our_own_bugs(mon
 
 
 def test_tracemalloc_left_running_if_the_user_started_it(tmp_path):
-    tracemalloc.start()
+    """The program's tracer is left running, with its frames; the run says it kept fewer than asked."""
+    tracemalloc.start(1)
     try:
-        with Session(tmp_path / "run", tracemalloc=True) as session:
+        with Session(tmp_path / "run", tracemalloc=True, frames=12) as session:
             with session.epoch(0):
                 pass
-        assert tracemalloc.is_tracing()
+        assert tracemalloc.is_tracing() and tracemalloc.get_traceback_limit() == 1
     finally:
         tracemalloc.stop()
+    assert records(tmp_path / "run")[0]["heap"]["frames"] == 1
+    run = read_run(tmp_path / "run")
+    assert run.status == "completed" and len(run.cautions) == 1, run.cautions
+    assert run.cautions[0].startswith("tracemalloc kept 1 frame of each allocation's traceback, not the 12 asked for")
+    assert "tracemalloc.start(12)" in run.cautions[0]
+    # started by the profiler: the frames asked for, and no caution
+    with Session(tmp_path / "own", tracemalloc=True, frames=12) as session:
+        with session.epoch(0):
+            pass
+    assert records(tmp_path / "own")[0]["heap"]["frames"] == 12 and read_run(tmp_path / "own").cautions == []
 
 
 def test_a_program_that_stops_tracemalloc_mid_run_goes_on_unsampled(tmp_path):

@@ -209,7 +209,9 @@ class HeapTracker:
     def _sample(self, epoch):
         traced, peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False}
+        # the frames tracemalloc keeps: fewer than asked for when the program (or -X tracemalloc) started it first
+        record = {"traced_bytes": traced, "peak_bytes": peak, "top_growth": [], "top_types": [], "snapshot": False,
+                  "frames": tracemalloc.get_traceback_limit()}
         self._types_epochs += 1
         if self.mode == "auto":   # a window's first and last epochs (its rest keeps the budget)
             if self._window_left in (self.window, 1):

@@ -189,6 +189,19 @@ def unreadable(file, error=None):
     return f"cannot read {file}: {error.strerror or error}"
 
 
+def _short_tracebacks(meta, epochs):
+    """A caution when tracemalloc kept fewer frames than the run asked for: the program (or python
+    -X tracemalloc) started it first, and the profiler does not restart another's tracer."""
+    asked = (meta.get("options") or {}).get("frames")
+    kept = min((r["heap"]["frames"] for r in epochs if r.get("heap") and "frames" in r["heap"]), default=None)
+    if kept is None or type(asked) is not int or kept >= asked:
+        return []
+    return [f"tracemalloc kept {kept} frame{'s' if kept > 1 else ''} of each allocation's traceback, not the {asked} "
+            f"asked for, as the program (or python -X tracemalloc) started it first: an allocation made deeper than "
+            f"that inside a library is put on the library's line, not the line of yours that called it; start it "
+            f"with tracemalloc.start({asked}) or -X tracemalloc={asked}, or leave it to the profiler"]
+
+
 def read_run(path):
     """Read a run directory; RunDirError when it is not one or is damaged beyond a torn last line."""
     path = run_path(path, "run directory")
@@ -233,6 +246,7 @@ def read_run(path):
                         f"{listed(missed, 3)} {'were' if n > 1 else 'was'} not timed: the program took the profiler's callback out of "
                         f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
                         f"was imported), and the GC pauses leave them out")
+    cautions += _short_tracebacks(meta, epochs)
     run = Run(path, meta, epochs, problems, cautions)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
@@ -397,6 +411,8 @@ def _check_optional(record):
                     isinstance(i, dict) and isinstance(i.get(name), str)
                     and all(_number(i.get(f), nonneg=False) for f in fields) for i in items):
                 return f"has heap.{key} that is not a list of objects with {name}, {', '.join(fields)}"
+        if "frames" in heap and not (_count(heap["frames"]) and heap["frames"] > 0):
+            return f"has heap.frames {_shown(heap['frames'])}, not a positive count of frames"
     workers = record.get("workers")
     if workers is None:
         return None
