@@ -73,6 +73,20 @@ def test_a_directory_of_jobs_names_them(tmp_path, ids, starts, worlds):
         rank_dirs(tmp_path / "runs")
 
 
+def test_a_directory_of_runs_and_a_job_names_them(tmp_path):
+    """A job's directory beside single runs (runs/ after a few profiler runs) is no job of hosts: its
+    rank-N directories one level down are not taken for the whole directory's (a probe found
+    `profiler report runs` reporting the job and ignoring the runs beside it)."""
+    for r in range(2):
+        write_rank(tmp_path / "runs" / "job" / f"rank-{r}", r, 2, np.full(10, 0.01))
+    write_rank(tmp_path / "runs" / "run-a", 0, 1, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"runs is not a multi-rank run but holds several \(job, run-a\): give one"):
+        rank_dirs(tmp_path / "runs")
+    with pytest.raises(RunDirError, match=r"holds several \(job, run-a\)"):
+        analyze(tmp_path / "runs")
+    assert [r.rank for r in rank_dirs(tmp_path / "runs" / "job")] == [0, 1]
+
+
 def test_duplicate_rank_names_both_directories(tmp_path):
     for host in ("a", "b"):   # neither a job of its own (world size 2): a copy made twice
         write_rank(tmp_path / host / "rank-0", 0, 2, np.full(10, 0.01))

@@ -106,9 +106,13 @@ def rank_dirs(path):
         raise RunDirError(f"{path} holds no {RANK_PREFIX}<RANK> directories: not a multi-rank run")
     parents = sorted({p.parent for p in candidates})
     whole = [p for p in parents if p != path and _complete(p)]
-    if len(whole) > 1:   # a directory of jobs (runs/job-a/rank-*, runs/job-b/rank-*), not one job's hosts
-        raise RunDirError(f"{path} is not a multi-rank run but holds several ({listed((p.name for p in whole), 5)}): "
-                          f"give one of them")
+    # one level down, a run directory beside the rank directories' parents makes `path` a directory of
+    # runs (runs/job/rank-*, runs/run-a), as two whole jobs do (runs/job-a/rank-*, runs/job-b/rank-*),
+    # not one job's hosts
+    runs = [p for p in path.iterdir() if (p / META).is_file()] if parents != [path] else []
+    if len(whole) > 1 or runs:
+        held = sorted(p.name for p in (whole or parents) + runs)
+        raise RunDirError(f"{path} is not a multi-rank run but holds several ({listed(held, 5)}): give one of them")
     ranks = sorted((_read_rank(p) for p in candidates), key=lambda r: (r.rank, str(r.path)))
     _mixed(path, ranks, "world size", lambda r: r.world_size)
     _mixed(path, ranks, "job", lambda r: r.job)
