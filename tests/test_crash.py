@@ -81,6 +81,24 @@ def test_sigterm_records_terminated_and_ends_the_process_as_the_default_does(tmp
     assert run.meta["epochs"] == len(run.epochs) > 10
 
 
+@pytest.mark.slow
+def test_sigterm_under_profiler_run_keeps_where_the_epochs_came_from(tmp_path):
+    """The Session writes the final meta.json in its SIGTERM handler, before `profiler run` unwinds:
+    meta.epochs_from is kept current as epochs are written, so it names their source there too."""
+    script = tmp_path / "train.py"
+    script.write_text("import time\ndef train_epoch():\n    time.sleep(0.02)\nprint('ready', flush=True)\n"
+                      "while True:\n    train_epoch()\n")
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--quiet", "--epoch-fn", "train_epoch",
+                             "--out", str(tmp_path / "run"), str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=20)
+    run = read_run(tmp_path / "run")
+    assert run.status == "terminated" and len(run.epochs) > 5
+    assert run.user_meta["epochs_from"] == "epoch-fn", run.user_meta
+
+
 def test_sigterm_handler_only_while_the_session_is_open(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     with Session(tmp_path / "run"):
