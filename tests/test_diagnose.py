@@ -503,6 +503,24 @@ def test_deep_capture_names_the_objects_each_collection_walks(tmp_path):
     assert "~1.3M tracked objects" in words and "95.0% of them list" in words and "loader.py:42" in words
 
 
+def test_the_top_types_share_is_of_the_objects_tracked_when_they_were_counted(tmp_path):
+    """The tracked count is sampled within a budget, so its latest may come from epochs before the
+    types' last count; a growing heap then read as more than 100% of one type (a probe: 107.3%
+    list). The share is of that epoch's count, else never of a count smaller than the types' sum."""
+    def run(name, tracked_every):
+        records = []
+        for i in range(12):
+            objects = 100_000 + 20_000 * i
+            heap = {"traced_bytes": MIB, "peak_bytes": 0, "top_growth": [],
+                    "top_types": [{"type": "list", "count": int(0.99 * objects), "count_diff": 19_800, "site": "a.py:3"}]}
+            records.append(epoch(i, 0.1, pause=(0.0, 0.0, 0.03), collections=(0, 0, 1), heap=heap,
+                                 tracked=[0, 0, objects] if i % tracked_every == 0 else None))
+        return analyze(write_run(tmp_path / name, records)).findings[0].evidence.objects
+    assert run("same-epoch", 1).top_type_share == pytest.approx(0.99, abs=0.001)
+    o = run("older-count", 5)   # tracked at epochs 0, 5, 10 (300k); the types' last count at 11 (316.8k lists)
+    assert o.tracked == 300_000 and o.top_type_share == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("traced", [False, True])
 def test_steps_slowed_by_deep_capture_are_no_spikes(tmp_path, traced):
     """Auto capture's windows trace allocations, which slows their steps 2-10x: those epochs' steps

@@ -206,9 +206,12 @@ def objects(records, every):
     result = Objects(tracked=None if latest is None else int(latest),
                      tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None)
     if typed:
-        last = typed[-1][1]
+        last_epoch, last = typed[-1][0], typed[-1][1]
         top = max(last, key=lambda t: t["count"])
-        total = result.tracked or sum(t["count"] for t in last)
+        # the share is of the objects tracked when the types were counted: that epoch's count, else the
+        # latest before it or the types' own sum, whichever is larger (an earlier count of a growing heap is short)
+        total = next((sum(r["gc"]["tracked"]) for r in every if r["epoch"] == last_epoch and r["gc"].get("tracked")),
+                     None) or max(result.tracked or 0, sum(t["count"] for t in last))
         diffs = sum(t["count_diff"] for _, types, _ in typed for t in types if t["type"] == top["type"])
         # each count diffs against the one before it (a window's start, the previous snapshot):
         # the epochs they cover, as recorded (runs written before types_epochs: first to last count)
