@@ -298,6 +298,21 @@ def test_a_run_directory_that_is_not_a_path_is_a_usage_error(call):
         call()
 
 
+def test_compare_takes_runs_read_already_and_a_wrong_one_is_named_in_one_short_line(tmp_path):
+    """analyze() takes a Run read already, and so does compare(); anything else that is no path is
+    named cut short (a probe passed a Run's epochs: a 36 KB message)."""
+    from profiler.analysis import compare
+    from profiler.errors import UsageError
+    for name, wall in (("a", 0.02), ("b", 0.01)):
+        write_run(tmp_path / name, [epoch(i, wall) for i in range(6)], meta={"label": name})
+    c = compare(read_run(tmp_path / "a"), tmp_path / "b")
+    assert (c.a.label, c.b.label) == ("a", "b") and c.ratio == pytest.approx(2.0)
+    with pytest.raises(UsageError) as info:
+        compare(read_run(tmp_path / "a").epochs, tmp_path / "b")
+    message = str(info.value)
+    assert message.startswith("run directory [{'epoch': 0, ") and "..." in message and len(message) < 200, message
+
+
 @pytest.mark.parametrize("runs", [["a", "b"], {"a": "x", "b": "y"}, {1: "x", -2: "y"}, {True: "x", 2: "y"}])
 def test_scaling_takes_positive_max_epochs_as_keys(runs):
     from profiler.analysis import scaling

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank
 from . import findings
@@ -149,8 +150,9 @@ def _run_wide(rows):
 
 
 def compare(run_a, run_b):
-    """Two runs op by op, or two multi-rank runs job by job (analysis/ranks.py: RankComparison)."""
-    multi = [is_multi_rank(run_a), is_multi_rank(run_b)]
+    """Two runs (run directories, or Runs read already) op by op, or two multi-rank runs job by job
+    (analysis/ranks.py: RankComparison)."""
+    multi = [not isinstance(r, rundir.Run) and is_multi_rank(r) for r in (run_a, run_b)]
     if all(multi):
         from .ranks import compare_ranks
         return compare_ranks(run_a, run_b)

@@ -48,7 +48,9 @@ def run_path(value, what):
     """`value` as the Path of a run directory; UsageError unless it is a non-empty str or
     os.PathLike (`what` names the argument in the message: "Session run_dir", "analyze()")."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
-        raise UsageError(f"{what} {value!r}: expected a path (str or os.PathLike), got {type(value).__name__}")
+        shown = repr(value)   # cut short: a Run or a list of records would fill the screen
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise UsageError(f"{what} {shown}: expected a path (str or os.PathLike), got {type(value).__name__}")
     path = os.fspath(value)
     if not isinstance(path, str) or not path.strip():
         raise UsageError(f"{what} {value!r}: expected a non-empty path")
