@@ -271,8 +271,9 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
     from tests.fixtures import epoch, write_run
     from tests.rank_runs import synthetic_job
     run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(6)])
+    other = write_run(tmp_path / "other", [epoch(i, 0.01) for i in range(6)])
     job = synthetic_job(tmp_path / "job", 2, 40)
-    kept = {p: p.read_bytes() for p in [*run.iterdir(), *(job / "rank-1").iterdir()]}
+    kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir(), *(job / "rank-1").iterdir()]}
     for args, said in [
             (["report", run, "--html", run / "meta.json"], f"--html {run / 'meta.json'} is a record of the run {run} "
                                                            f"that this command reads: give another file, e.g. --html "
@@ -285,7 +286,14 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
              f"another file, e.g. --html {job / 'compare.html'}"),
             (["report", job, "--html", job / "node-0" / "rank-1" / "meta.json"],   # a job with a directory per host
              f"--html {job / 'node-0' / 'rank-1' / 'meta.json'} is a record of the run {job} that this command "
-             f"reads: give another file, e.g. --html {job / 'report.html'}")]:
+             f"reads: give another file, e.g. --html {job / 'report.html'}"),
+            # another run's records: the command does not read that run, and would destroy it
+            (["report", run, "--html", other / "epochs.jsonl"], f"--html {other / 'epochs.jsonl'} is a record of the "
+                                                                f"run {other}, which writing it would destroy: give "
+                                                                f"another file, e.g. --html {other / 'report.html'}"),
+            (["timeline", run, "--out", other / "steps.bin"], f"--out {other / 'steps.bin'} is a record of the run "
+                                                              f"{other}, which writing it would destroy: give another "
+                                                              f"file, e.g. --out {other / 'trace.json'}")]:
         assert cli.main(list(map(str, args))) == 2
         assert capsys.readouterr().err.splitlines() == [f"profiler: error: {said}"]
     assert {p: p.read_bytes() for p in kept} == kept

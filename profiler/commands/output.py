@@ -12,8 +12,9 @@ from ..errors import RunWriteError, UsageError
 def output_file(path, flag, example, reads=()):
     """`path` (given with `flag`, e.g. "--html") as a file to write, its parent directories created;
     UsageError when it is a directory (`example`: a file name to suggest in it), a file stands
-    where a parent directory belongs, or it is one of the records of a run the command `reads`
-    (its meta.json, epochs.jsonl, ..., or a rank's): the output would replace what it is made of."""
+    where a parent directory belongs, or it is one of the records of a run (its meta.json,
+    epochs.jsonl, ...): of a run the command `reads` (or a rank's), the output would replace what it
+    is made of; of another run, a record of that run."""
     if not str(path).strip():
         raise UsageError(f"{flag} {str(path)!r}: give a file name, e.g. {flag} {example}")
     path = Path(path)
@@ -29,9 +30,9 @@ def output_file(path, flag, example, reads=()):
 
 
 def _not_a_record(path, flag, example, runs):
-    if not runs:
-        return
-    from ..rundir.format import RECORDS   # numpy with it: not at the CLI's start
+    """UsageError when `path` is a record of a run: of one the command reads (in a rank's or a host's
+    directory below it too), or of any run directory (a meta.json beside it), whose record it would replace."""
+    from ..rundir.format import META, RECORDS   # numpy with it: not at the CLI's start
     target = path.resolve()
     if target.name not in RECORDS:
         return
@@ -39,6 +40,9 @@ def _not_a_record(path, flag, example, runs):
         if run.resolve() in target.parents:   # the run's, a rank's, a host's rank's
             raise UsageError(f"{flag} {path} is a record of the run {run} that this command reads: give another "
                              f"file, e.g. {flag} {run / example}")
+    if (target.parent / META).is_file():
+        raise UsageError(f"{flag} {path} is a record of the run {path.parent}, which writing it would destroy: give "
+                         f"another file, e.g. {flag} {path.parent / example}")
 
 
 def output_dir(path, flag):
