@@ -119,7 +119,10 @@ def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})), ["format 99"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
     (lambda d: (d / "meta.json").write_text("[1, 2, 3]"), ["meta.json is not a JSON object"]),
-], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format", "meta-list"])
+    (lambda d: (d / "meta.json").write_text(json.dumps({"format": True, "status": "completed"})), ["format True"]),
+    (lambda d: (d / "meta.json").write_text(json.dumps({"format": 1.0, "status": "completed"})), ["format 1.0"]),
+], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format", "meta-list", "format-true",
+        "format-float"])
 def test_damaged_meta_is_one_clear_error(tmp_path, damage, words):
     run = from_walls(tmp_path / "run", [0.01] * 3)
     damage(run)

@@ -222,7 +222,7 @@ def read_run(path):
         raise RunDirError(f"{meta_file} is not a JSON object: not written by this profiler")
     if "format" not in meta:
         raise RunDirError(f"{meta_file} has no 'format' field: not written by this profiler")
-    if meta["format"] != FORMAT:
+    if meta["format"] != FORMAT or type(meta["format"]) is not int:   # JSON's true equals 1 in Python
         raise RunDirError(f"{meta_file} is format {meta['format']!r}; this profiler reads format {FORMAT}")
     _check_meta(meta, meta_file)
     problems, cautions = [], []
