@@ -125,13 +125,46 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
         with pytest.raises(UsageError, match=words):
             run_script(str(plain), [], out=tmp_path / "never", **kwargs)
     assert not (tmp_path / "never").exists()
+    with pytest.raises(UsageError, match="--epoch-fn and --step-fn both name train: a call is an epoch or a step"):
+        run_script(str(plain), [], out=tmp_path / "never", epoch_fn="train", step_fn="train")
+    assert not (tmp_path / "never").exists()
     result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r", epoch_fn="no_such")
-    assert result.epochs == 0 and any("no_such: no such function" in n for n in result.notes)
+    assert result.epochs == 0 and result.misnamed == [
+        "--epoch-fn no_such: no such function was defined while the code ran; nothing was marked by it"]
     result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r2", epoch_fn="Trainer.fit",
                         step_fn="epochs")
-    assert result.raised is None and result.notes[:2] == [
+    assert result.raised is None and result.misnamed == [
         "--epoch-fn Trainer.fit: Trainer has no attribute 'fit'; nothing was marked by it",
         "--step-fn epochs: not a function (type int); nothing was marked by it"]
+
+
+def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_meant(tmp_path):
+    """A typo'd --epoch-fn marked nothing and exited 0 (a probe): once the script succeeds it is a
+    usage error (exit 2, the run directory kept), naming the function meant where one is close;
+    beside the script's own failure it stays a note, and the script's exit code is the command's."""
+    (tmp_path / "t.py").write_text(
+        "import sys\n"
+        "class Trainer:\n"
+        "    def train_epoch(self): pass\n"
+        "def train_epoch(): pass\n"
+        "for i in range(2):\n"
+        "    train_epoch(); Trainer().train_epoch()\n"
+        "if sys.argv[1:] == ['fail']: raise SystemExit(3)\n")
+    for n, (fn, meant) in enumerate((("trian_epoch", " (did you mean --epoch-fn train_epoch?)"),
+                                     ("Trainer.trian_epoch", " (did you mean --epoch-fn Trainer.train_epoch?)"),
+                                     ("unrelated", ""))):
+        proc = profiler("run", "--epoch-fn", fn, "--out", tmp_path / f"r{n}", tmp_path / "t.py", check=False)
+        said = ("no such function was defined while the code ran" if "." not in fn
+                else "Trainer has no attribute 'trian_epoch'")
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"profiler: wrote {tmp_path / f'r{n}'}: 0 epochs, 0 steps",
+            f"profiler: error: --epoch-fn {fn}: {said}; nothing was marked by it{meant}"], proc.stderr
+        assert (tmp_path / f"r{n}" / "meta.json").is_file()
+    proc = profiler("run", "--epoch-fn", "trian_epoch", "--out", tmp_path / "failed", tmp_path / "t.py", "fail",
+                    check=False)
+    assert proc.returncode == 3 and proc.stderr.splitlines()[0] == (
+        "profiler: --epoch-fn trian_epoch: no such function was defined while the code ran; nothing was marked by "
+        "it (did you mean --epoch-fn train_epoch?)")
 
 
 def test_training_in_another_thread_is_said_not_to_be_recorded(tmp_path):
@@ -168,7 +201,7 @@ def test_a_generator_or_coroutine_function_is_not_wrapped_and_the_note_says_why(
         result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / name, epoch_fn=name, window_s=60.0)
         assert result.raised is None and result.epochs_from != "epoch-fn"
         assert f"--epoch-fn {name}: {kind}, whose call returns before its work runs: name the function that runs it; " \
-               f"nothing was marked by it" in result.notes
+               f"nothing was marked by it" in result.misnamed
 
 
 @pytest.mark.parametrize("source", ["epoch-fn", "windows"])

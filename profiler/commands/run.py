@@ -160,6 +160,7 @@ def _script_argv(args, target, rest):
 
 def _run_script(args, target, rest):
     from ..integrations.launch import rank_out_dir
+    from ..integrations.marks import succeeded
     from ..integrations.script import run_script
     from ..integrations.windows import check_seconds
     if not args.as_module and not os.path.isfile(target):
@@ -189,12 +190,17 @@ def _run_script(args, target, rest):
         _print_script_traceback(raised, result.code)
     if result.forked:   # a child the script forked and that returned: it exits as the script would
         raise raised if isinstance(raised, ends) else SystemExit(0 if raised is None else 1)
-    for note in result.notes:
+    # a name that names no function of the script is the command's error once the script succeeded (a
+    # typo marks nothing, and exit 0 would hide it); beside the script's own failure, a note
+    typo = succeeded(raised) and result.misnamed
+    for note in ([] if typo else result.misnamed) + result.notes:
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
               + (f"\nnext: profiler report {out}" if result.epochs else ""), file=sys.stderr)
+    if typo:
+        raise UsageError("; ".join(result.misnamed))
     if isinstance(raised, ends):
         raise raised
     if raised is not None:

@@ -13,6 +13,7 @@ block ends, however it ends; the Session's meta gets "epochs_from".
 import contextlib
 import os
 
+from ..errors import UsageError
 from . import functions
 from .gc_policy import GcPolicy
 from .imports import ImportWatcher
@@ -43,6 +44,9 @@ class Detection:
         self.policy = GcPolicy.parse(gc_policy)
         self.marks = marks = Marks(session)
         self.targets = []
+        if epoch_fn and epoch_fn == step_fn:
+            raise UsageError(f"--epoch-fn and --step-fn both name {epoch_fn}: a call is an epoch or a step, not "
+                             f"both; give --step-fn the function that runs one step")
         if epoch_fn:
             epochs = Source(marks, "epoch-fn")
             self.targets.append(functions.Target(epoch_fn, "--epoch-fn", lambda fn: functions.wrap_calls(
@@ -107,11 +111,15 @@ class Detection:
     def _record_epochs_from(self):
         self.session.user_meta["epochs_from"] = self.marks.owner if self.marks.epochs else None
 
+    def misnamed(self):
+        """Lines for the --epoch-fn and --step-fn names that marked nothing because they name no
+        function the code defined (with a guess at the name meant where there is one): `profiler
+        run` makes them its error when the code itself succeeded."""
+        return [t.note() for t in self.targets if t.note()]
+
     def notes(self):
-        """Lines for the user: what was not found, or not applied."""
-        notes = [t.note() for t in self.targets if t.note()]
-        if self._windows.error:
-            notes.append(f"time windows stopped early: {self._windows.error}")
+        """Lines for the user: what was not found, or not applied (but for misnamed functions)."""
+        notes = [f"time windows stopped early: {self._windows.error}"] if self._windows.error else []
         marks = self.marks
         uncalled = [t for t in self.targets if t.done and not t.problem and t.option == "--epoch-fn"]
         if not marks.epochs and marks.begun is not None:

@@ -11,6 +11,7 @@ registers the function) keeps the unwrapped function.
 """
 
 import ast
+import difflib
 import functools
 import inspect
 
@@ -53,6 +54,8 @@ class Target:
         self.done = False
         self.problem = None      # why the name, once bound, could not be wrapped
         self._undo = None
+        self._namespace = None   # the last one looked in: the names a never-defined one is told from
+        self._meant = None       # the attribute meant, when the one named is missing
 
     @property
     def root(self):
@@ -60,20 +63,23 @@ class Target:
 
     @property
     def name(self):
-        return f"{self.module}:{self.qualname}" if self.module else self.qualname
+        return self._named(self.qualname)
 
     def bind(self, namespace):
         """Wrap the function if `namespace` (a module's dict) holds it now; True once settled
         (wrapped, or found to be something that cannot be: see `problem`). Runs while the
         script runs, so it never raises into the script."""
+        self._namespace = namespace
         if self.done or self.root not in namespace:
             return self.done
         self.done = True
         owner, name, value = None, self.root, namespace[self.root]
-        for part in self.parts[1:]:
+        for depth, part in enumerate(self.parts[1:], 1):
             owner, name = value, part
             value = getattr(value, part, None)
             if value is None:
+                close = difflib.get_close_matches(part, [n for n in dir(owner) if not n.startswith("__")], n=1)
+                self._meant = self._named(".".join([*self.parts[:depth], close[0]])) if close else None
                 self.problem = f"{getattr(owner, '__name__', type(owner).__name__)} has no attribute {part!r}"
                 return True
         raw = value if owner is None else inspect.getattr_static(owner, name)
@@ -99,12 +105,25 @@ class Target:
 
     def note(self):
         """A line for the user when nothing was marked through this name, else None."""
-        if not self.done:
-            return (f"{self.option} {self.name}: no such function was defined while the code ran; "
-                    f"nothing was marked by it")
-        if self.problem:
-            return f"{self.option} {self.name}: {self.problem}; nothing was marked by it"
-        return None
+        if self.done and not self.problem:
+            return None
+        guess = self._meant if self.done else self._guess()
+        return (f"{self.option} {self.name}: {self.problem or 'no such function was defined while the code ran'}; "
+                f"nothing was marked by it" + (f" (did you mean {self.option} {guess}?)" if guess else ""))
+
+    def _guess(self):
+        """The name the user likely meant, of one never defined: a method of that name in one of the
+        namespace's classes (train_epoch for Trainer.train_epoch), else the closest function name."""
+        if self._namespace is None:
+            return None
+        names = {k: v for k, v in self._namespace.items() if not k.startswith("__")}
+        methods = [f"{k}.{self.qualname}" for k, v in names.items() if isinstance(v, type) and self.root in vars(v)]
+        close = difflib.get_close_matches(self.root, [k for k, v in names.items() if callable(v)], n=1)
+        guess = methods[0] if methods else ".".join([close[0], *self.parts[1:]]) if close else None
+        return None if guess is None else self._named(guess)
+
+    def _named(self, qualname):
+        return f"{self.module}:{qualname}" if self.module else qualname
 
     def undo(self):
         if self._undo is not None:

@@ -165,6 +165,7 @@ class Result:
     code: types.CodeType
     notes: list          # lines for the user: what was not found or not applied
     forked: bool         # returned in a child the script forked: the run is its parent's, not to report
+    misnamed: list       # lines for the --epoch-fn/--step-fn names that name no function the script defined
 
 
 def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_fn=None, step_fn=None,
@@ -197,4 +198,4 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
             raise
     marks = detection.marks
     return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
-                  detection.notes(), os.getpid() != pid)
+                  detection.notes(), os.getpid() != pid, detection.misnamed())
