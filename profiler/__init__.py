@@ -26,6 +26,9 @@ _PUBLIC = {
     "UsageError": "profiler.errors",
     "RunDirError": "profiler.errors",
     "RunWriteError": "profiler.errors",
+    "SessionActiveError": "profiler.errors",
+    "WorkloadError": "profiler.errors",
+    "FlamegraphError": "profiler.errors",
 }
 
 __all__ = ["__version__", *_PUBLIC]

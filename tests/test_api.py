@@ -4,6 +4,7 @@ version is the installed package's."""
 import importlib.metadata
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,16 +14,23 @@ import profiler
 def test_every_public_name_resolves():
     from profiler.analysis import Comparison, Diagnosis, Finding, Scaling, analyze, compare, scaling
     from profiler.capture.session import Session
-    from profiler.errors import ProfilerError, RunDirError, RunWriteError, UsageError
+    from profiler.errors import (FlamegraphError, ProfilerError, RunDirError, RunWriteError, SessionActiveError,
+                                 UsageError, WorkloadError)
     from profiler.rundir import Run, read_run
+    errors = {"ProfilerError": ProfilerError, "UsageError": UsageError, "RunDirError": RunDirError,
+              "RunWriteError": RunWriteError, "SessionActiveError": SessionActiveError, "WorkloadError": WorkloadError,
+              "FlamegraphError": FlamegraphError}
     expected = {"Session": Session, "analyze": analyze, "compare": compare, "scaling": scaling, "read_run": read_run,
                 "Run": Run, "Diagnosis": Diagnosis, "Comparison": Comparison, "Scaling": Scaling, "Finding": Finding,
-                "ProfilerError": ProfilerError, "UsageError": UsageError, "RunDirError": RunDirError,
-                "RunWriteError": RunWriteError}
+                **errors}
     assert set(profiler.__all__) == set(expected) | {"__version__"}
     for name, value in expected.items():
         assert getattr(profiler, name) is value, name
-    assert issubclass(UsageError, ProfilerError) and issubclass(RunDirError, ProfilerError)
+    assert all(issubclass(e, ProfilerError) for e in errors.values())
+    # the errors table of docs/api.md names each of them, and says they import from profiler
+    api = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    assert "each class below is importable from `profiler`" in api
+    assert all(f"`{name}`" in api for name in errors if name != "ProfilerError") and "`profiler.ProfilerError`" in api
 
 
 def test_version_is_the_installed_packages():
