@@ -127,6 +127,8 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     (["demo", "--quick", "--out", __file__ + "/demo"], ["--out", "is a file, not a directory"]),
     (["scaling", "mlp", "--history", "preallocated", "--max-epochs", "10,99999999999999"],
      ["--history preallocated", "GB", "fewer --epochs"]),
+    (["scaling", "mlp", "--max-epochs", "2,3", "--gc-policy", "sometimes"], ["--gc-policy 'sometimes'", "expected one of"]),
+    (["flamegraph", "mlp", "--gc-policy", "manual:0"], ["--gc-policy 'manual:0'", "manual needs a positive"]),
 ], ids=lambda v: None)
 def test_usage_errors_exit_2_with_one_line(args, words):
     proc = profiler(*args, check=False, env={"RUST_BACKTRACE": "1"})
@@ -251,12 +253,13 @@ def test_scenario_argv_repeats_the_options_with_or_without_an_out_directory():
     from profiler.commands.options import add_scenario_options, scenario_argv
     parser = argparse.ArgumentParser()
     add_scenario_options(parser)
-    args = parser.parse_args(["--seed", "3", "--samples", "64", "--gc-collect", "epoch"])
+    args = parser.parse_args(["--seed", "3", "--samples", "64", "--gc-collect", "epoch", "--gc-policy", "freeze"])
     with_out = scenario_argv(args, "mnist-cnn", "runs/x", args.epochs)
     without = scenario_argv(args, "mnist-cnn", None, args.epochs)
     assert with_out[:4] == ["run", "mnist-cnn", "--out", "runs/x"] and "--out" not in without
     assert with_out[4:] == without[2:] and without[-2:] == ["--samples", "64"]
     assert without[without.index("--seed") + 1] == "3" and without[without.index("--gc-collect") + 1] == "epoch"
+    assert without[without.index("--gc-policy") + 1] == "freeze"   # scaling's and flamegraph's runs keep the policy
     assert parser.parse_args([a for a in without[2:] if a != "--quiet"]) == args   # it repeats them exactly
 
 

@@ -11,8 +11,8 @@ class CompareCommand:
     def add_arguments(p):
         p.add_argument("run_a")
         p.add_argument("run_b")
-        p.add_argument("--json", action="store_true")
-        p.add_argument("--html", metavar="PATH")
+        p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+        p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML page")
 
     @staticmethod
     def run(args):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import FlamegraphError, UsageError, WorkloadError
 from ..workloads.names import SCENARIO_NAMES
-from .options import add_scenario_options, positive, scenario_argv
+from .options import add_scenario_options, check_gc_policy, positive, scenario_argv
 from .output import output_file, show
 
 
@@ -74,7 +74,7 @@ class FlamegraphCommand:
 
     @staticmethod
     def add_arguments(p):
-        p.description = ("Record with py-spy: SCENARIO [run options], or -- COMMAND ...; "
+        p.description = ("Record with py-spy: SCENARIO [scenario options], or -- COMMAND ...; "
                          "or --diff A.folded B.folded. Writes SVG plus the raw collapsed stacks (.folded).")
         add_scenario_options(p)
         p.add_argument("scenario", nargs="?", choices=SCENARIO_NAMES)
@@ -104,6 +104,8 @@ class FlamegraphCommand:
         if not command and args.from_first_epoch:
             raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
                              "flamegraph is its training already)")
+        if not command:
+            check_gc_policy(args.gc_policy)
         folded = out.with_suffix(".folded")
         if folded.is_dir():
             raise UsageError(f"{folded} (the raw stacks, written beside --out {out}) is a directory: remove it or "

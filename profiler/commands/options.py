@@ -40,6 +40,13 @@ def int_list(text):
 TRACEMALLOC = {"off": False, "on": True, "auto": "auto"}
 
 
+def check_gc_policy(text):
+    """UsageError for a bad --gc-policy before any run starts: scaling's and flamegraph's runs are
+    child processes, which would each refuse it."""
+    from ..integrations.gc_policy import GcPolicy
+    GcPolicy.parse(text)
+
+
 def add_scenario_options(p, epochs_flag=True):
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NHWC", help="data layout (default NHWC)")
     if epochs_flag:
@@ -50,6 +57,8 @@ def add_scenario_options(p, epochs_flag=True):
     p.add_argument("--gc-collect", choices=("never", "iteration", "epoch"), default="never",
                    help="call gc.collect() this often (default never)")
     p.add_argument("--tracemalloc", choices=tuple(TRACEMALLOC), default="off", help="deep memory capture")
+    p.add_argument("--gc-policy", default="default", metavar="POLICY",
+                   help="as for scripts: default | freeze | manual:N | off")
     p.add_argument("--samples", type=positive, help="data set size (default: the scenario's)")
     p.add_argument("--labels", choices=("random", "learnable"), help="mlp only: the report's random labels or learnable ones")
     p.add_argument("--seed", type=non_negative, default=0, help="random seed for data and weights (default 0)")
@@ -60,7 +69,8 @@ def scenario_argv(args, scenario, out, epochs):
     --out when `out` is None (a launcher gives each rank its own)."""
     argv = ["run", scenario] + (["--out", str(out)] if out is not None else []) + [
             "--epochs", str(epochs), "--layout", args.layout, "--history", args.history, "--gc-collect",
-            args.gc_collect, "--tracemalloc", args.tracemalloc, "--seed", str(args.seed), "--quiet"]
+            args.gc_collect, "--tracemalloc", args.tracemalloc, "--gc-policy", args.gc_policy, "--seed", str(args.seed),
+            "--quiet"]
     for flag, value in (("--halt-after", args.halt_after), ("--samples", args.samples), ("--labels", args.labels)):
         if value is not None:
             argv += [flag, str(value)]

@@ -105,7 +105,6 @@ def _run_scenario(args, scenario, rest):
     parser = _ScenarioParser(prog=f"profiler run {scenario}")
     parser.add_argument("--out", help="run directory (default runs/SCENARIO-LAYOUT-TIMESTAMP)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or summary")
-    parser.add_argument("--gc-policy", metavar="POLICY", help="as for scripts: default | freeze | manual:N | off")
     parser.add_argument("--nproc-per-node", type=positive, metavar="N", help="train data-parallel on N ranks")
     parser.add_argument("--straggler-rank", type=non_negative, metavar="R",
                         help="data-parallel runs: rank R plants GC stalls (docs/multi-rank.md)")
@@ -121,7 +120,7 @@ def _run_scenario(args, scenario, rest):
         if args.straggler_rank is not None and args.straggler_rank >= args.nproc_per_node:
             raise UsageError(f"--straggler-rank {args.straggler_rank} is not a rank of --nproc-per-node "
                              f"{args.nproc_per_node} (ranks 0-{args.nproc_per_node - 1})")
-        argv = scenario_argv(args, scenario, None, args.epochs) + ["--gc-policy", args.gc_policy] + (
+        argv = scenario_argv(args, scenario, None, args.epochs) + (
             ["--straggler-rank", str(args.straggler_rank)] if args.straggler_rank is not None else [])
         return _launch(args, argv, f"{scenario}-{args.layout}")
     with interrupts_held():   # the engine imports numba

@@ -3,7 +3,7 @@
 from ..errors import UsageError
 from ..workloads.names import SCENARIO_NAMES
 from .output import output_dir, output_file, show, write_html
-from .options import add_scenario_options, default_dir, int_list, scenario_argv
+from .options import add_scenario_options, check_gc_policy, default_dir, int_list, scenario_argv
 
 
 class ScalingCommand:
@@ -18,8 +18,8 @@ class ScalingCommand:
         p.add_argument("scenario", choices=SCENARIO_NAMES)
         p.add_argument("--max-epochs", type=int_list, required=True, help="e.g. 100,1000,10000")
         p.add_argument("--out", help="directory for the runs (default runs/scaling-SCENARIO-TIMESTAMP)")
-        p.add_argument("--json", action="store_true")
-        p.add_argument("--html", metavar="PATH")
+        p.add_argument("--json", action="store_true", help="print the scaling result as JSON")
+        p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML page")
 
     @staticmethod
     def run(args):
@@ -31,6 +31,7 @@ class ScalingCommand:
         if args.halt_after is not None and args.halt_after > args.max_epochs[0]:
             raise UsageError(f"--halt-after {args.halt_after} is more than the smallest --max-epochs {args.max_epochs[0]}")
         check_history_fits(args.history, max(args.max_epochs))   # before the first run, not after it
+        check_gc_policy(args.gc_policy)
         from ..rundir.writer import holds_a_run
         runs = {n: out / f"max-{n}" for n in args.max_epochs}
         html_path = None if args.html is None else output_file(args.html, "--html", "scaling.html",
