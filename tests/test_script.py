@@ -138,6 +138,19 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
         "--step-fn epochs: not a function (type int); nothing was marked by it"]
 
 
+def test_a_python_without_the_captures_packages_is_one_line_before_the_script_runs(tmp_path, monkeypatch):
+    """Run by a python that lacks psutil (flamegraph's `-- python` not the profiler's own), the script
+    never ran and the advice was to mark epochs (a probe): now one line naming the package."""
+    from profiler.errors import ProfilerError
+    monkeypatch.setitem(sys.modules, "psutil", None)   # its import fails, as where it is not installed
+    monkeypatch.delitem(sys.modules, "profiler.capture.workers", raising=False)
+    (tmp_path / "t.py").write_text("open(__file__ + '.ran', 'w').close()\n")
+    with pytest.raises(ProfilerError, match=r"^profiler run needs the package 'psutil', which .* cannot import: run "
+                                            r"the profiler with the python it is installed in"):
+        run_script(str(tmp_path / "t.py"), [], out=tmp_path / "run")
+    assert not (tmp_path / "t.py.ran").exists() and not (tmp_path / "run").exists()
+
+
 def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_meant(tmp_path):
     """A typo'd --epoch-fn marked nothing and exited 0 (a probe): once the script succeeds it is a
     usage error (exit 2, the run directory kept), naming the function meant where one is close;

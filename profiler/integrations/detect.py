@@ -12,8 +12,9 @@ block ends, however it ends; the Session's meta gets "epochs_from".
 
 import contextlib
 import os
+import sys
 
-from ..errors import UsageError
+from ..errors import ProfilerError, UsageError
 from . import functions
 from .gc_policy import GcPolicy
 from .imports import ImportWatcher
@@ -39,7 +40,15 @@ def how_it_stopped(error):
 
 class Detection:
     def __init__(self, session, *, epoch_fn=None, step_fn=None, gc_policy="default", window_s=1.0):
-        """UsageError for a bad function name or policy, before anything is installed."""
+        """UsageError for a bad function name or policy, before anything is installed; a ProfilerError
+        when this interpreter lacks a package the capture needs (psutil), before the script runs."""
+        try:
+            from ..capture.workers import WorkerProbe
+        except ImportError as e:   # a python other than the profiler's own (flamegraph's `-- python`, PYTHONPATH)
+            raise ProfilerError(f"profiler run needs the package {e.name!r}, which {sys.executable} cannot import: "
+                                f"run the profiler with the python it is installed in, or install it there "
+                                f"(pip install {e.name})") from None
+        self._probe_type = WorkerProbe
         self.session = session
         self.policy = GcPolicy.parse(gc_policy)
         self.marks = marks = Marks(session)
@@ -70,8 +79,7 @@ class Detection:
         namespace[functions.WATCH_NAME] = functions.watcher(self.targets, namespace)
 
     def __enter__(self):
-        from ..capture.workers import WorkerProbe
-        self._probe = WorkerProbe()
+        self._probe = self._probe_type()
         self.session.add_epoch_field("workers", self._probe.take)
         self._signal = EpochSignal.from_environment()
         self.marks.on_training_start.append(self._signal.send)
