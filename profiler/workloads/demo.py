@@ -14,8 +14,16 @@ from pathlib import Path
 
 from ..analysis import analyze, compare, scaling, series
 from ..analysis.ranks import rank_heatmap
+from ..errors import UsageError
 from ..report import figures, html, rank_text, text
+from ..rundir.format import META, RANK_PREFIX
 from .processes import run_many
+
+
+def _replaceable(path):
+    """Whether `path` is absent, empty, or a run (or a job of rank-N runs) that a demo wrote."""
+    return (not path.exists() or path.is_dir() and (not any(path.iterdir()) or (path / META).is_file()
+                                                    or any(path.glob(f"{RANK_PREFIX}*/{META}"))))
 
 
 def demo(out, quick=False):
@@ -36,8 +44,13 @@ def demo(out, quick=False):
              if importlib.util.find_spec("torch") else {})
     jobs += [["run", "--nproc-per-node", "2", "mlp", "--epochs", "6", "--straggler-rank", "1", "--gc-policy", policy,
               "--out", str(d), "--quiet"] for policy, d in ranks.items()]
+    runs = [d for runs in policies.values() for d in runs.values()] + list(layouts.values()) + list(ranks.values())
+    for d in runs:   # checked before any is removed
+        if not _replaceable(d):
+            raise UsageError(f"--out {out}: {d} exists and is no run of the demo's, which a rerun replaces: move it "
+                             f"or choose another --out")
     print(f"profiler demo: {len(jobs)} runs in fresh processes under {out} ...")
-    for d in [d for runs in policies.values() for d in runs.values()] + list(layouts.values()) + list(ranks.values()):
+    for d in runs:
         shutil.rmtree(d, ignore_errors=True)   # a rerun replaces the demo's own runs, nothing else
     run_many(jobs, "demo")
 
