@@ -343,6 +343,11 @@ def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path)
     later = [dict(r, heap=dict(r["heap"], snapshot=True)) if r["epoch"] == 20 else r for r in records]
     f = analyze(write_run(tmp_path / "later", later)).findings[0]
     assert f.pattern == "allocation-growth" and f.evidence.top_sites == []
+    # no line to name: the remedy says how to turn deep capture on however the run was made (it named
+    # only profiler run's option, which the pytest marker and a Session do not take)
+    assert text.remedy(f) == ('Run with tracemalloc on (profiler run --tracemalloc auto; Session(..., '
+                              'tracemalloc="auto"); @pytest.mark.profile_epochs(..., tracemalloc="auto")) to name the '
+                              'lines that allocate it.')
 
 
 def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see(tmp_path):

@@ -77,11 +77,37 @@ def test_registered_as_a_pytest11_entry_point():
     ({"max_slowdown": float("nan")}, ["max_slowdown=nan"]),
     ({"max_slowdown": 0.2, "min_epochs": "x"}, ["min_epochs='x'"]),
     ({"max_slowdown": 0.2, "min_epochs": 0}, ["min_epochs=0"]),
+    ({"max_slowdown": 0.2, "tracemalloc": "on"}, ["tracemalloc='on'", "False, True or 'auto'"]),
+    ({"max_slowdown": 0.2, "tracemalloc": 1}, ["tracemalloc=1"]),
 ])
 def test_limits_refused(kwargs, words):
     with pytest.raises(pytest.UsageError) as e:
         Limits(**kwargs)
     assert all(w in str(e.value) for w in words)
+
+
+def test_the_marker_turns_deep_capture_on(pytester):
+    """tracemalloc= in the marker reaches the test's Session, with or without profile_session."""
+    pytester.makepyfile(test_deep="""
+import pytest, tracemalloc
+
+@pytest.mark.profile_epochs(max_slowdown=10, min_epochs=1, tracemalloc=True)
+def test_own(profile_session):
+    with profile_session.epoch():
+        assert tracemalloc.is_tracing()
+
+@pytest.mark.profile_epochs(max_slowdown=10, min_epochs=1, tracemalloc="auto")
+def test_auto(profile_session):
+    with profile_session.epoch():
+        assert profile_session.options["tracemalloc"] == "auto"
+
+@pytest.mark.profile_epochs(max_slowdown=10, min_epochs=1)
+def test_light(profile_session):
+    with profile_session.epoch():
+        assert not tracemalloc.is_tracing()
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=3)
 
 
 def _allocation(rss=1_300_000, malloc=2_000, traced=None):

@@ -18,7 +18,8 @@ traced bytes, per epoch after the warm-up; RSS counts only above the peak the pr
 reached before the test (tests share one process, and pages an earlier test freed are faulted in
 again when reused: the footprint grows back, nothing leaks), so its rate is fitted to the
 epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail
-the test, since nothing can be judged from them. Bad marker arguments and a test with no epoch
+the test, since nothing can be judged from them. tracemalloc (False, True or "auto", as for a
+Session): deep capture, which names the lines that allocate what grows. Bad marker arguments and a test with no epoch
 fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
 directory, named in the failure message).
 
@@ -43,14 +44,15 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", f"{MARKER}(max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3): profile the "
+        "markers", f"{MARKER}(max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3, tracemalloc=False): "
+                   "profile the "
                    "test's epochs and fail it when they slow down or its memory grows past these limits")
 
 
 class Limits:
-    NAMES = ("max_slowdown", "max_growth_bytes_per_epoch", "min_epochs")
+    NAMES = ("max_slowdown", "max_growth_bytes_per_epoch", "min_epochs", "tracemalloc")
 
-    def __init__(self, max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3):
+    def __init__(self, max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3, tracemalloc=False):
         for name, value in (("max_slowdown", max_slowdown), ("max_growth_bytes_per_epoch", max_growth_bytes_per_epoch)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not 0 <= value < float("inf")):
@@ -59,7 +61,11 @@ class Limits:
             raise pytest.UsageError(f"@pytest.mark.{MARKER}: give max_slowdown and/or max_growth_bytes_per_epoch")
         if isinstance(min_epochs, bool) or not isinstance(min_epochs, int) or min_epochs < 1:
             raise pytest.UsageError(f"@pytest.mark.{MARKER}(min_epochs={min_epochs!r}): expected a whole number >= 1")
+        if not (tracemalloc is False or tracemalloc is True or tracemalloc == "auto"):
+            raise pytest.UsageError(f"@pytest.mark.{MARKER}(tracemalloc={tracemalloc!r}): expected False, True or "
+                                    f"'auto' (as for a Session)")
         self.max_slowdown, self.max_growth, self.min_epochs = max_slowdown, max_growth_bytes_per_epoch, min_epochs
+        self.tracemalloc = tracemalloc
 
     @classmethod
     def from_marker(cls, marker):
@@ -162,7 +168,9 @@ def profile_session(request):
     """An open profiler Session for the test to mark its own epochs (and steps) in."""
     from profiler.capture import Session
     request.node.stash[_peak_key] = peak_rss()
-    session = Session(_run_dir(request.node), meta={"test": request.node.nodeid})
+    limits = _limits(request.node)
+    session = Session(_run_dir(request.node), meta={"test": request.node.nodeid},
+                      tracemalloc=limits.tracemalloc if limits else False)
     holder = request.node.stash[_session_key] = _Open(session.__enter__())
     try:
         yield session
@@ -185,7 +193,7 @@ def pytest_runtest_call(item):
         from profiler.capture import Session
         from profiler.integrations.detect import Detection
         item.stash[_peak_key] = peak_rss()
-        session = Session(_run_dir(item), meta={"test": item.nodeid})
+        session = Session(_run_dir(item), meta={"test": item.nodeid}, tracemalloc=limits.tracemalloc)
         with contextlib.ExitStack() as stack:
             stack.enter_context(session)
             stack.enter_context(Detection(session))

@@ -103,6 +103,11 @@ def forced_clause(f, of="the pause"):
 _FREEZE_CALLS = "call gc.freeze() once set-up is done so each call walks only what training keeps"
 
 
+# deep capture, however the run was made: profiler run, a Session, the pytest marker
+_DEEP = ("tracemalloc on (profiler run --tracemalloc auto; Session(..., tracemalloc=\"auto\"); "
+         "@pytest.mark.profile_epochs(..., tracemalloc=\"auto\"))")
+
+
 def _forced_remedy(f, policy=None, spikes=False):
     """What to do about collections the program asks for itself (policy: the run's --gc-policy;
     spikes: the step spikes are theirs, though the policy's collections take most of the pause)."""
@@ -250,9 +255,9 @@ def remedy(f):
                     f"the container it goes into); gc.freeze() after set-up takes what set-up made out of every "
                     f"collection.")
         else:
-            text = ("Tracked objects pile up: run with --tracemalloc auto (or on) to name the line that keeps them, "
-                    "then drop that reference or bound its container; gc.freeze() after set-up takes what set-up made "
-                    "out of every collection.")
+            text = (f"Tracked objects pile up: run with {_DEEP} to name the line that keeps them, then drop that "
+                    f"reference or bound its container; gc.freeze() after set-up takes what set-up made out of every "
+                    f"collection.")
         if fnd.forced_leads(e):
             text += " And " + _forced_remedy(e.forced, e.policy)
         return text
@@ -267,7 +272,7 @@ def remedy(f):
                     f"kept with its graph: keep loss.item()).")
         if site:
             return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
-        return "Run with --tracemalloc auto (or on) to name the lines that allocate it."
+        return f"Run with {_DEEP} to name the lines that allocate it."
     if f.pattern == "compute-growth":
         if e.ops:
             return (f"Look at what {op_label(e.ops[0].name, e.ops[0].tags)} works on that grows with the epoch: "
