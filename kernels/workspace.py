@@ -15,19 +15,17 @@ def aligned_empty(shape, dtype=np.float32):
     16-48 bytes past one, where a block's vector runs straddle two lines and the memory-bound loops
     ran 1.05-1.3x slower (docs/performance.md, session 20); the seed models' training steps took
     0.89-0.95x the time with every buffer on a line (session 34). Every kernel that allocates its
-    result calls this, so it is kept cheap: ~1.8 us against np.empty's ~0.2 (ndarray.ctypes alone
+    result calls this, so it is kept cheap: ~2 us against np.empty's ~0.2 (ndarray.ctypes alone
     costs ~1 us; ctypes' from_buffer reads the address in ~0.3, session 41)."""
     if type(shape) is not tuple:
         shape = (shape,) if isinstance(shape, numbers.Integral) else tuple(shape)
     if min(shape, default=0) < 0:
         raise ValueError(f"aligned_empty: negative dimensions are not allowed, got shape {shape}")
     dtype = np.dtype(dtype)
-    size = math.prod(shape)
-    # numpy's buffers start on a multiple of 16 bytes, so the skip to a line is whole items of any dtype of
-    # 1, 2, 4, 8 or 16 bytes (another dtype's array may start off a line, its values the same)
-    raw = np.empty(size + LINE // dtype.itemsize, dtype)
-    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % LINE // dtype.itemsize
-    return raw[skip:skip + size].reshape(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + LINE, np.uint8)
+    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % LINE
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
 
 
 def on_a_line(a):

@@ -96,17 +96,20 @@ def test_demo_quick_writes_the_report_and_reruns_in_place(tmp_path):
     assert (tmp_path / "demo" / "notes.txt").read_text() == "mine"
 
 
-def test_demo_refuses_to_replace_a_directory_that_is_none_of_its_runs(tmp_path):
-    # the demo removed DIR/keras-mxnet-mnist-cnn-NCHW and its kin before writing them, whatever they held
+@pytest.mark.parametrize("inside", ["notes.txt", "meta.json notes.txt", "rank-0/meta.json rank-0/notes.txt"])
+def test_demo_refuses_to_replace_a_directory_that_is_none_of_its_runs(tmp_path, inside):
+    # the demo removed DIR/keras-mxnet-mnist-cnn-NCHW and its kin before writing them, whatever they held;
+    # a run's records beside a file of the user's are not the demo's to remove either
     mine = tmp_path / "demo" / "keras-mxnet-mnist-cnn-NCHW"
-    mine.mkdir(parents=True)
-    (mine / "notes.txt").write_text("mine")
+    for name in inside.split():
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text("{}")
+    kept = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     proc = profiler("demo", "--quick", "--out", tmp_path / "demo", check=False)
     assert proc.returncode == 2 and proc.stderr.splitlines() == [
         f"profiler: error: --out {tmp_path / 'demo'}: {mine} exists and is no run of the demo's, which a rerun "
         f"replaces: move it or choose another --out"]
-    assert (mine / "notes.txt").read_text() == "mine" and sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
-        "keras-mxnet-mnist-cnn-NCHW"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == kept
 
 
 @pytest.mark.parametrize("args,words", [

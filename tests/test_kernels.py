@@ -889,12 +889,13 @@ def test_workspace_buffers_and_allocated_results_start_on_a_cache_line(rng):
         assert buf.ctypes.data % 64 == 0 and buf.shape == shape and buf.dtype == dtype, (name, shape, dtype)
     assert ws.nbytes == 3 * 1000 * 4 + (1 << 20) * 4 + 33 * 8 + 9
     for shape, dtype in (((3, 5, 7), np.float64), (9, np.float16), ([4, 6], np.complex64), (np.int64(1 << 18), np.int32),
-                         ((2, 3), np.uint8)):
+                         ((2, 3), np.uint8), ((3,), "U3"), ((2, 2), np.dtype("f4,f4,f4")), ((4,), "S100")):
         for _ in range(8):   # numpy's buffers start at different offsets from a line
             a = K.aligned_empty(shape, dtype)
             want = tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),)
             assert a.ctypes.data % 64 == 0 and a.shape == want and a.dtype == dtype and a.flags.c_contiguous \
                 and a.flags.writeable, (shape, dtype)
+    assert K.aligned_empty((0, 3), "S100").shape == (0, 3)   # empty, of items wider than a line
     x, w, b = f32(rng, 70, 600), f32(rng, 600, 130), f32(rng, 130)
     y = K.dense_forward(x, w, b)
     dx, dw, db = K.dense_backward(x, w, f32(rng, 70, 130))

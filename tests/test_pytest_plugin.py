@@ -105,9 +105,15 @@ def test_auto(profile_session):
 def test_light(profile_session):
     with profile_session.epoch():
         assert not tracemalloc.is_tracing()
+
+@pytest.mark.profile_epochs(max_slowdown=10, min_epochs=1, tracemalloc=True)
+def test_found():   # no fixture: the plugin's own Session, its epochs found as profiler run finds them
+    assert tracemalloc.is_tracing()
 """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
-    result.assert_outcomes(passed=3)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", timeout=120)
+    out = result.stdout.str()
+    assert "PASSED test_deep.py::test_own" in out and "PASSED test_deep.py::test_auto" in out
+    assert "PASSED test_deep.py::test_light" in out and "PASSED test_deep.py::test_found" in out
 
 
 def _allocation(rss=1_300_000, malloc=2_000, traced=None):

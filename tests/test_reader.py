@@ -11,6 +11,7 @@ from profiler.rundir import RunDirError, read_run
 from profiler.rundir.format import LEGACY_STEP_DTYPE, STEP_RECORD
 
 from .fixtures import epoch, from_walls, write_run
+from .rank_runs import synthetic_job
 
 
 def lines(run):
@@ -310,6 +311,11 @@ def test_compare_takes_runs_read_already_and_a_wrong_one_is_named_in_one_short_l
         write_run(tmp_path / name, [epoch(i, wall) for i in range(6)], meta={"label": name})
     c = compare(read_run(tmp_path / "a"), tmp_path / "b")
     assert (c.a.label, c.b.label) == ("a", "b") and c.ratio == pytest.approx(2.0)
+    synthetic_job(tmp_path / "job", 2, 10)
+    with pytest.raises(RunDirError) as info:   # a Run is named by its path, not its records
+        compare(read_run(tmp_path / "a"), tmp_path / "job")
+    assert str(info.value) == (f"{tmp_path / 'job'} is a multi-rank run and {tmp_path / 'a'} a single run: compare two "
+                               f"of a kind (or one rank's directory, rank-<RANK>/, with the single run)")
     with pytest.raises(UsageError) as info:
         compare(read_run(tmp_path / "a").epochs, tmp_path / "b")
     message = str(info.value)

@@ -272,6 +272,8 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
     from tests.rank_runs import synthetic_job
     run = write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(6)])
     other = write_run(tmp_path / "other", [epoch(i, 0.01) for i in range(6)])
+    link = tmp_path / "report.html"
+    link.symlink_to(other / "epochs.jsonl")
     job = synthetic_job(tmp_path / "job", 2, 40)
     kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir(), *(job / "rank-1").iterdir()]}
     for args, said in [
@@ -293,7 +295,11 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
                                                                 f"another file, e.g. --html {other / 'report.html'}"),
             (["timeline", run, "--out", other / "steps.bin"], f"--out {other / 'steps.bin'} is a record of the run "
                                                               f"{other}, which writing it would destroy: give another "
-                                                              f"file, e.g. --out {other / 'trace.json'}")]:
+                                                              f"file, e.g. --out {other / 'trace.json'}"),
+            # through a link: the run it points into is named, not the link's own directory
+            (["report", run, "--html", link], f"--html {link} is a record of the run {other.resolve()}, which writing "
+                                              f"it would destroy: give another file, e.g. --html "
+                                              f"{other.resolve() / 'report.html'}")]:
         assert cli.main(list(map(str, args))) == 2
         assert capsys.readouterr().err.splitlines() == [f"profiler: error: {said}"]
     assert {p: p.read_bytes() for p in kept} == kept

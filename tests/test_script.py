@@ -145,8 +145,8 @@ def test_a_python_without_the_captures_packages_is_one_line_before_the_script_ru
     monkeypatch.setitem(sys.modules, "psutil", None)   # its import fails, as where it is not installed
     monkeypatch.delitem(sys.modules, "profiler.capture.workers", raising=False)
     (tmp_path / "t.py").write_text("open(__file__ + '.ran', 'w').close()\n")
-    with pytest.raises(ProfilerError, match=r"^profiler run needs the package 'psutil', which .* cannot import: run "
-                                            r"the profiler with the python it is installed in"):
+    with pytest.raises(ProfilerError, match=r"^the profiler's capture needs the package 'psutil', which .* cannot "
+                                            r"import: run the profiler with the python it is installed in"):
         run_script(str(tmp_path / "t.py"), [], out=tmp_path / "run")
     assert not (tmp_path / "t.py.ran").exists() and not (tmp_path / "run").exists()
 
@@ -173,6 +173,25 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
             f"profiler: wrote {tmp_path / f'r{n}'}: 0 epochs, 0 steps",
             f"profiler: error: --epoch-fn {fn}: {said}; nothing was marked by it{meant}"], proc.stderr
         assert (tmp_path / f"r{n}" / "meta.json").is_file()
+    # a module never imported (the script's own, which runs as __main__), an attribute that is None, and a
+    # guess that cannot be read (the program's own __dir__ raises): each said as it is, and the script runs
+    (tmp_path / "u.py").write_text(
+        "class Weird:\n"
+        "    def __dir__(self): raise RuntimeError('no dir')\n"
+        "cfg = Weird()\n"
+        "class Trainer:\n"
+        "    hook = None\n"
+        "def train_epoch(): pass\n"
+        "train_epoch()\n"
+        "print('script done')\n")
+    for n, (fn, said) in enumerate((
+            ("u:train_epoch", "module u was never imported while the code ran; nothing was marked by it (did you "
+                              "mean --epoch-fn train_epoch?)"),
+            ("Trainer.hook", "not a function (type NoneType); nothing was marked by it"),
+            ("cfg.fit", "Weird has no attribute 'fit'; nothing was marked by it"))):
+        proc = profiler("run", "--quiet", "--epoch-fn", fn, "--out", tmp_path / f"u{n}", tmp_path / "u.py", check=False)
+        assert proc.returncode == 2 and proc.stdout == "script done\n", proc.stderr
+        assert proc.stderr.splitlines() == [f"profiler: error: --epoch-fn {fn}: {said}"]
     proc = profiler("run", "--epoch-fn", "trian_epoch", "--out", tmp_path / "failed", tmp_path / "t.py", "fail",
                     check=False)
     assert proc.returncode == 3 and proc.stderr.splitlines()[0] == (

@@ -157,9 +157,9 @@ def compare(run_a, run_b):
         from .ranks import compare_ranks
         return compare_ranks(run_a, run_b)
     if any(multi):
-        raise RunDirError(f"{run_a if multi[0] else run_b} is a multi-rank run and "
-                          f"{run_b if multi[0] else run_a} a single run: compare two of a kind "
-                          f"(or one rank's directory, rank-<RANK>/, with the single run)")
+        job, single = (run_a, run_b) if multi[0] else (run_b, run_a)
+        raise RunDirError(f"{job} is a multi-rank run and {getattr(single, 'path', single)} a single run: compare two "
+                          f"of a kind (or one rank's directory, rank-<RANK>/, with the single run)")
     la, lb = load(run_a, "compare"), load(run_b, "compare")
     sa, sb = op_series(la.records), op_series(lb.records)
     va, vb = _tag_values(sa), _tag_values(sb)

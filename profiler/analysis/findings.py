@@ -209,9 +209,9 @@ def objects(records, every):
         last_epoch, last = typed[-1][0], typed[-1][1]
         top = max(last, key=lambda t: t["count"])
         # the share is of the objects tracked when the types were counted: that epoch's count, else the
-        # latest before it or the types' own sum, whichever is larger (an earlier count of a growing heap is short)
-        total = next((sum(r["gc"]["tracked"]) for r in every if r["epoch"] == last_epoch and r["gc"].get("tracked")),
-                     None) or max(result.tracked or 0, sum(t["count"] for t in last))
+        # latest count; never below the types' own sum (a count from before a growing heap's is short)
+        at = next((sum(r["gc"]["tracked"]) for r in every if r["epoch"] == last_epoch and r["gc"].get("tracked")), None)
+        total = max(at or result.tracked or 0, sum(t["count"] for t in last))
         diffs = sum(t["count_diff"] for _, types, _ in typed for t in types if t["type"] == top["type"])
         # each count diffs against the one before it (a window's start, the previous snapshot):
         # the epochs they cover, as recorded (runs written before types_epochs: first to last count)

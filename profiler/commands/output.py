@@ -40,9 +40,9 @@ def _not_a_record(path, flag, example, runs):
         if run.resolve() in target.parents:   # the run's, a rank's, a host's rank's
             raise UsageError(f"{flag} {path} is a record of the run {run} that this command reads: give another "
                              f"file, e.g. {flag} {run / example}")
-    if (target.parent / META).is_file():
-        raise UsageError(f"{flag} {path} is a record of the run {path.parent}, which writing it would destroy: give "
-                         f"another file, e.g. {flag} {path.parent / example}")
+    if (target.parent / META).is_file():   # named as resolved: a link's own directory may be no run
+        raise UsageError(f"{flag} {path} is a record of the run {target.parent}, which writing it would destroy: give "
+                         f"another file, e.g. {flag} {target.parent / example}")
 
 
 def output_dir(path, flag):

@@ -45,9 +45,10 @@ class Detection:
         try:
             from ..capture.workers import WorkerProbe
         except ImportError as e:   # a python other than the profiler's own (flamegraph's `-- python`, PYTHONPATH)
-            raise ProfilerError(f"profiler run needs the package {e.name!r}, which {sys.executable} cannot import: "
-                                f"run the profiler with the python it is installed in, or install it there "
-                                f"(pip install {e.name})") from None
+            package = (e.name or "psutil").partition(".")[0]   # psutil._psutil_linux: psutil's own
+            raise ProfilerError(f"the profiler's capture needs the package {package!r}, which {sys.executable} cannot "
+                                f"import: run the profiler with the python it is installed in, or install it there "
+                                f"(pip install {package})") from None
         self._probe_type = WorkerProbe
         self.session = session
         self.policy = GcPolicy.parse(gc_policy)
@@ -65,7 +66,7 @@ class Detection:
             self.targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
                 fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn"))))
         self._watcher, self._windows = ImportWatcher(), Windows(marks, window_s)
-        self._probe = self._signal = None
+        self._probe = self._signal = self._main = None
         self._undo = []
         self._error = None   # what the code raised
 
@@ -75,8 +76,11 @@ class Detection:
         return any(t.module is None for t in self.targets)
 
     def bind_main(self, namespace):
-        """Give the compiled script (see functions.compile_with_watch) its watcher."""
-        namespace[functions.WATCH_NAME] = functions.watcher(self.targets, namespace)
+        """Give the compiled script (see functions.compile_with_watch) its watcher, when it has one;
+        its names tell what a misnamed function meant."""
+        self._main = namespace
+        if self.watches_main:
+            namespace[functions.WATCH_NAME] = functions.watcher(self.targets, namespace)
 
     def __enter__(self):
         self._probe = self._probe_type()
@@ -123,13 +127,13 @@ class Detection:
         """Lines for the --epoch-fn and --step-fn names that marked nothing because they name no
         function the code defined (with a guess at the name meant where there is one): `profiler
         run` makes them its error when the code itself succeeded."""
-        return [t.note() for t in self.targets if t.note()]
+        return [t.note(self._main) for t in self.targets if t.misnamed]
 
     def notes(self):
         """Lines for the user: what was not found, or not applied (but for misnamed functions)."""
         notes = [f"time windows stopped early: {self._windows.error}"] if self._windows.error else []
         marks = self.marks
-        uncalled = [t for t in self.targets if t.done and not t.problem and t.option == "--epoch-fn"]
+        uncalled = [t for t in self.targets if not t.misnamed and t.option == "--epoch-fn"]
         if not marks.epochs and marks.begun is not None:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
@@ -138,7 +142,7 @@ class Detection:
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
         elif not marks.epochs and uncalled:
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
-        elif not marks.epochs and not any(t.note() for t in self.targets):
+        elif not marks.epochs and not any(t.misnamed for t in self.targets):
             notes.append(NO_EPOCHS)
         if marks.elsewhere:
             what = "epoch or step" if marks.elsewhere == 1 else "epochs or steps"

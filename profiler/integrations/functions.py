@@ -18,6 +18,26 @@ import inspect
 from ..errors import UsageError
 
 
+_MISSING = object()
+
+
+def _closest(name, candidates):
+    """The one of candidates() closest to `name` (a typo), or None; best effort: the program's own
+    objects may raise anywhere (a __dir__ of its own), and a guess never reaches the program."""
+    try:
+        return next(iter(difflib.get_close_matches(name, candidates(), n=1)), None)
+    except Exception:
+        return None
+
+
+def _has(cls, name):
+    """Whether class `cls` defines `name` itself; False where its __dict__ cannot be read."""
+    try:
+        return name in vars(cls)
+    except Exception:
+        return False
+
+
 def wrap_calls(fn, begin, end, drop):
     """fn with each call bracketed by begin() and end(); a call that raises calls drop()."""
 
@@ -76,10 +96,10 @@ class Target:
         owner, name, value = None, self.root, namespace[self.root]
         for depth, part in enumerate(self.parts[1:], 1):
             owner, name = value, part
-            value = getattr(value, part, None)
-            if value is None:
-                close = difflib.get_close_matches(part, [n for n in dir(owner) if not n.startswith("__")], n=1)
-                self._meant = self._named(".".join([*self.parts[:depth], close[0]])) if close else None
+            value = getattr(value, part, _MISSING)
+            if value is _MISSING:
+                meant = _closest(part, lambda: [n for n in dir(owner) if not n.startswith("__")])
+                self._meant = self._named(".".join([*self.parts[:depth], meant])) if meant else None
                 self.problem = f"{getattr(owner, '__name__', type(owner).__name__)} has no attribute {part!r}"
                 return True
         raw = value if owner is None else inspect.getattr_static(owner, name)
@@ -103,13 +123,25 @@ class Target:
             self._undo = lambda: setattr(owner, name, raw)
         return True
 
-    def note(self):
-        """A line for the user when nothing was marked through this name, else None."""
-        if self.done and not self.problem:
+    @property
+    def misnamed(self):
+        """Whether the name marks nothing: never bound, or bound to no function that can be wrapped."""
+        return not self.done or self.problem is not None
+
+    def note(self, main=None):
+        """A line for the user when nothing was marked through this name, else None; `main` is the
+        script's namespace, where a module:qualname that names the script itself is found."""
+        if not self.misnamed:
             return None
-        guess = self._meant if self.done else self._guess()
-        return (f"{self.option} {self.name}: {self.problem or 'no such function was defined while the code ran'}; "
-                f"nothing was marked by it" + (f" (did you mean {self.option} {guess}?)" if guess else ""))
+        if self.done:
+            reason, guess = self.problem, self._meant
+        elif self.module:   # the script runs as __main__: its functions are never module:qualname
+            reason = f"module {self.module} was never imported while the code ran"
+            guess = self.qualname if main is not None and self.root in main else None
+        else:
+            reason, guess = "no such function was defined while the code ran", self._guess()
+        return (f"{self.option} {self.name}: {reason}; nothing was marked by it"
+                + (f" (did you mean {self.option} {guess}?)" if guess else ""))
 
     def _guess(self):
         """The name the user likely meant, of one never defined: a method of that name in one of the
@@ -117,9 +149,10 @@ class Target:
         if self._namespace is None:
             return None
         names = {k: v for k, v in self._namespace.items() if not k.startswith("__")}
-        methods = [f"{k}.{self.qualname}" for k, v in names.items() if isinstance(v, type) and self.root in vars(v)]
-        close = difflib.get_close_matches(self.root, [k for k, v in names.items() if callable(v)], n=1)
-        guess = methods[0] if methods else ".".join([close[0], *self.parts[1:]]) if close else None
+        classes = [k for k, v in names.items() if isinstance(v, type)]
+        method = next((f"{k}.{self.qualname}" for k in classes if _has(names[k], self.root)), None)
+        close = _closest(self.root, lambda: [k for k, v in names.items() if callable(v) and k not in classes])
+        guess = method or (".".join([close, *self.parts[1:]]) if close else None)
         return None if guess is None else self._named(guess)
 
     def _named(self, qualname):

@@ -182,8 +182,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
     session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
     main = load_main(target, module=module, watch=detection.watches_main)
-    if detection.watches_main:
-        detection.bind_main(main.namespace)
+    detection.bind_main(main.namespace)
     raised, pid = None, os.getpid()
     try:
         with session:

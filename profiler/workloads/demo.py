@@ -16,14 +16,20 @@ from ..analysis import analyze, compare, scaling, series
 from ..analysis.ranks import rank_heatmap
 from ..errors import UsageError
 from ..report import figures, html, rank_text, text
-from ..rundir.format import META, RANK_PREFIX
+from ..rundir.format import META, RANK_PREFIX, RECORDS
 from .processes import run_many
 
 
 def _replaceable(path):
-    """Whether `path` is absent, empty, or a run (or a job of rank-N runs) that a demo wrote."""
-    return (not path.exists() or path.is_dir() and (not any(path.iterdir()) or (path / META).is_file()
-                                                    or any(path.glob(f"{RANK_PREFIX}*/{META}"))))
+    """Whether `path` is absent, or holds nothing but what a demo writes there: a run's records, or
+    a job's rank-N runs (a file of anyone else's in it is not removed with them)."""
+    if not path.exists():
+        return True
+    if not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return (all(e.name in RECORDS or e.name == META + ".tmp" for e in entries)   # a run (.tmp: one cut short)
+            or all(e.name.startswith(RANK_PREFIX) and _replaceable(e) for e in entries))
 
 
 def demo(out, quick=False):
