@@ -276,30 +276,23 @@ def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_
     link.symlink_to(other / "epochs.jsonl")
     job = synthetic_job(tmp_path / "job", 2, 40)
     kept = {p: p.read_bytes() for p in [*run.iterdir(), *other.iterdir(), *(job / "rank-1").iterdir()]}
+    def refused(flag, path, run, example, reads=True):
+        why = " that this command reads" if reads else ", which writing it would destroy"
+        return f"{flag} {path} is a record of the run {run}{why}: give another file, e.g. {flag} {run / example}"
     for args, said in [
-            (["report", run, "--html", run / "meta.json"], f"--html {run / 'meta.json'} is a record of the run {run} "
-                                                           f"that this command reads: give another file, e.g. --html "
-                                                           f"{run / 'report.html'}"),
-            (["timeline", run, "--out", run / "epochs.jsonl"], f"--out {run / 'epochs.jsonl'} is a record of the run "
-                                                               f"{run} that this command reads: give another file, "
-                                                               f"e.g. --out {run / 'trace.json'}"),
+            (["report", run, "--html", run / "meta.json"], refused("--html", run / "meta.json", run, "report.html")),
+            (["timeline", run, "--out", run / "epochs.jsonl"], refused("--out", run / "epochs.jsonl", run, "trace.json")),
             (["compare", job, job, "--html", job / "rank-1" / "steps.bin"],
-             f"--html {job / 'rank-1' / 'steps.bin'} is a record of the run {job} that this command reads: give "
-             f"another file, e.g. --html {job / 'compare.html'}"),
+             refused("--html", job / "rank-1" / "steps.bin", job, "compare.html")),
             (["report", job, "--html", job / "node-0" / "rank-1" / "meta.json"],   # a job with a directory per host
-             f"--html {job / 'node-0' / 'rank-1' / 'meta.json'} is a record of the run {job} that this command "
-             f"reads: give another file, e.g. --html {job / 'report.html'}"),
+             refused("--html", job / "node-0" / "rank-1" / "meta.json", job, "report.html")),
             # another run's records: the command does not read that run, and would destroy it
-            (["report", run, "--html", other / "epochs.jsonl"], f"--html {other / 'epochs.jsonl'} is a record of the "
-                                                                f"run {other}, which writing it would destroy: give "
-                                                                f"another file, e.g. --html {other / 'report.html'}"),
-            (["timeline", run, "--out", other / "steps.bin"], f"--out {other / 'steps.bin'} is a record of the run "
-                                                              f"{other}, which writing it would destroy: give another "
-                                                              f"file, e.g. --out {other / 'trace.json'}"),
+            (["report", run, "--html", other / "epochs.jsonl"],
+             refused("--html", other / "epochs.jsonl", other, "report.html", reads=False)),
+            (["timeline", run, "--out", other / "steps.bin"],
+             refused("--out", other / "steps.bin", other, "trace.json", reads=False)),
             # through a link: the run it points into is named, not the link's own directory
-            (["report", run, "--html", link], f"--html {link} is a record of the run {other.resolve()}, which writing "
-                                              f"it would destroy: give another file, e.g. --html "
-                                              f"{other.resolve() / 'report.html'}")]:
+            (["report", run, "--html", link], refused("--html", link, other.resolve(), "report.html", reads=False))]:
         assert cli.main(list(map(str, args))) == 2
         assert capsys.readouterr().err.splitlines() == [f"profiler: error: {said}"]
     assert {p: p.read_bytes() for p in kept} == kept
