@@ -17,10 +17,10 @@ judged as `profiler report` judges it: the fastest-growing of RSS, malloc's byte
 traced bytes, per epoch after the warm-up; RSS counts only above the peak the process had
 reached before the test (tests share one process, and pages an earlier test freed are faulted in
 again when reused: the footprint grows back, nothing leaks), so its rate is fitted to the
-epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail
-the test, since nothing can be judged from them. tracemalloc (False, True or "auto", as for a
-Session): deep capture, which names the lines that allocate what grows. Bad marker arguments and a test with no epoch
-fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
+epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail the test, since
+nothing can be judged from them. tracemalloc (False, True or "auto", as for a Session): deep
+capture, which names the lines that allocate what grows. Bad marker arguments and a test with no
+epoch fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
 directory, named in the failure message).
 
 Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
@@ -45,8 +45,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", f"{MARKER}(max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3, tracemalloc=False): "
-                   "profile the "
-                   "test's epochs and fail it when they slow down or its memory grows past these limits")
+                   "profile the test's epochs and fail it when they slow down or its memory grows past these limits")
 
 
 class Limits:
