@@ -4,6 +4,9 @@ import numpy as np
 
 from kernels import aligned_empty
 
+from . import checks
+from .checks import positive_int
+
 
 class Batches:
     def __init__(self, x, y, batch_size, *, shuffle=True, seed=0):
@@ -13,12 +16,15 @@ class Batches:
             raise ValueError("the data set is empty (0 samples)")
         if len(x) != len(y):
             raise ValueError(f"inputs have {len(x)} samples but labels have {len(y)}")
-        if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
         self.x, self.y = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(y, np.float32)
-        self.batch_size, self.shuffle, self.seed = int(batch_size), shuffle, seed
-        self._xb = aligned_empty((self.batch_size,) + self.x.shape[1:])   # on a cache line, as the kernels' buffers
-        self._yb = aligned_empty((self.batch_size,) + self.y.shape[1:])
+        self.batch_size, self.shuffle = positive_int("batch_size", batch_size), bool(shuffle)
+        seed = checks.seed("seed", seed)
+        self.seed = np.random.SeedSequence().entropy if seed is None else seed   # None: fresh, then fixed per epoch
+        full = (min(self.batch_size, len(self.x)),)   # a batch never holds more than the data
+        self._xb = aligned_empty(full + self.x.shape[1:])   # on a cache line, as the kernels' buffers
+        self._yb = aligned_empty(full + self.y.shape[1:])
 
     def __len__(self):
         """Steps per epoch; the last batch may be partial."""

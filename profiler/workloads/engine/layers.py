@@ -13,6 +13,8 @@ import numpy as np
 
 import kernels as K
 
+from .checks import fraction, positive_int
+
 
 _UNTIMED = contextlib.nullcontext()
 
@@ -29,6 +31,7 @@ def glorot_uniform(rng, shape, fan_in, fan_out):
 class Layer:
     param_names = ()  # attributes holding parameters; the gradient of `w` is `dw`
     input_grad = True  # cleared by the model on its first layer (nobody reads that gradient; Conv2D skips it)
+    elementwise = False  # each output element is a function of the input element at its index alone
 
     def __init__(self):
         self.layout = "NHWC"
@@ -59,6 +62,7 @@ class Layer:
 
 class Activation(Layer):
     kinds = {"relu": (K.relu_forward, K.relu_backward), "sigmoid": (K.sigmoid_forward, K.sigmoid_backward)}
+    elementwise = True   # softmax too: it is only ever the last layer
 
     def __init__(self, kind, in_place=False):
         """relu or sigmoid; softmax only as a model's last activation, where the loss fuses it.
@@ -96,13 +100,6 @@ def Sigmoid():
 
 def Softmax():
     return Activation("softmax")
-
-
-def positive_int(what, value):
-    """`value` as an int, or the one-line error naming `what`."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{what} must be a positive int, got {value!r}")
-    return int(value)
 
 
 class Dense(Layer):
@@ -198,7 +195,7 @@ class Conv2D(Layer):
 class MaxPool2D(Layer):
     def __init__(self, size=2):
         super().__init__()
-        self.size = size
+        self.size = positive_int("MaxPool2D size", size)
 
     def build(self, in_shape, layout, rng):
         if len(in_shape) != 3:
@@ -228,7 +225,8 @@ class MaxPool2D(Layer):
 
 class Flatten(Layer):
     """A free reshape in both layouts. The next Dense layer's rows are stored in this layout's
-    order (see Sequential.build), so NCHW and NHWC models compute the same function."""
+    order (Sequential, through elementwise layers between), so NCHW and NHWC models compute the
+    same function."""
 
     def forward(self, x, training):
         self.x_shape = x.shape
@@ -254,11 +252,11 @@ class Dropout(Layer):
     mask is a function of that seed and the element's index (kernels.dropout), so the backward
     computes it again rather than keeping it."""
 
+    elementwise = True
+
     def __init__(self, rate):
         super().__init__()
-        if not 0.0 <= rate < 1.0:
-            raise ValueError(f"Dropout rate must be in [0, 1), got {rate!r}")
-        self.rate = float(rate)
+        self.rate = fraction("Dropout rate", rate)
 
     def build(self, in_shape, layout, rng):
         self.rng = np.random.default_rng(rng.integers(2**63))

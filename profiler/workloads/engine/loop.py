@@ -22,6 +22,7 @@ import math
 import time
 
 from . import optimizers as optimizers_mod
+from .checks import positive_int
 
 
 class Events(str, enum.Enum):
@@ -88,10 +89,16 @@ class Loop:
             raise ValueError(f"history must be one of {HISTORY_POLICIES}, got {history!r}")
         if gc_collect not in GC_POLICIES:
             raise ValueError(f"gc_collect must be one of {GC_POLICIES}, got {gc_collect!r}")
-        if not isinstance(max_epochs, int) or max_epochs < 1:
-            raise ValueError(f"max_epochs must be a positive int, got {max_epochs!r}")
-        self.model, self.data, self.session = model, data, session
-        self.optimizer = optimizers_mod.get(optimizer) if isinstance(optimizer, str) else optimizer
+        max_epochs = positive_int("max_epochs", max_epochs)
+        optimizer = optimizers_mod.get(optimizer) if isinstance(optimizer, str) else optimizer
+        if not isinstance(optimizer, optimizers_mod.Optimizer):
+            made = f" (create one: {optimizer.__name__}())" if isinstance(optimizer, type) else ""
+            raise TypeError(f"optimizer must be an optimizer, e.g. Adam(), or its name, e.g. 'adam'; got "
+                            f"{optimizer!r}{made}")
+        if not (callable(getattr(data, "epoch", None)) and hasattr(data, "__len__")):
+            raise TypeError(f"data must be Batches(x, y, batch_size), or anything with epoch(index) and len(); got "
+                            f"{type(data).__name__}")
+        self.model, self.data, self.session, self.optimizer = model, data, session, optimizer
         self.max_epochs, self.history, self.gc_collect, self.gc_freeze = max_epochs, history, gc_collect, gc_freeze
         self.handlers = {e: [] for e in Events}
         self.state = None
@@ -100,6 +107,10 @@ class Loop:
         """Call fn(state) on `event`; filters: every N-th count, once at count N, or a predicate.
         Counts are epochs for epoch events and global iterations for iteration events."""
         event = Events(event)
+        every = None if every is None else positive_int("every", every)
+        once = None if once is None else positive_int("once", once)
+        if when is not None and not callable(when):
+            raise TypeError(f"loop.on({event}, when=...): when must be callable as when(state), got {when!r}")
 
         def register(f):
             if not callable(f):

@@ -5,10 +5,34 @@ import numpy as np
 from kernels import LAYOUTS, aligned_zeros
 from kernels.workspace import LINE
 
+from . import checks
 from .layers import Activation, Dense, Flatten, Layer, untimed
 from .losses import CategoricalCrossentropy
 
 _LINE = LINE // np.dtype(np.float32).itemsize   # floats a cache line
+
+
+def _one_place_each(layers):
+    """ValueError when a layer object stands at two places: it keeps its input and buffers from its
+    forward for its backward, which the second place would overwrite (wrong gradients, no error)."""
+    places = {}
+    for i, layer in enumerate(layers):
+        if id(layer) in places:
+            raise ValueError(f"the same {layer!r} object is layer {places[id(layer)]} and layer {i}: each place needs a "
+                             f"layer object of its own (create another)")
+        places[id(layer)] = i
+
+
+def _sample_shape(shape):
+    """The per-sample input shape as a tuple of positive ints, or the one-line error."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = ()
+    if not dims or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise ValueError(f"input_shape must be the per-sample shape as positive ints, (C, H, W), (H, W, C) or "
+                         f"(features,), got {shape!r}")
+    return tuple(int(d) for d in dims)
 
 
 class Sequential:
@@ -21,10 +45,9 @@ class Sequential:
         strays = [layer for layer in layers if not isinstance(layer, Layer)]
         if strays:
             raise TypeError(f"Sequential takes layers (Dense(10), Conv2D(32, 3), ...), got {strays[0]!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"seed must be a non-negative int (or None: fresh entropy), got {seed!r}")
-        self.layers, self.layout, self.input_shape = list(layers), layout, tuple(input_shape)
-        rng = np.random.default_rng(seed)
+        _one_place_each(layers)
+        self.layers, self.layout, self.input_shape = list(layers), layout, _sample_shape(input_shape)
+        rng = np.random.default_rng(checks.seed("seed", seed))
         shape, row_order = self.input_shape, None
         for layer in self.layers:
             for sub in layer.sublayers():
@@ -33,11 +56,14 @@ class Sequential:
                 shape = layer.build(shape, layout, rng, row_order=row_order)
             else:
                 shape = layer.build(shape, layout, rng)
-            row_order = layer.canonical_order() if isinstance(layer, Flatten) else None
+            # Flatten's order holds for the next Dense through elementwise layers (dropout, activations)
+            row_order = layer.canonical_order() if isinstance(layer, Flatten) else row_order if layer.elementwise else None
         self.output_shape = shape
         self.layers[0].input_grad = False
         self._pack()
         self.fused_softmax = self._strip_softmax()
+        if not self.layers:
+            raise ValueError("a Sequential model needs a layer before its softmax")
         self.loss = CategoricalCrossentropy(from_logits=self.fused_softmax)
 
     def _pack(self):

@@ -1,18 +1,17 @@
 """SGD (momentum), Adam, RMSprop, Adadelta: Keras' defaults, in-place fused updates, no allocation."""
 
 import math
-import numbers
 
 import kernels as K
+
+from .checks import fraction, positive
 
 
 class Optimizer:
     slots = 0
 
     def __init__(self, lr):
-        if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
-            raise ValueError(f"learning rate must be a positive number, got {lr!r}")
-        self.lr, self.iterations, self.state = lr, 0, {}
+        self.lr, self.iterations, self.state = positive("learning rate", lr), 0, {}
 
     def step(self, params, grads):
         self.iterations += 1
@@ -28,7 +27,7 @@ class SGD(Optimizer):
 
     def __init__(self, lr=0.01, momentum=0.0):
         super().__init__(lr)
-        self.momentum = momentum
+        self.momentum = fraction("SGD momentum", momentum)
 
     def update(self, p, g, velocity):
         K.sgd_update(p, g, velocity, lr=self.lr, momentum=self.momentum)
@@ -39,7 +38,8 @@ class Adam(Optimizer):
 
     def __init__(self, lr=0.001, beta1=0.9, beta2=0.999, eps=1e-7):
         super().__init__(lr)
-        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+        self.beta1, self.beta2 = fraction("Adam beta1", beta1), fraction("Adam beta2", beta2)
+        self.eps = positive("Adam eps", eps)
 
     def update(self, p, g, m, v):
         t = self.iterations
@@ -52,7 +52,7 @@ class RMSprop(Optimizer):
 
     def __init__(self, lr=0.001, rho=0.9, eps=1e-7):
         super().__init__(lr)
-        self.rho, self.eps = rho, eps
+        self.rho, self.eps = fraction("RMSprop rho", rho), positive("RMSprop eps", eps)
 
     def update(self, p, g, avg_sq):
         K.rmsprop_update(p, g, avg_sq, lr=self.lr, rho=self.rho, eps=self.eps)
@@ -63,7 +63,7 @@ class Adadelta(Optimizer):
 
     def __init__(self, lr=1.0, rho=0.95, eps=1e-7):
         super().__init__(lr)
-        self.rho, self.eps = rho, eps
+        self.rho, self.eps = fraction("Adadelta rho", rho), positive("Adadelta eps", eps)
 
     def update(self, p, g, avg_sq, avg_step):
         K.adadelta_update(p, g, avg_sq, avg_step, lr=self.lr, rho=self.rho, eps=self.eps)
@@ -73,7 +73,7 @@ OPTIMIZERS = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adadelta": Adadelta
 
 
 def get(name, **kwargs):
-    try:
-        return OPTIMIZERS[name.lower()](**kwargs)
-    except KeyError:
-        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}") from None
+    optimizer = OPTIMIZERS.get(name.lower()) if isinstance(name, str) else None
+    if optimizer is None:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    return optimizer(**kwargs)
