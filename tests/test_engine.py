@@ -321,6 +321,10 @@ def test_batches_of_a_fresh_seed_and_of_more_than_the_data():
 
 def test_wrong_feature_count_and_label_shape_are_named():
     model = Sequential([Dense(3, activation="softmax")], input_shape=(2,))
+    with pytest.raises(TypeError, match=r"inputs must be a float32 numpy array, got an array of float64$"):
+        model.forward(np.zeros((4, 2)))
+    with pytest.raises(TypeError, match=r"inputs must be a float32 numpy array, got a float32 scalar$"):
+        model.forward(np.float32(1))
     with pytest.raises(ValueError, match=r"per-sample shape \(5,\).*\(2,\)"):
         model.train_step(np.zeros((4, 5), np.float32), np.zeros((4, 3), np.float32))
     with pytest.raises(ValueError, match=r"labels have shape \(4, 2\).*\(4, 3\)"):

@@ -108,7 +108,9 @@ class Sequential:
 
     def _check_input(self, x):
         if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-            raise TypeError(f"inputs must be a float32 numpy array, got {getattr(x, 'dtype', type(x).__name__)}")
+            got = (f"an array of {x.dtype}" if isinstance(x, np.ndarray)
+                   else f"a {type(x).__name__} scalar" if np.isscalar(x) else type(x).__name__)
+            raise TypeError(f"inputs must be a float32 numpy array, got {got}")
         if x.shape[1:] != self.input_shape:
             raise ValueError(f"inputs have per-sample shape {x.shape[1:]}, but the model was built for "
                              f"{self.input_shape} ({self.layout})")
