@@ -726,3 +726,19 @@ def test_the_programs_calls_under_gc_policy_off_are_the_only_collections(tmp_pat
     assert remedy == ("100.0% of this pause is the program's own gc.collect() calls (at /home/u/train.py:16), the only "
                       "collections with --gc-policy off: call it less often (once an epoch, or every few hundred "
                       "steps), or call gc.freeze() once set-up is done so each call walks only what training keeps.")
+
+
+def test_no_fitted_trend_is_neither_steady_nor_a_confident_zero(tmp_path):
+    """A trend line that starts at or below zero (a step up from ~0.1 ms to 10 ms) has no relative
+    change: it read "+0% ± 0%" and a short run read steady in the JSON while its text said too few
+    epochs to tell (a probe). Neither is steady, and the text says no trend was fitted."""
+    d = analyze(from_walls(tmp_path / "step", [0.0001] * 15 + [0.01] * 15))
+    assert not d.epoch_time.change.fitted and not d.epoch_time.steady and not d.epoch_time.slowdown
+    words = text.verdict(d)
+    assert "no trend could be fitted" in words and "± 0%" not in words, words
+    assert "trend none fitted" in text.diagnosis(d)
+    short = analyze(from_walls(tmp_path / "short", [0.01, 0.01, 0.01]))
+    assert not short.epoch_time.change.fitted and not short.epoch_time.steady
+    assert "trend too few epochs to tell" in text.diagnosis(short)
+    flat = analyze(from_walls(tmp_path / "flat", [0.01] * 30))
+    assert flat.epoch_time.change.fitted and flat.epoch_time.steady

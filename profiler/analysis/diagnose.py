@@ -29,6 +29,7 @@ class EpochTime:
     faster: bool                # a sustained speed-up
     warmup_epochs_skipped: int
     steady: bool = True         # neither, and the fitted change's 95% interval and late / early within STEADY_BAND
+                                # (False when no trend was fitted)
     swings: bool = False        # neither, but late / early outside STEADY_BAND: too noisy to tell a trend
 
 
@@ -172,7 +173,7 @@ def analyze(run_dir):
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,
         problems=list(run.problems), cautions=list(run.cautions),
         epoch_time=EpochTime(early_s, late_s, ratio, change, slowdown, faster, loaded.skipped,
-                             steady=trendless and _within(ratio)
+                             steady=change.fitted and trendless and _within(ratio)
                              and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
                              swings=trendless and not _within(ratio)),
         primary_cause=ranked[0].cause if ranked else "none",

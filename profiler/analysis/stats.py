@@ -50,7 +50,8 @@ class Change:
     early: float           # median of the early window
     late: float            # median of the late window
     sustained: bool        # a sustained change in the direction of `relative`
-    fitted: bool = True    # False: fewer than MIN_POINTS points, no trend was fitted (relative is 0)
+    fitted: bool = True    # False: no trend was fitted (relative is 0): fewer than MIN_POINTS points, or the
+                           # fitted line starts at or below zero, where a relative change means nothing
 
 
 def warmup(n):
@@ -127,8 +128,8 @@ def change(x, y):
     trend = theil_sen(bx, by)
     span = float(x[-1] - x[0])      # the trend over the whole run, not between the bins' centres
     base = trend.start - trend.slope * (bx[0] - x[0])
-    if base <= 0:
-        return Change(0.0, 0.0, 0.0, early, late, False)
+    if base <= 0:   # a line that starts at or below zero has no relative change (a step up from ~0 fits one)
+        return Change(0.0, 0.0, 0.0, early, late, False, fitted=False)
     relative = trend.slope * span / base
     low, high = trend.slope_low * span / base, trend.slope_high * span / base
     tail = float(np.quantile(y[-max(3, len(y) // 10):], QUANTILE)) / base - 1

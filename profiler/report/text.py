@@ -306,12 +306,21 @@ def _headline(d):
         return f"Epochs get slower: {times}; the trend adds {change(et.change)} over the run."
     if et.faster:
         return f"Epochs get faster: {times}; the trend is {change(et.change)} over the run."
+    fit = f"fitted change {change(et.change)}" if et.change.fitted else "no trend could be fitted"
     if et.swings:
         return (f"Epoch time swings too much to tell a trend: {times} (late / early {et.ratio:.2f}, but no "
-                f"sustained trend; fitted change {change(et.change)}).")
+                f"sustained trend; {fit}).")
     if not et.steady:
-        return f"Epoch time shows no sustained trend: {times} (fitted change {change(et.change)})."
-    return f"Epoch time holds steady: {times} (no sustained trend; fitted change {change(et.change)})."
+        return f"Epoch time shows no sustained trend: {times} ({fit})."
+    return f"Epoch time holds steady: {times} (no sustained trend; {fit})."
+
+
+def _trend(d):
+    """The epoch-time trend for the report's table: the fitted change, or why there is none."""
+    et = d.epoch_time
+    if et.change.fitted:
+        return change(et.change)
+    return "too few epochs to tell" if d.epochs - et.warmup_epochs_skipped < stats.MIN_POINTS else "none fitted"
 
 
 def _per_epoch(n, what):
@@ -418,7 +427,7 @@ def diagnosis(d):
         lines += [f"finding {i}: {f.pattern} ({f.cause}, {_cost(f)})",
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
-              f"   ratio {et.ratio:.2f}   trend {change(et.change) if et.change.fitted else 'too few epochs to tell'}",
+              f"   ratio {et.ratio:.2f}   trend {_trend(d)}",
               f"GC share     whole run {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else ""),
