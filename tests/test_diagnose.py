@@ -57,6 +57,12 @@ def test_steady_gc_of_young_collections_is_not_told_to_freeze(tmp_path):
     remedy = text.remedy(f)
     assert "youngest generation's collections" in remedy and "gc.set_threshold(50_000, 20)" in remedy
     assert "gc.freeze()" not in remedy
+    # the evidence counts the collections it names, and no full collection walks anything here (a probe:
+    # "mostly in generation 0 collections (0 full collections per epoch); each full collection walks ~20k")
+    records = [dict(r, gc=dict(r["gc"], tracked=[0, 0, 20_000])) for r in records]
+    words = text.evidence(analyze(write_run(tmp_path / "tracked", records)).findings[0])
+    assert "mostly in generation 0 collections (400 collections per epoch, 0 full collections per epoch); ~20k " \
+           "tracked objects" in words and "each full collection" not in words, words
 
 
 def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):

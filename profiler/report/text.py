@@ -65,12 +65,13 @@ def change(c):
 
 # -- findings ------------------------------------------------------------------------------------
 
-def _objects(o, site):
+def _objects(o, site, full=True):
+    """The objects the collector tracks; `full`: the run made full collections, which walk them all."""
     if o is None:
         return ""
     parts = []
     if o.tracked is not None:
-        text = f"each full collection walks ~{count(o.tracked)} tracked objects"
+        text = f"{'each full collection walks ' if full else ''}~{count(o.tracked)} tracked objects"
         if o.tracked_growth_per_epoch:
             text += f" ({o.tracked_growth_per_epoch:+,.0f} per epoch)"
         parts.append(text)
@@ -164,8 +165,9 @@ def evidence(f):
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
         return (f"GC pauses take {pct(e.share_total)} of the run's time ({ms(e.share_total * e.wall_s)} of "
                 f"{ms(e.wall_s)}){spread}, mostly in {_gen(e.generation)} collections "
-                f"({_per_epoch(e.collections_per_epoch[2], 'full collection')})" + forced_clause(e.forced)
-                + _objects(e.objects, e.site))
+                f"({'' if e.generation == 2 else _per_epoch(e.collections_per_epoch[e.generation], 'collection') + ', '}"
+                f"{_per_epoch(e.collections_per_epoch[2], 'full collection')})" + forced_clause(e.forced)
+                + _objects(e.objects, e.site, full=e.collections_per_epoch[2] > 0))
     if f.pattern == "gc-spikes":
         s = e.spikes
         return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) are spikes, "
