@@ -206,8 +206,11 @@ def test_a_run_whose_only_epoch_is_its_warm_up_says_so(tmp_path):
     c = compare(a, b)
     assert c.a.epochs == 1 and c.a.warmup_included and not c.b.warmup_included and c.ratio == pytest.approx(36)
     words = text.comparison_verdict(c)
-    assert "Note: a has only one epoch (its warm-up): too few to leave the warm-up out" in words
+    assert "Note: a has only one epoch to compare (its warm-up): too few to leave the warm-up out" in words
     assert "so the epoch time includes it; compare runs of 4 or more epochs" in words
+    # 6 epochs, the first 3 set-up without steps: 3 to compare (it said "has 3 epochs", a probe)
+    stepped = write_run(tmp_path / "stepped", [epoch(i, 0.01, steps=int(i >= 3)) for i in range(6)])
+    assert "Note: stepped has 3 epochs to compare: too few" in text.comparison_verdict(compare(stepped, b))
 
 
 

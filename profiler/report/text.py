@@ -550,8 +550,9 @@ def comparison_verdict(c):
             text += f" Only {run.label} runs {', '.join(names)} (no what-if: the other run has no time for it)."
     short = [run for run in (a, b) if run.warmup_included]
     if short:
-        has = " and ".join(f"{run.label} has " + ("only one epoch (its warm-up)" if run.epochs == 1 else
-                                                  f"{run.epochs} epochs") for run in short)
+        # epochs after a set-up of epochs without steps, which are not compared at all
+        has = " and ".join(f"{run.label} has " + ("only one epoch to compare (its warm-up)" if run.epochs == 1 else
+                                                  f"{run.epochs} epochs to compare") for run in short)
         text += (f" Note: {has}: too few to leave the warm-up out (compilation and the first touch of memory and "
                  f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
                  f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
