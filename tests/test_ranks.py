@@ -551,3 +551,23 @@ def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove
     path.write_text("\n".join(lines) + "\n")
     f = next(f for f in analyze(tmp_path).findings if f.pattern == "rank-straggler")
     assert f.evidence.forced.collections[2] < f.evidence.steps / 2 and "--gc-policy manual" in text.remedy(f)
+
+
+def test_a_rank_that_finished_one_epoch_of_a_long_job_leaves_too_few_steps_for_a_straggler(tmp_path):
+    """Aligned steps are those every rank finished: one rank's single epoch left one step after the
+    warm-up, and its stall there read "rank 2 holds the others back in 100.0% of the steps" (a probe).
+    No straggler is called on fewer than MIN_ALIGNED steps, and a caution names the short rank."""
+    job = synthetic_job(tmp_path / "job", 4, 200, straggler=2)
+    cut_rank(job / "rank-3", 1, steps=20, status="failed")
+    merged = analyze_ranks(job)
+    assert merged.aligned - merged.warmup < rank_analysis.MIN_ALIGNED and merged.stragglers is None
+    d = analyze(job)
+    assert not [f for f in d.findings if f.pattern in ("rank-straggler", "rank-stalls")]
+    caution = ("only 1 step after the warm-up is aligned across the ranks (rank 3 finished 20, the others up to 200): "
+               "too few to tell a straggler")
+    assert caution in d.cautions and caution in text.verdict(d)
+    side = rank_analysis.compare_ranks(job, job).a
+    assert side.straggler is None and caution in side.cautions
+    # the whole job: the straggler as before, and no caution
+    whole = synthetic_job(tmp_path / "whole", 4, 200, straggler=2)
+    assert analyze_ranks(whole).stragglers.rank == 2 and analyze(whole).cautions == []

@@ -47,6 +47,10 @@ BLOCK_VALUES = 1 << 18   # ranks x steps per block
 STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job's median step
 STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost time...
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time
+# aligned units after the warm-up below which no rank is called a straggler, as epoch time tells no
+# trend from fewer: a rank that finished one epoch of a long job left one step to judge, and its stall
+# there read "in 100.0% of the steps"
+MIN_ALIGNED = stats.MIN_POINTS
 FINISHED = ("completed", "halted")
 PROBE_STEPS = 2000       # steps read to find where the collective lies
 # how far apart, in median steps, the ranks' step beginnings and ends may wander (the median absolute
@@ -445,7 +449,7 @@ def analyze_ranks(run_dir):
 
     stragglers = None
     worst = int(stall_by_rank.argmax())
-    if (lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
+    if (n_used >= MIN_ALIGNED and lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
             and stall_by_rank[worst] >= STRAGGLER_MIN * job_time):
         mine = straggled & (top == worst)
         by_gen = gc_explained(mine)
@@ -540,20 +544,30 @@ def diagnose_ranks(run_dir):
         s = merged.stragglers
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
-    elif merged.lost_fraction >= STRAGGLER_MIN:   # stalls spread over the ranks: every rank's pauses add up
+    elif merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN:
+        # stalls spread over the ranks: every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
         stalls = RankStalls(merged.ranks, merged.ranks_stalling, merged.unit, merged.straggled_steps, merged.lost_s,
                             merged.lost_fraction, merged.lost_gc_by_generation)
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
-    d.cautions = _cautions(merged.per_rank)   # the diagnosed rank's too
+    d.cautions = _cautions(merged)   # the diagnosed rank's too
     return d
 
 
-def _cautions(per_rank):
-    """What each rank's records leave out (Run.cautions), each named by its rank."""
-    return [f"rank {s.rank}: {c}" for s in per_rank for c in s.cautions]
+def _cautions(merged):
+    """What each rank's records leave out (Run.cautions), each named by its rank; and too few aligned
+    units to tell a straggler (MIN_ALIGNED), naming the rank that cut them short."""
+    cautions = [f"rank {s.rank}: {c}" for s in merged.per_rank for c in s.cautions]
+    n = merged.aligned - merged.warmup
+    if n < MIN_ALIGNED:
+        done = {s.rank: s.steps if merged.unit == "step" else s.epochs for s in merged.per_rank}
+        shortest = min((r for r in done if done[r]), key=done.get)
+        cautions.append(f"only {n} {merged.unit}{'' if n == 1 else 's'} after the warm-up {'is' if n == 1 else 'are'} "
+                        f"aligned across the ranks (rank {shortest} finished {done[shortest]:,}, the others up to "
+                        f"{max(done.values()):,}): too few to tell a straggler")
+    return cautions
 
 
 @dataclass
@@ -568,7 +582,8 @@ class JobSide:
     lost_fraction: float
     gc_share: float              # GC pause / wall time, mean over ranks
     straggler: Straggler | None
-    cautions: list = field(default_factory=list)   # what its ranks' records leave out, each as "rank N: ..."
+    cautions: list = field(default_factory=list)   # what its ranks' records leave out, each as "rank N: ..."; too
+                                                   # few aligned steps to tell a straggler
 
 
 @dataclass
@@ -588,7 +603,7 @@ def _side(run_dir):
                    ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
                    lost_fraction=merged.lost_fraction,
                    gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers,
-                   cautions=_cautions(merged.per_rank))
+                   cautions=_cautions(merged))
 
 
 def compare_ranks(run_a, run_b):
