@@ -326,3 +326,18 @@ def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
     page = html.render(comparisons=[c])
     for name, x, y, _ in rows:
         assert f"<td>{html_escape(name)}</td><td>{x}</td><td>{y}</td>" in page
+
+
+def test_a_one_epoch_runs_figures_draw_it(tmp_path):
+    """A stackplot, or a line without markers, of one point draws nothing (a probe: the HTML's figures of
+    a 1-epoch run were empty). One epoch is a stack of bars, and the RSS line has a marker."""
+    from profiler.report import figures
+    s = series(write_run(tmp_path / "one", [epoch(0, 0.02, pause=(0.001, 0.0, 0.004))]))
+    ax = figures.epoch_time(s).axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert len(heights) == 4 and sum(heights) == pytest.approx(20.0) and heights[3] == pytest.approx(4.0)
+    rss = figures.memory(s).axes[0].lines[0]
+    assert rss.get_marker() == "o" and len(rss.get_xdata()) == 1
+    many = series(write_run(tmp_path / "many", [epoch(i, 0.02) for i in range(60)]))
+    assert len(figures.epoch_time(many).axes[0].patches) == 0   # a stackplot: its areas are collections
+    assert figures.memory(many).axes[0].lines[0].get_marker() in ("", "None", None)

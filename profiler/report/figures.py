@@ -26,10 +26,15 @@ def epoch_time(s, title="Epoch time, with GC pauses by generation"):
     """s: analysis.EpochSeries."""
     fig, ax = plt.subplots(figsize=(9, 4))
     gc_ms = s.gc_s * 1e3
-    other = s.wall_s * 1e3 - gc_ms.sum(axis=1)
-    ax.stackplot(s.epoch, other.clip(min=0), gc_ms[:, 0], gc_ms[:, 1], gc_ms[:, 2],
-                 labels=["outside GC", "GC gen 0", "GC gen 1", "GC gen 2 (full)"],
-                 colors=["#9ecae1"] + list(GC_COLORS))
+    parts = [(s.wall_s * 1e3 - gc_ms.sum(axis=1)).clip(min=0), gc_ms[:, 0], gc_ms[:, 1], gc_ms[:, 2]]
+    labels, colors = ["outside GC", "GC gen 0", "GC gen 1", "GC gen 2 (full)"], ["#9ecae1"] + list(GC_COLORS)
+    if len(s.epoch) > 1:
+        ax.stackplot(s.epoch, *parts, labels=labels, colors=colors)
+    else:   # one epoch: stacked bars (a stackplot of one point draws nothing)
+        bottom = np.zeros(len(s.epoch))
+        for part, label, color in zip(parts, labels, colors):
+            ax.bar(s.epoch, part, bottom=bottom, width=0.6, label=label, color=color)
+            bottom = bottom + part
     ax.set(title=title + (" (bin means)" if s.downsampled else ""), xlabel="epoch", ylabel="ms per epoch")
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", fontsize=8)
@@ -65,7 +70,8 @@ def step_time(s, median_s=None, threshold_s=None):
 def memory(s):
     """s: analysis.EpochSeries."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.plot(s.epoch, s.rss_bytes / MIB, label="process RSS")
+    # markers where there are few points: one point of a line alone draws nothing
+    ax.plot(s.epoch, s.rss_bytes / MIB, "o-" if len(s.epoch) < 50 else "-", ms=3, label="process RSS")
     if len(s.malloc_epoch):   # markers: a costly heap's reads can be a few points (capture/memory.py)
         ax.plot(s.malloc_epoch, s.malloc_bytes / MIB, "o-" if len(s.malloc_epoch) < 50 else "-", ms=3,
                 label="malloc in use")
