@@ -341,3 +341,17 @@ def test_a_one_epoch_runs_figures_draw_it(tmp_path):
     many = series(write_run(tmp_path / "many", [epoch(i, 0.02) for i in range(60)]))
     assert len(figures.epoch_time(many).axes[0].patches) == 0   # a stackplot: its areas are collections
     assert figures.memory(many).axes[0].lines[0].get_marker() in ("", "None", None)
+
+
+def test_control_characters_in_op_names_are_escaped_in_text_and_html(tmp_path):
+    """An op named "new\\nline" or "nul\\x00b" broke the report's table, and a NUL is invalid in HTML (a probe)."""
+    from profiler.analysis import compare
+    ops = {("new\nline", (("k", "a\tb"),)): 0.004, ("nul\x00b", ()): 0.002, ("steady", ()): 0.001}
+    run = write_run(tmp_path / "run", [epoch(i, 0.01 + 0.001 * i, ops=ops) for i in range(12)])
+    other = write_run(tmp_path / "other", [epoch(i, 0.01, ops=ops) for i in range(12)])
+    d = analyze(run)
+    pages = [text.diagnosis(d), html.render(title="t", diagnoses=[(d, series(run))]),
+             text.comparison(compare(run, other))]
+    for page in pages:
+        assert "\x00" not in page and "\t" not in page and "new\nline" not in page
+    assert "new\\nline (k=a\\tb)" in pages[2] and "nul\\x00b" in pages[2]

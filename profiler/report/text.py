@@ -38,13 +38,21 @@ def count(n):
     return f"{n / 1e3:.0f}k" if abs(n) >= 1e4 else f"{n:.0f}"
 
 
+def _printable(value):
+    """str(value) with its control characters escaped (a newline, tab or NUL in an op's name broke the
+    tables, and a NUL is invalid in HTML): "a\\nb"."""
+    text = str(value)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def op_label(name, tags):
     """`conv2d_backward (layout=NCHW)`; tags read from old keys (positional) as `name[v1,v2]`."""
+    name = _printable(name)
     if not tags:
         return name
     if all(k.isdigit() for k in tags):
-        return f"{name}[{','.join(tags[k] for k in sorted(tags, key=int))}]"
-    return f"{name} ({', '.join(f'{k}={v}' for k, v in tags.items())})"
+        return f"{name}[{','.join(_printable(tags[k]) for k in sorted(tags, key=int))}]"
+    return f"{name} ({', '.join(f'{_printable(k)}={_printable(v)}' for k, v in tags.items())})"
 
 
 def duration(seconds):
