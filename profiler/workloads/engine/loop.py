@@ -91,7 +91,7 @@ class Loop:
             raise ValueError(f"gc_collect must be one of {GC_POLICIES}, got {gc_collect!r}")
         max_epochs = positive_int("max_epochs", max_epochs)
         optimizer = optimizers_mod.get(optimizer) if isinstance(optimizer, str) else optimizer
-        if not isinstance(optimizer, optimizers_mod.Optimizer):
+        if isinstance(optimizer, type) or not callable(getattr(optimizer, "step", None)):   # an optimizer, or a wrapper
             made = f" (create one: {optimizer.__name__}())" if isinstance(optimizer, type) else ""
             raise TypeError(f"optimizer must be an optimizer, e.g. Adam(), or its name, e.g. 'adam'; got "
                             f"{optimizer!r}{made}")
