@@ -8,6 +8,7 @@ from ..analysis import findings as fnd
 from ..analysis import stats
 from ..analysis.ranks import RankComparison
 from ..analysis.scaling import DEPENDS
+from ..rundir.reader import listed
 from . import rank_text
 
 
@@ -491,6 +492,13 @@ def _gc_comparison(a, b):
     return text + "."
 
 
+ONLY_NAMED = 8   # the ops that only one run has, named in a comparison's verdict
+NAME_WIDTH = 80  # the widest op label in a comparison's table
+
+
+def _cut(label, width):
+    return label if len(label) <= width else label[:width - 3] + "..."
+
 # the share of two runs' epoch-time difference that lies outside their timed ops from which the
 # verdict says so
 UNTIMED_SHARE = 0.5
@@ -554,8 +562,8 @@ def comparison_verdict(c):
     one_side = [r for r in c.rows if r.only_in is not None]
     for side, run in (("a", a), ("b", b)):
         names = [op_label(r.op, r.tags) for r in one_side if r.only_in == side]
-        if names:
-            text += f" Only {run.label} runs {', '.join(names)} (no what-if: the other run has no time for it)."
+        if names:   # named up to ONLY_NAMED: a run of 500 ops of its own made a verdict of 8,000 characters
+            text += f" Only {run.label} runs {listed(names, ONLY_NAMED)} (no what-if: the other run has no time for it)."
     short = [run for run in (a, b) if run.warmup_included]
     if short:
         # epochs after a set-up of epochs without steps, which are not compared at all
@@ -596,8 +604,9 @@ def comparison(c):
         return rank_text.comparison(c)
     a, b = c.a.label, c.b.label
     width = max(len(a), len(b), 10)
-    labels = [op_label(r.op, r.tags) for r in c.rows]
-    names = max([34] + [len(label) for label in labels])   # the first column fits the longest op
+    # the first column fits the longest op, up to NAME_WIDTH: a longer label is cut (the verdict names it whole)
+    labels = [_cut(op_label(r.op, r.tags), NAME_WIDTH) for r in c.rows]
+    names = max([34] + [len(label) for label in labels])
     lines = [_wrap(comparison_verdict(c)), "",
              f"{'op':{names}s} {a:>{width}s} {b:>{width}s}   ratio   share A  share B   A's epoch at B's speed"]
     lines += [f"{name:{names}s} {x:>{width}s} {y:>{width}s}" + (f"   {note}" if note else "")
