@@ -499,6 +499,7 @@ NAME_WIDTH = 80  # the widest op label in a comparison's table
 def _cut(label, width):
     return label if len(label) <= width else label[:width - 3] + "..."
 
+
 # the share of two runs' epoch-time difference that lies outside their timed ops from which the
 # verdict says so
 UNTIMED_SHARE = 0.5
