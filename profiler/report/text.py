@@ -305,7 +305,7 @@ WHAT_IF_MIN = 0.995   # a what-if is worth a sentence when it saves at least 0.5
 def _headline(d):
     et = d.epoch_time
     times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
-    analysed = d.epochs - et.warmup_epochs_skipped
+    analysed = _analysed(d)
     if analysed < stats.MIN_POINTS:
         after = " after the warm-up" if et.warmup_epochs_skipped else ""
         return (f"{analysed} epoch{'' if analysed == 1 else 's'}{after}: too few to tell whether epoch "
@@ -326,12 +326,16 @@ def _headline(d):
     return f"Epoch time holds steady: {times} (no sustained trend; {fit})."
 
 
+def _analysed(d):
+    """The epochs the epoch-time trend is fitted over: those after the warm-up (and set-up)."""
+    return d.epochs - d.epoch_time.warmup_epochs_skipped
+
+
 def _trend(d):
     """The epoch-time trend for the report's table: the fitted change, or why there is none."""
-    et = d.epoch_time
-    if et.change.fitted:
-        return change(et.change)
-    return "too few epochs to tell" if d.epochs - et.warmup_epochs_skipped < stats.MIN_POINTS else "none fitted"
+    if d.epoch_time.change.fitted:
+        return change(d.epoch_time.change)
+    return "too few epochs to tell" if _analysed(d) < stats.MIN_POINTS else "none fitted"
 
 
 def _per_epoch(n, what):
@@ -386,7 +390,7 @@ def _memory_not_found(a):
 def _no_finding(d):
     """Why nothing was reported, from the numbers the tables show."""
     gc = "GC takes " + _share(d.gc.share_total, fnd.MEANINGFUL, "of the run's time")
-    few = d.epochs - d.epoch_time.warmup_epochs_skipped < stats.MIN_POINTS
+    few = _analysed(d) < stats.MIN_POINTS
     return (f"No finding: {gc}; {_spikes_not_found(d.spikes)}; {_memory_not_found(d.allocation)}. "
             + ("Run more epochs to tell more." if few else "Nothing to fix here."))
 

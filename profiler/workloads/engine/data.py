@@ -5,7 +5,6 @@ import numpy as np
 from kernels import aligned_empty
 
 from . import checks
-from .checks import positive_int
 
 
 class Batches:
@@ -19,7 +18,7 @@ class Batches:
         if not isinstance(shuffle, (bool, np.bool_)):
             raise TypeError(f"shuffle must be True or False, got {shuffle!r}")
         self.x, self.y = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(y, np.float32)
-        self.batch_size, self.shuffle = positive_int("batch_size", batch_size), bool(shuffle)
+        self.batch_size, self.shuffle = checks.positive_int("batch_size", batch_size), bool(shuffle)
         seed = checks.seed("seed", seed)
         self.seed = np.random.SeedSequence().entropy if seed is None else seed   # None: fresh, then fixed per epoch
         full = (min(self.batch_size, len(self.x)),)   # a batch never holds more than the data
