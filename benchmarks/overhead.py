@@ -159,6 +159,43 @@ def worker_sample_cost():
     proc = subprocess.run([sys.executable, "-c", WORKER], capture_output=True, text=True, timeout=300, check=True)
     return json.loads(proc.stdout)
 
+CHILD_COLLECTION = """
+import json, gc, os, time
+from profiler.capture import workers
+heap = bytearray(1 << 30)
+heap[::4096] = b"x" * len(heap[::4096])   # 1 GiB the forked child maps
+objs = [[i] for i in range(1_000_000)]   # and a million objects its full collection walks
+def child_collection():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        start = time.perf_counter_ns()
+        gc.collect()
+        os.write(write, str(time.perf_counter_ns() - start).encode())
+        os._exit(0)
+    os.close(write)
+    took = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(pid, 0)
+    return took
+probe, times = workers.WorkerProbe(), {"alone": [], "measured": []}
+for _ in range(7):
+    times["alone"].append(child_collection())
+    probe.start()
+    times["measured"].append(child_collection())
+    probe.stop()
+print(json.dumps({k: sorted(v)[3] for k, v in times.items()}))
+"""
+
+
+def child_collection_costs():
+    """A forked child's first full collection alone, and with what it copied measured (the child's
+    private memory read before and after, a probe running), the child forked from a 1 GiB parent
+    with a million tracked objects: {"alone", "measured"} in ns."""
+    proc = subprocess.run([sys.executable, "-c", CHILD_COLLECTION], capture_output=True, text=True, timeout=300,
+                          check=True)
+    return json.loads(proc.stdout)
+
 # -- side-by-side timing helpers -------------------------------------------------------------------
 def _scratch():
     return tempfile.mkdtemp(prefix="profiler-bench-")
@@ -498,6 +535,7 @@ def run(rounds=7):
             "counts": observer_counts(rounds=max(1, min(rounds, 3))),
             "mallinfo": malloc_read_costs(),
             "worker_sample_ns": worker_sample_cost(),
+            "child_collection_ns": child_collection_costs(),
             "instruments": instrument_costs(rounds=2 * rounds + 1),
             "mlp": mlp_ab(epochs=60 * rounds),
             "ops": ops_ab(epochs=45 * rounds),
@@ -575,7 +613,11 @@ def markdown(result):
             f"{i['gc0_collect_ns']:.0f} ns), its line looked up, recorded as a GC event | {i['gc_asked_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]),
             f"| a DataLoader worker's memory sample (its smaps_rollup), the worker forked from a 1 GiB parent "
             f"(taken at most every {result['worker_sample_ns'] / WORKER_BUDGET / 1e9:.1f} s: "
-            f"{WORKER_BUDGET:.0%} of the time) | {result['worker_sample_ns'] / 1e6:.1f} ms |", "",
+            f"{WORKER_BUDGET:.0%} of the time) | {result['worker_sample_ns'] / 1e6:.1f} ms |",
+            f"| a forked child's first full collection, the child of a 1 GiB parent with a million objects (it "
+            f"copies their pages) | {result['child_collection_ns']['alone'] / 1e6:.1f} ms |",
+            f"| the same while a probe runs: the child's private memory read before and after, to measure what it "
+            f"copied (its first full collection only) | {result['child_collection_ns']['measured'] / 1e6:.1f} ms |", "",
             f"From these (hot, back-to-back costs), light capture of one mlp epoch (36 steps, 252 engine ops, "
             f"one epoch record) costs ~{direct:.0f} us ({100 * direct / (mlp['none'] * 1e6):.1f}% of the median epoch below), and of an "
             f"epoch of 250 ops of 15 us looked up per call ~{loop_direct:.0f} us "

@@ -795,7 +795,7 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
 
     def read(process):
         clock["ns"] += 60_000_000
-        return {101: (5 << 20, 6 << 20, 1.0), 102: (7 << 20, 8 << 20, 1.0)}
+        return {101: (5 << 20, 6 << 20, 1.0, 1, 3 << 20), 102: (7 << 20, 8 << 20, 1.0, 0, 0)}
     monkeypatch.setattr(workers, "read", read)
     probe = workers.WorkerProbe()
     epochs = []
@@ -807,7 +807,8 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
     sampled = [i for i, r in enumerate(epochs) if r is not None]
     assert sampled == list(range(0, 40, 6))   # 6.06 s between samples: every sixth epoch
     assert epochs[0] == {"count": 2, "uss_bytes": 12 << 20, "pss_bytes": 14 << 20, "uss_growth_bytes": 0,
-                         "uss_growth_max_bytes": 0, "new": 2, "carried_uss_bytes": 0}
+                         "uss_growth_max_bytes": 0, "new": 2, "carried_uss_bytes": 0, "full_collections": 1,
+                         "gc_copied_bytes": 3 << 20, "gc_copied_max_bytes": 3 << 20}
     assert epochs[6]["new"] == 0 and epochs[6]["carried_uss_bytes"] == 12 << 20   # the same two children
     clock["ns"] += 200_000_000
     assert probe.sample() is None and probe.sample_now() is not None   # a DataLoader's start or stop
@@ -826,20 +827,71 @@ def test_workers_that_come_and_go_while_the_budget_skips_epoch_ends(clock, monke
     monkeypatch.setattr(probe, "sample", lambda: None)   # the epoch's end skipped, every time
     for epoch in range(200):
         children.clear()
-        children.update({1000 + 2 * epoch: (5 << 20, 6 << 20, epoch), 1001 + 2 * epoch: (5 << 20, 6 << 20, epoch)})
+        children.update({pid: (5 << 20, 6 << 20, epoch, 0, 0) for pid in (1000 + 2 * epoch, 1001 + 2 * epoch)})
         probe.sample_now()   # the thread's (or a DataLoader hook's) sample inside the epoch
         assert probe.take()["new"] == 2
     assert len(probe._first) == 2 and len(probe._carried) == 2   # the last epoch's two, not 400
     children.clear()
-    children[7] = (2 << 20, 3 << 20, 500.0)    # pid 7 starts at 2 MiB ...
+    children[7] = (2 << 20, 3 << 20, 500.0, 0, 0)    # pid 7 starts at 2 MiB ...
     probe.sample_now()
-    children[7] = (40 << 20, 41 << 20, 500.0)  # ... and copies 38 MiB on reading
+    children[7] = (40 << 20, 41 << 20, 500.0, 0, 0)  # ... and copies 38 MiB on reading
     probe.sample_now()
     assert probe.take()["uss_growth_bytes"] == 38 << 20
-    children[7] = (30 << 20, 31 << 20, 501.0)  # pid 7 again, a new worker of 30 MiB
+    children[7] = (30 << 20, 31 << 20, 501.0, 0, 0)  # pid 7 again, a new worker of 30 MiB
     probe.sample_now()
     reading = probe.take()
     assert reading["new"] == 1 and reading["uss_growth_bytes"] == 0 and reading["carried_uss_bytes"] == 0
+
+
+def _forked_child_reading(probe, collect):
+    """The probe's reading of one forked child that runs gc.collect() (or not) and waits."""
+    done, go = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if collect:
+            gc.collect()
+        os.write(done[1], b"x")
+        os.read(go[0], 1)
+        os._exit(0)
+    try:
+        os.read(done[0], 1)
+        probe.sample_now()
+        return probe.take()
+    finally:
+        os.write(go[1], b"x")
+        os.waitpid(pid, 0)
+        for fd in done + go:
+            os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children's collections are measured on Linux")
+def test_a_forked_childs_full_collection_copies_the_parents_objects_unless_they_are_frozen():
+    """A forked child's full collection writes to every object its parent made, so it copies their
+    pages: 300,000 lists (~20 MiB of pages) here. Frozen in the parent before the fork, they are
+    not walked and stay shared."""
+    from profiler.capture import workers
+    objs = [[i] for i in range(300_000)]
+    probe = workers.WorkerProbe()
+    probe.start()
+    try:
+        callbacks = list(gc.callbacks)
+        idle = _forked_child_reading(probe, collect=False)
+        assert (idle["count"], idle["full_collections"], idle["gc_copied_bytes"]) == (1, 0, 0)
+        walked = _forked_child_reading(probe, collect=True)
+        assert walked["full_collections"] == 1 and walked["gc_copied_max_bytes"] > 20 << 20, walked
+        assert walked["gc_copied_bytes"] <= walked["uss_bytes"]
+        gc.freeze()
+        try:
+            frozen = _forked_child_reading(probe, collect=True)
+        finally:
+            gc.unfreeze()
+        assert frozen["full_collections"] == 1 and frozen["gc_copied_max_bytes"] < walked["gc_copied_max_bytes"] / 4
+        assert gc.callbacks == callbacks   # the child's callback is the child's alone
+    finally:
+        probe.stop()
+    after = _forked_child_reading(probe, collect=True)   # forked once the probe stopped: nothing recorded
+    assert (after["full_collections"], after["gc_copied_bytes"]) == (0, 0)
+    del objs
 
 
 def test_tracked_objects_are_counted_within_their_budget(clock, monkeypatch):

@@ -436,6 +436,25 @@ def test_workers_reforked_every_epoch_that_grow_within_it(tmp_path):
     assert "one worker's private memory grew 25.0 MiB after it started" in text.evidence(f)
 
 
+@pytest.mark.parametrize("copied_mib", [0, 10, 30])
+def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, copied_mib):
+    # a worker grew 36 MiB; its first full collection copied 30 of them (most: gc.freeze() is the
+    # fix), 10 (the rest was read: the dataset is), or nothing was recorded (a run before this field)
+    workers = {"count": 2, "uss_bytes": 90 * MIB, "pss_bytes": 120 * MIB, "uss_growth_bytes": 72 * MIB,
+               "uss_growth_max_bytes": 36 * MIB, "new": 2, "carried_uss_bytes": 0}
+    if copied_mib:
+        workers |= {"full_collections": 2, "gc_copied_bytes": 2 * copied_mib * MIB,
+                    "gc_copied_max_bytes": copied_mib * MIB}
+    d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=400 * MIB, workers=workers) for i in range(10)]))
+    assert patterns(d) == ["worker-copy-on-read"]
+    f = d.findings[0]
+    assert f.evidence.gc_copied_bytes == copied_mib * MIB
+    said, fix = text.evidence(f), text.remedy(f)
+    assert ("as it read" in said) == (copied_mib < 18)
+    assert (f"full collection copied {copied_mib}.0 MiB of the parent's pages" in said) == bool(copied_mib)
+    assert fix.startswith("Call gc.freeze()" if copied_mib == 30 else "Keep the dataset in numpy arrays")
+
+
 @pytest.mark.parametrize("new, found", [(2, False), (0, True)])
 def test_workers_forked_anew_every_epoch_have_no_trend_across_epochs(tmp_path, new, found):
     # the same USS rising 4 MiB an epoch: re-forked workers sampled later in each epoch (new: 2 of 2

@@ -59,10 +59,29 @@ def test_dataloader_workers_copy_a_list_of_dicts(workers_run):
 def test_dataloader_workers_copy_on_read_finding(workers_run, tmp_path):
     diagnosis = report(workers_run)
     assert "worker-copy-on-read" in patterns(diagnosis), diagnosis["verdict"]
+    finding = next(f for f in diagnosis["findings"] if f["pattern"] == "worker-copy-on-read")
+    assert "as it read" in finding["evidence"] and finding["remedy"].startswith("Keep the dataset in numpy")
     small = tmp_path / "small"                            # 1,000 records: workers stay small and flat
     profiler("run", "--out", small, script("workers_dicts.py"), 2, 1_000)
     assert [r["workers"]["count"] for r in records(small)] == [2, 2]
     assert "worker-copy-on-read" not in patterns(report(small))
+
+
+def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_path):
+    """A clean dataset: what the workers copy is what their own full collections walk. Frozen
+    before the workers start, nothing is copied and there is no finding."""
+    out = tmp_path / "default"
+    profiler("run", "--quiet", "--out", out, script("workers_tensors.py"), 2)
+    for r in records(out):   # each worker's collection in worker_init_fn (measured 69-70 MiB a worker)
+        assert r["workers"]["full_collections"] >= 2 and r["workers"]["gc_copied_max_bytes"] > 32 << 20, r["workers"]
+    diagnosis = report(out)
+    assert patterns(diagnosis) == ["worker-copy-on-read"], diagnosis["verdict"]
+    finding = diagnosis["findings"][0]
+    assert finding["data"]["gc_copied_bytes"] > 32 << 20 and finding["remedy"].startswith("Call gc.freeze()")
+    frozen = tmp_path / "frozen"
+    profiler("run", "--quiet", "--out", frozen, script("workers_tensors.py"), 2, "--freeze")
+    assert all(r["workers"]["gc_copied_max_bytes"] < 4 << 20 for r in records(frozen))   # measured 0.4 MiB
+    assert "worker-copy-on-read" not in patterns(report(frozen))
 
 
 def test_gc_policy_freeze_against_default_on_a_gc_heavy_script(tmp_path):

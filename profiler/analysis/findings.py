@@ -8,7 +8,8 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     compute-growth      a sustained slowdown that GC does not explain, by op
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
                         parent's RSS or grows (across epochs, or within one since each worker
-                        started): reading shared Python objects copies their pages
+                        started): reading shared Python objects, or the worker's own full
+                        collection walking them, copies their pages
 
 The GC findings split the run's GC time between them (spike pauses; the growth above the first
 full collection's duration, outside spikes; the rest), so their time fractions do not count a
@@ -166,6 +167,7 @@ class WorkerMemory:
     grew: bool                          # a worker's USS grew by WORKER_GROWTH_BYTES, and past batches_bytes,
                                         # since it was first seen
     near_parent: bool
+    gc_copied_bytes: int                # most one worker's own first full collection copied (0: none recorded)
 
 
 @dataclass
@@ -464,8 +466,9 @@ def worker_memory(records):
                    for _, w, _ in rows if w.get("batch_bytes")), default=0)
     grew = worker >= max(WORKER_GROWTH_BYTES, batches)
     near = last["uss_bytes"] / last["count"] - batches >= WORKER_SHARE * parent
+    gc_copied = max(w.get("gc_copied_max_bytes", 0) for _, w, _ in rows)
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
-                            float(rate), worker, int(batches), bool(trend), bool(grew), bool(near))
+                            float(rate), worker, int(batches), bool(trend), bool(grew), bool(near), int(gc_copied))
     if not (trend or grew or near):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

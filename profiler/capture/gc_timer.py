@@ -74,7 +74,7 @@ class GcTimer:
         self._info = None            # the info of the phase last seen: a second copy of ours gets the same dict
         self._since = 0              # the epoch's start: a collection begun before adds its pause from there
         self._installed = None       # the bound method in gc.callbacks
-        self._callbacks = None       # the collector's list installed into (_CALLBACKS)
+        self._callbacks = None       # the collector's list installed into (CALLBACKS)
         self._next_hook = None       # the unraisable hook that was in place before install()
         self._stats = _collections()   # the collector's own count where ours starts (take() compares them)
         self._zero()
@@ -184,7 +184,7 @@ class GcTimer:
     def install(self):
         self._next_hook = sys.unraisablehook
         sys.unraisablehook = self._unraisable
-        self._installed, self._callbacks = self._callback, _CALLBACKS
+        self._installed, self._callbacks = self._callback, CALLBACKS
         self._zero()
         self._callbacks.insert(0, self._installed)
         # where ours starts: the collector's count less ours, read first (one in between counts in both,
@@ -202,7 +202,7 @@ class GcTimer:
             callbacks.insert(0, installed)
 
     def uninstall(self):
-        callbacks = self._callbacks if self._callbacks is not None else _CALLBACKS
+        callbacks = self._callbacks if self._callbacks is not None else CALLBACKS
         while self._callback in callbacks:
             callbacks.remove(self._callback)
         if sys.unraisablehook == self._unraisable:   # else a later hook holds ours: it passes everything on
@@ -258,7 +258,7 @@ class GcTimer:
 
 _get_count, _get_threshold, _isenabled, _get_ident = gc.get_count, gc.get_threshold, gc.isenabled, _thread.get_ident
 _pack_event, _EVENT_SIZE = GC_EVENT.pack_into, GC_EVENT.size
-_CALLBACKS = gc.callbacks   # the list the collector calls, kept should the program rebind gc.callbacks
+CALLBACKS = gc.callbacks   # the list the collector calls, kept should the program rebind gc.callbacks
 
 
 def _asked():

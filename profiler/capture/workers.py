@@ -15,17 +15,89 @@ worker maps its parent's whole heap, 5-16 ms per GiB on the project's VM. The th
 the epoch end's are therefore kept to BUDGET of the time (budget.py); the two a DataLoader pass
 asks for (its workers started, its workers about to stop) are always taken. An epoch in which no
 sample was taken (persistent workers, short epochs, a big parent) records None.
+
+A child's own full collections copy pages too: CPython's collector writes to the header of every
+object it walks, so a forked worker's first full collection copies every page that holds an
+object its parent made, whether or not the worker reads them (36 MiB a worker under a torch
+script here). gc.freeze() in the parent before the fork moves those objects where the collector
+does not walk. So each child forked while a probe runs counts its full collections, and measures
+what the first one copied (its private memory before and after), in its own slot of a table
+shared with the parent (slot = pid % SLOTS, the pid kept in it to tell two children apart).
 """
 
+import mmap
 import os
+import struct
 import sys
 import threading
 
 import psutil
 
 from .budget import Budget
+from .gc_timer import CALLBACKS
 
 BUDGET = 0.01
+SLOT = struct.Struct("qqq")   # a child's pid, its full collections, and the bytes its first one copied
+SLOTS = 4096
+_table = None                 # shared with children forked while a WorkerProbe runs (Linux)
+
+
+def _private_bytes():
+    """This process's private memory (USS), from /proc/self/smaps_rollup."""
+    total = 0
+    with open("/proc/self/smaps_rollup", "rb") as f:
+        for line in f:
+            if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                total += int(line.split()[1]) << 10
+    return total
+
+
+class _ChildCollections:
+    """The gc callback of a forked child: its full collections, and what the first one copied, in
+    its slot. Never raises into the collector (a child at the recursion limit, /proc unreadable)."""
+
+    def __init__(self, table):
+        self.table, self.pid = table, os.getpid()
+        self.offset = self.pid % SLOTS * SLOT.size
+        self.count = self.copied = 0
+        self.before = None
+        SLOT.pack_into(table, self.offset, self.pid, 0, 0)
+
+    def __call__(self, phase, info):
+        if info["generation"] != 2:
+            return
+        try:
+            if phase == "start":
+                if self.count == 0:
+                    self.before = _private_bytes()
+                return
+            if self.before is not None:
+                self.copied, self.before = max(_private_bytes() - self.before, 0), None
+            self.count += 1
+            SLOT.pack_into(self.table, self.offset, self.pid, self.count, self.copied)
+        except Exception:
+            self.before = None
+
+
+def _in_child():
+    # a child of a child drops the callback its parent inherited, then counts its own
+    CALLBACKS[:] = [cb for cb in CALLBACKS if not isinstance(cb, _ChildCollections)]
+    if _table is not None:
+        CALLBACKS.append(_ChildCollections(_table))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
+
+
+def _collections(pid):
+    """(full collections, bytes the first one copied) a child recorded; (0, 0) when it recorded
+    none (forked before the probe ran, spawned, or its slot taken by another child)."""
+    table = _table
+    if table is None:
+        return 0, 0
+    owner, count, copied = SLOT.unpack_from(table, pid % SLOTS * SLOT.size)
+    return (count, copied) if owner == pid else (0, 0)
 
 
 def _children_linux(pid):
@@ -63,8 +135,9 @@ def _children(process):
 
 
 def read(process):
-    """{pid: (uss, pss, started)} of the live children of `process`; `started` (the child's start
-    time) tells a child from an earlier one that had the same pid."""
+    """{pid: (uss, pss, started, full collections, bytes the first copied)} of the live children of
+    `process`; `started` (the child's start time) tells a child from an earlier one that had the
+    same pid."""
     try:
         children = _children(process)
     except psutil.Error:
@@ -77,7 +150,7 @@ def read(process):
             info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        found[child.pid] = (info.uss, getattr(info, "pss", 0), started)
+        found[child.pid] = (info.uss, getattr(info, "pss", 0), started, *_collections(child.pid))
     return found
 
 
@@ -88,7 +161,9 @@ class WorkerProbe:
     worker starts small; one that copies what it reads grows), "uss_growth_max_bytes": the most
     one of them grew; "new": how many were first seen in this epoch, and "carried_uss_bytes":
     the USS of the others (a non-persistent DataLoader's workers are new every epoch, so their
-    USS from epoch to epoch is no one process's growth; persistent ones carry over); and once a
+    USS from epoch to epoch is no one process's growth; persistent ones carry over);
+    "full_collections" the children ran, "gc_copied_bytes" their first ones copied, summed, and
+    "gc_copied_max_bytes" the most one copied (Linux; 0 elsewhere); and once a
     DataLoader reported one (note_batch), "batch_bytes" and "prefetch_factor" of its largest batch."""
 
     def __init__(self, interval=0.2, budget=BUDGET):
@@ -106,15 +181,20 @@ class WorkerProbe:
         self._thread = None
 
     def start(self):
+        global _table
+        if sys.platform.startswith("linux"):
+            _table = mmap.mmap(-1, SLOTS * SLOT.size)   # anonymous and shared: children write, we read
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="profiler-workers", daemon=True)
         self._thread.start()
 
     def stop(self):
+        global _table
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        _table = None
 
     def _run(self):
         while not self._stop.wait(self.interval):
@@ -122,7 +202,7 @@ class WorkerProbe:
 
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
-        {pid: (uss, pss, started)}, or None when it does not."""
+        {pid: (uss, pss, started, collections, copied)}, or None when it does not."""
         children = self._budget.call(lambda: read(self._process))
         return None if children is None else self._record(children)
 
@@ -133,17 +213,20 @@ class WorkerProbe:
         return self._record(read(self._process))
 
     def _record(self, children):
-        uss = {(pid, started): u for pid, (u, _, started) in children.items()}
+        uss = {(pid, started): u for pid, (u, _, started, _, _) in children.items()}
         with self._lock:
             self._latest = set(uss)
             for child, u in uss.items():
                 self._first.setdefault(child, u)
             growth = [max(u - self._first[child], 0) for child, u in uss.items()]
             reading = {"count": len(children), "uss_bytes": sum(uss.values()),
-                       "pss_bytes": sum(p for _, p, _ in children.values()),
+                       "pss_bytes": sum(c[1] for c in children.values()),
                        "uss_growth_bytes": sum(growth), "uss_growth_max_bytes": max(growth, default=0),
                        "new": sum(child not in self._carried for child in uss),
-                       "carried_uss_bytes": sum(u for child, u in uss.items() if child in self._carried)}
+                       "carried_uss_bytes": sum(u for child, u in uss.items() if child in self._carried),
+                       "full_collections": sum(c[3] for c in children.values()),
+                       "gc_copied_bytes": sum(c[4] for c in children.values()),
+                       "gc_copied_max_bytes": max((c[4] for c in children.values()), default=0)}
             key = (reading["uss_bytes"], reading["count"])
             if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
                 self._peak = reading

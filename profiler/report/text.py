@@ -211,11 +211,20 @@ def evidence(f):
         if e.trend:
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
         if e.grew:
-            text += f"; one worker's private memory grew {size(e.worker_growth_bytes)} after it started, as it read"
+            text += (f"; one worker's private memory grew {size(e.worker_growth_bytes)} after it started"
+                     + ("" if _collector_copied_most(e) else ", as it read"))
             if e.batches_bytes > fnd.WORKER_GROWTH_BYTES:
                 text += f", more than the {size(e.batches_bytes)} its batches in flight can hold"
+        if e.gc_copied_bytes:
+            text += (f"; a worker's own first full collection copied {size(e.gc_copied_bytes)} of the parent's pages "
+                     f"(the collector writes to every object it walks)")
         return text
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
+
+
+def _collector_copied_most(e):
+    """Whether the workers' own full collections copied at least half of what a worker grew (or holds)."""
+    return 2 * e.gc_copied_bytes >= (e.worker_growth_bytes if e.grew else e.uss_bytes / e.count)
 
 
 def remedy(f):
@@ -290,6 +299,9 @@ def remedy(f):
                     f"its inputs' size, a list it scans, a cache it searches.")
         return "Wrap parts of the step in session.op() to name the part whose time grows."
     if f.pattern == "worker-copy-on-read":
+        if _collector_copied_most(e):
+            return ("Call gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): "
+                    "a worker's full collection then skips the parent's objects and leaves their pages shared.")
         return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts (reading a Python object "
                 "writes its reference count, so each worker copies every page it reads), or call gc.freeze() before "
                 "the DataLoader starts its workers.")
