@@ -795,7 +795,8 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
 
     def read(process):
         clock["ns"] += 60_000_000
-        return {101: (5 << 20, 6 << 20, 1.0, 1, 3 << 20), 102: (7 << 20, 8 << 20, 1.0, 0, 0)}
+        return {101: (5 << 20, 6 << 20, 1.0, (1, 3 << 20)), 102: (7 << 20, 8 << 20, 1.0, (0, 0)),
+                103: (9 << 20, 9 << 20, 1.0, None)}   # 103 exec'd a program
     monkeypatch.setattr(workers, "read", read)
     probe = workers.WorkerProbe()
     epochs = []
@@ -808,7 +809,8 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
     assert sampled == list(range(0, 40, 6))   # 6.06 s between samples: every sixth epoch
     assert epochs[0] == {"count": 2, "uss_bytes": 12 << 20, "pss_bytes": 14 << 20, "uss_growth_bytes": 0,
                          "uss_growth_max_bytes": 0, "new": 2, "carried_uss_bytes": 0, "full_collections": 1,
-                         "gc_copied_bytes": 3 << 20, "gc_copied_max_bytes": 3 << 20}
+                         "gc_copied_bytes": 3 << 20, "gc_copied_max_bytes": 3 << 20, "spawned": 1,
+                         "spawned_uss_bytes": 9 << 20}
     assert epochs[6]["new"] == 0 and epochs[6]["carried_uss_bytes"] == 12 << 20   # the same two children
     clock["ns"] += 200_000_000
     assert probe.sample() is None and probe.sample_now() is not None   # a DataLoader's start or stop
@@ -827,17 +829,17 @@ def test_workers_that_come_and_go_while_the_budget_skips_epoch_ends(clock, monke
     monkeypatch.setattr(probe, "sample", lambda: None)   # the epoch's end skipped, every time
     for epoch in range(200):
         children.clear()
-        children.update({pid: (5 << 20, 6 << 20, epoch, 0, 0) for pid in (1000 + 2 * epoch, 1001 + 2 * epoch)})
+        children.update({pid: (5 << 20, 6 << 20, epoch, (0, 0)) for pid in (1000 + 2 * epoch, 1001 + 2 * epoch)})
         probe.sample_now()   # the thread's (or a DataLoader hook's) sample inside the epoch
         assert probe.take()["new"] == 2
     assert len(probe._first) == 2 and len(probe._carried) == 2   # the last epoch's two, not 400
     children.clear()
-    children[7] = (2 << 20, 3 << 20, 500.0, 0, 0)    # pid 7 starts at 2 MiB ...
+    children[7] = (2 << 20, 3 << 20, 500.0, (0, 0))    # pid 7 starts at 2 MiB ...
     probe.sample_now()
-    children[7] = (40 << 20, 41 << 20, 500.0, 0, 0)  # ... and copies 38 MiB on reading
+    children[7] = (40 << 20, 41 << 20, 500.0, (0, 0))  # ... and copies 38 MiB on reading
     probe.sample_now()
     assert probe.take()["uss_growth_bytes"] == 38 << 20
-    children[7] = (30 << 20, 31 << 20, 501.0, 0, 0)  # pid 7 again, a new worker of 30 MiB
+    children[7] = (30 << 20, 31 << 20, 501.0, (0, 0))  # pid 7 again, a new worker of 30 MiB
     probe.sample_now()
     reading = probe.take()
     assert reading["new"] == 1 and reading["uss_growth_bytes"] == 0 and reading["carried_uss_bytes"] == 0
@@ -892,6 +894,23 @@ def test_a_forked_childs_full_collection_copies_the_parents_objects_unless_they_
     after = _forked_child_reading(probe, collect=True)   # forked once the probe stopped: nothing recorded
     assert (after["full_collections"], after["gc_copied_bytes"]) == (0, 0)
     del objs
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked children are told apart on Linux")
+def test_a_child_that_execd_a_program_is_counted_apart_from_forked_ones():
+    """A spawned DataLoader worker (or any subprocess) shares no page with the parent: its memory
+    is its own and tells nothing of copy-on-read."""
+    from profiler.capture import workers
+    probe = workers.WorkerProbe()
+    probe.start()
+    spawned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reading = _forked_child_reading(probe, collect=False)
+    finally:
+        spawned.kill()
+        spawned.wait()
+        probe.stop()
+    assert (reading["count"], reading["spawned"]) == (1, 1) and reading["spawned_uss_bytes"] > 1 << 20
 
 
 def test_tracked_objects_are_counted_within_their_budget(clock, monkeypatch):

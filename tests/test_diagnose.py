@@ -423,7 +423,7 @@ def test_worker_copy_on_read(tmp_path):
     e = d.findings[0].evidence
     assert e.trend and e.count == 4 and e.uss_growth_bytes_per_epoch == pytest.approx(20 * MIB)
     assert d.workers.count == 4 and d.workers.private_bytes == (40 + 20 * 29) * MIB
-    assert "numpy arrays" in text.remedy(d.findings[0]) and "gc.freeze()" in text.remedy(d.findings[0])
+    assert "numpy arrays" in text.remedy(d.findings[0]) and "gc.freeze() does not stop that" in text.remedy(d.findings[0])
 
 
 def test_workers_reforked_every_epoch_that_grow_within_it(tmp_path):
@@ -450,9 +450,19 @@ def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, co
     f = d.findings[0]
     assert f.evidence.gc_copied_bytes == copied_mib * MIB
     said, fix = text.evidence(f), text.remedy(f)
+    assert said.startswith("2 workers hold 90.0 MiB of private memory (USS; PSS 120.0 MiB), 45.0 MiB each against")
     assert ("as it read" in said) == (copied_mib < 18)
     assert (f"full collection copied {copied_mib}.0 MiB of the parent's pages" in said) == bool(copied_mib)
     assert fix.startswith("Call gc.freeze()" if copied_mib == 30 else "Keep the dataset in numpy arrays")
+    assert ("full collection copies is kept shared by gc.freeze() just before" in fix) == (copied_mib == 10)
+
+
+def test_spawned_children_are_counted_but_are_no_copy_on_read(tmp_path):
+    # 3 children that exec'd python (spawned workers and a resource tracker), 150 MiB each, grown from 0
+    workers = {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0, "uss_growth_max_bytes": 0,
+               "new": 0, "carried_uss_bytes": 0, "spawned": 3, "spawned_uss_bytes": 450 * MIB}
+    d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=400 * MIB, workers=workers) for i in range(10)]))
+    assert patterns(d) == [] and (d.workers.count, d.workers.private_bytes) == (3, 450 * MIB)
 
 
 @pytest.mark.parametrize("new, found", [(2, False), (0, True)])
@@ -678,6 +688,8 @@ def test_a_workers_own_batches_in_flight_are_not_copy_on_read(tmp_path, batch_mi
     d = analyze(write_run(tmp_path / "run", records))
     assert patterns(d) == (["worker-copy-on-read"] if found else []), text.verdict(d)
     if found and batch_mib:
+        assert text.evidence(d.findings[0]).startswith("1 worker holds 120.0 MiB of private memory (USS; PSS 130.0 "
+                                                       "MiB) against the parent's")
         assert text.evidence(d.findings[0]).endswith("grew 86.0 MiB after it started, as it read, more than the "
                                                      "40.0 MiB its batches in flight can hold")
 

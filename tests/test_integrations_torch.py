@@ -84,6 +84,17 @@ def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_pat
     assert "worker-copy-on-read" not in patterns(report(frozen))
 
 
+def test_spawned_workers_are_no_copy_on_read(tmp_path):
+    """Workers started by spawn import torch anew (~140 MiB of their own each): nothing is copied."""
+    out = tmp_path / "spawn"
+    profiler("run", "--quiet", "--out", out, script("workers_tensors.py"), 2, "--spawn")
+    for r in records(out):   # the 2 workers, and multiprocessing's resource tracker
+        assert r["workers"]["count"] == 0 and r["workers"]["spawned"] >= 2, r["workers"]
+    diagnosis = report(out)
+    assert "worker-copy-on-read" not in patterns(diagnosis), diagnosis["verdict"]
+    assert diagnosis["workers"]["count"] >= 2 and diagnosis["workers"]["private_bytes"] > 100 << 20
+
+
 def test_gc_policy_freeze_against_default_on_a_gc_heavy_script(tmp_path):
     runs = {}
     for policy in ("default", "freeze"):

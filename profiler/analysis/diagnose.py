@@ -70,7 +70,7 @@ class StepSummary:
 @dataclass
 class Workers:
     count: int
-    private_bytes: int          # USS of all workers, last epoch
+    private_bytes: int          # USS of all child processes (forked and spawned), last epoch
 
 
 @dataclass
@@ -192,5 +192,6 @@ def analyze(run_dir):
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,
-        workers=Workers(int(workers[-1]["count"]), int(workers[-1]["uss_bytes"])) if workers else None,
+        workers=(Workers(int(workers[-1]["count"] + workers[-1].get("spawned", 0)),
+                         int(workers[-1]["uss_bytes"] + workers[-1].get("spawned_uss_bytes", 0))) if workers else None),
         spikes=spikes, meta=run.user_meta)

@@ -18,11 +18,13 @@ sample was taken (persistent workers, short epochs, a big parent) records None.
 
 A child's own full collections copy pages too: CPython's collector writes to the header of every
 object it walks, so a forked worker's first full collection copies every page that holds an
-object its parent made, whether or not the worker reads them (36 MiB a worker under a torch
-script here). gc.freeze() in the parent before the fork moves those objects where the collector
+object its parent made, whether or not the worker reads them (36-70 MiB a worker under torch
+scripts here). gc.freeze() in the parent before the fork moves those objects where the collector
 does not walk. So each child forked while a probe runs counts its full collections, and measures
 what the first one copied (its private memory before and after), in its own slot of a table
-shared with the parent (slot = pid % SLOTS, the pid kept in it to tell two children apart).
+shared with the parent (slot = pid % SLOTS, the pid kept in it to tell two children apart). A
+child with no slot exec'd a program (spawned DataLoader workers import torch anew: 140 MiB of
+their own each, nothing copied) and is counted apart.
 """
 
 import mmap
@@ -91,13 +93,15 @@ if hasattr(os, "register_at_fork"):
 
 
 def _collections(pid):
-    """(full collections, bytes the first one copied) a child recorded; (0, 0) when it recorded
-    none (forked before the probe ran, spawned, or its slot taken by another child)."""
+    """(full collections, bytes the first one copied) a forked child recorded; None for a child
+    that holds no slot: one that exec'd a program (multiprocessing's spawn and forkserver, a
+    subprocess), whose pages are its own, or, rarely, one whose slot another child took. (0, 0)
+    where no table is kept (not Linux), where every child counts as forked."""
     table = _table
     if table is None:
         return 0, 0
     owner, count, copied = SLOT.unpack_from(table, pid % SLOTS * SLOT.size)
-    return (count, copied) if owner == pid else (0, 0)
+    return (count, copied) if owner == pid else None
 
 
 def _children_linux(pid):
@@ -135,9 +139,8 @@ def _children(process):
 
 
 def read(process):
-    """{pid: (uss, pss, started, full collections, bytes the first copied)} of the live children of
-    `process`; `started` (the child's start time) tells a child from an earlier one that had the
-    same pid."""
+    """{pid: (uss, pss, started, _collections(pid))} of the live children of `process`; `started`
+    (the child's start time) tells a child from an earlier one that had the same pid."""
     try:
         children = _children(process)
     except psutil.Error:
@@ -150,13 +153,21 @@ def read(process):
             info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        found[child.pid] = (info.uss, getattr(info, "pss", 0), started, *_collections(child.pid))
+        found[child.pid] = (info.uss, getattr(info, "pss", 0), started, _collections(child.pid))
     return found
+
+
+def _size(reading):
+    """What picks an epoch's sample: the children's private memory, then their number."""
+    return (reading["uss_bytes"] + reading["spawned_uss_bytes"], reading["count"] + reading["spawned"])
 
 
 class WorkerProbe:
     """Samples the children in a thread; take() gives the epoch's record, from its sample with the
-    most private memory: {"count", "uss_bytes", "pss_bytes"} summed over the children;
+    most private memory. Its fields are of the children forked from this process, which share its
+    pages (DataLoader workers by default), but for "spawned" and "spawned_uss_bytes": how many
+    children exec'd a program (spawned workers, multiprocessing's resource tracker, a subprocess),
+    and their USS, all their own. Of the forked ones: {"count", "uss_bytes", "pss_bytes"} summed;
     "uss_growth_bytes": how much their private memory grew since each was first seen (a forked
     worker starts small; one that copies what it reads grows), "uss_growth_max_bytes": the most
     one of them grew; "new": how many were first seen in this epoch, and "carried_uss_bytes":
@@ -202,7 +213,7 @@ class WorkerProbe:
 
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
-        {pid: (uss, pss, started, collections, copied)}, or None when it does not."""
+        read()'s {pid: (uss, pss, started, collections)}, or None when it does not."""
         children = self._budget.call(lambda: read(self._process))
         return None if children is None else self._record(children)
 
@@ -213,22 +224,24 @@ class WorkerProbe:
         return self._record(read(self._process))
 
     def _record(self, children):
-        uss = {(pid, started): u for pid, (u, _, started, _, _) in children.items()}
+        forked = {pid: c for pid, c in children.items() if c[3] is not None}
+        spawned = [c[0] for c in children.values() if c[3] is None]
+        uss = {(pid, started): u for pid, (u, _, started, _) in forked.items()}
+        copied = [c[3][1] for c in forked.values()]
         with self._lock:
             self._latest = set(uss)
             for child, u in uss.items():
                 self._first.setdefault(child, u)
             growth = [max(u - self._first[child], 0) for child, u in uss.items()]
-            reading = {"count": len(children), "uss_bytes": sum(uss.values()),
-                       "pss_bytes": sum(c[1] for c in children.values()),
+            reading = {"count": len(forked), "uss_bytes": sum(uss.values()),
+                       "pss_bytes": sum(c[1] for c in forked.values()),
                        "uss_growth_bytes": sum(growth), "uss_growth_max_bytes": max(growth, default=0),
                        "new": sum(child not in self._carried for child in uss),
                        "carried_uss_bytes": sum(u for child, u in uss.items() if child in self._carried),
-                       "full_collections": sum(c[3] for c in children.values()),
-                       "gc_copied_bytes": sum(c[4] for c in children.values()),
-                       "gc_copied_max_bytes": max((c[4] for c in children.values()), default=0)}
-            key = (reading["uss_bytes"], reading["count"])
-            if self._peak is None or key > (self._peak["uss_bytes"], self._peak["count"]):
+                       "full_collections": sum(c[3][0] for c in forked.values()),
+                       "gc_copied_bytes": sum(copied), "gc_copied_max_bytes": max(copied, default=0),
+                       "spawned": len(spawned), "spawned_uss_bytes": sum(spawned)}
+            if self._peak is None or _size(reading) > _size(self._peak):
                 self._peak = reading
             return children
 

@@ -206,8 +206,9 @@ def evidence(f):
                      else "; no op timers were recorded, so it cannot say which part")
         return text
     if f.pattern == "worker-copy-on-read":
-        text = (f"{e.count} worker processes hold {size(e.uss_bytes)} of private memory (USS; PSS {size(e.pss_bytes)}), "
-                f"{size(e.uss_bytes / e.count)} each against the parent's {size(e.parent_rss_bytes)} RSS")
+        text = (f"{counted(e.count, 'worker')} {'holds' if e.count == 1 else 'hold'} {size(e.uss_bytes)} of private "
+                f"memory (USS; PSS {size(e.pss_bytes)}){'' if e.count == 1 else f', {size(e.uss_bytes / e.count)} each'} "
+                f"against the parent's {size(e.parent_rss_bytes)} RSS")
         if e.trend:
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
         if e.grew:
@@ -299,12 +300,13 @@ def remedy(f):
                     f"its inputs' size, a list it scans, a cache it searches.")
         return "Wrap parts of the step in session.op() to name the part whose time grows."
     if f.pattern == "worker-copy-on-read":
+        freeze = ("gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): a "
+                  "worker's full collection then skips the parent's objects and leaves their pages shared.")
         if _collector_copied_most(e):
-            return ("Call gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): "
-                    "a worker's full collection then skips the parent's objects and leaves their pages shared.")
-        return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts (reading a Python object "
-                "writes its reference count, so each worker copies every page it reads), or call gc.freeze() before "
-                "the DataLoader starts its workers.")
+            return f"Call {freeze}"
+        return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts: reading a Python object "
+                "writes its reference count, so each worker copies every page it reads (gc.freeze() does not stop "
+                "that)." + (f" What its full collection copies is kept shared by {freeze}" if e.gc_copied_bytes else ""))
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
 
