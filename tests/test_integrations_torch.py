@@ -152,6 +152,41 @@ def test_track_marks_a_loop_in_code_and_removes_its_hooks(tmp_path):
     assert not _global_optimizer_post_hooks
 
 
+def test_a_pass_includes_starting_its_iterator_and_one_that_fails_to_start_is_no_epoch(tmp_path, monkeypatch):
+    """Starting a pass's iterator starts its workers (a fork, or a spawn that waits for the worker
+    to read the dataset): time of the epoch and of its first step."""
+    import time
+
+    from torch.utils.data import DataLoader, TensorDataset, dataloader
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=10)
+    get_iterator, fail = dataloader.DataLoader._get_iterator, []
+
+    def slow_start(loader):
+        if fail:
+            raise RuntimeError("a worker failed to start")
+        time.sleep(0.2)
+        return get_iterator(loader)
+    monkeypatch.setattr(dataloader.DataLoader, "_get_iterator", slow_start)
+    with Session(tmp_path / "run") as session, track(session) as marks:
+        for epoch in range(2):
+            for x, y in train:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        fail.append(True)
+        with pytest.raises(RuntimeError):
+            iter(train)
+        assert marks.open is None
+    rows = records(tmp_path / "run")
+    assert [r["steps"] for r in rows] == [4, 4] and all(r["wall_s"] >= 0.2 for r in rows), rows
+
+
 def test_track_does_not_write_the_pass_an_exception_cut_short(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 

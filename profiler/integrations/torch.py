@@ -5,8 +5,9 @@
 
 Steps come from torch's global optimizer-step hook: a step runs from the end of one
 optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
-backward and the update are in it. A pass begins when a DataLoader's iteration starts and ends
-when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass over another
+backward and the update are in it. A pass begins when a DataLoader's iteration starts (before
+its iterator starts or wakes the workers, which can take seconds: a spawned worker is sent the
+dataset) and ends when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass over another
 DataLoader started while one is still being iterated (a validation pass in the middle of a
 training pass) belongs to the outer one; a new pass over the same DataLoader ends the one in
 progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each batch make
@@ -58,13 +59,21 @@ class TorchHooks:
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
 
         def __iter__(loader):
-            iterator = loader_iter(loader)
+            began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers
+            try:
+                iterator = loader_iter(loader)
+            except BaseException:
+                if began:
+                    hooks.marks.drop_epoch("torch")
+                raise
             if getattr(loader, "num_workers", 0):
                 if hooks.sample_workers is not None:
                     hooks.sample_workers()
                 if hooks.worker_batch is not None:
                     hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
-            hooks._pass_started(loader, iterator)
+            if began:
+                hooks._pass = weakref.ref(iterator, hooks._pass_abandoned)
+                hooks._loader = weakref.ref(loader)
             return iterator
 
         def __next__(iterator):
@@ -113,20 +122,20 @@ class TorchHooks:
     def _current(self):
         return self._pass() if self._pass is not None else None
 
-    def _pass_started(self, loader, iterator):
+    def _pass_starting(self, loader):
+        """A pass over `loader` is about to start (its iterator made, its workers started or woken,
+        which the epoch and its first step include): whether it began an epoch."""
         if not self.epochs or not self.marks.in_thread():
-            return
-        current = self._current()
-        same_loader = self._loader is not None and self._loader() is loader
-        if current is not None and current is not iterator and not same_loader:
-            return                                          # nested in the pass in progress
+            return False
+        if self._current() is not None and (self._loader is None or self._loader() is not loader):
+            return False                                    # nested in the pass in progress
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
         self._pass = self._loader = None
-        if self.marks.begin_epoch("torch"):
-            self._pass = weakref.ref(iterator, self._pass_abandoned)
-            self._loader = weakref.ref(loader)
-            self.marks.begin_step("torch")
+        if not self.marks.begin_epoch("torch"):
+            return False
+        self.marks.begin_step("torch")
+        return True
 
     def _pass_ended(self, iterator):
         if self.epochs and self.marks.in_thread() and self._current() is iterator:
