@@ -78,10 +78,15 @@ def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_pat
     assert patterns(diagnosis) == ["worker-copy-on-read"], diagnosis["verdict"]
     finding = diagnosis["findings"][0]
     assert finding["data"]["gc_copied_bytes"] > 32 << 20 and finding["remedy"].startswith("Call gc.freeze()")
+    assert finding["remedy"].endswith("profiler run --gc-policy freeze.")
     frozen = tmp_path / "frozen"
     profiler("run", "--quiet", "--out", frozen, script("workers_tensors.py"), 2, "--freeze")
     assert all(r["workers"]["gc_copied_max_bytes"] < 4 << 20 for r in records(frozen))   # measured 0.4 MiB
     assert "worker-copy-on-read" not in patterns(report(frozen))
+    policy = tmp_path / "policy"   # the remedy's way to try it: frozen as the first pass begins, before its fork
+    profiler("run", "--quiet", "--out", policy, "--gc-policy", "freeze", script("workers_tensors.py"), 2)
+    assert all(r["workers"]["gc_copied_max_bytes"] < 4 << 20 for r in records(policy))   # measured 1.0 MiB
+    assert "worker-copy-on-read" not in patterns(report(policy))
 
 
 def test_spawned_workers_are_no_copy_on_read(tmp_path):

@@ -303,7 +303,7 @@ def remedy(f):
         freeze = ("gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): a "
                   "worker's full collection then skips the parent's objects and leaves their pages shared.")
         if _collector_copied_most(e):
-            return f"Call {freeze}"
+            return f"Call {freeze} To try it without editing the script: profiler run --gc-policy freeze."
         return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts: reading a Python object "
                 "writes its reference count, so each worker copies every page it reads (gc.freeze() does not stop "
                 "that)." + (f" What its full collection copies is kept shared by {freeze}" if e.gc_copied_bytes else ""))
