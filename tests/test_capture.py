@@ -793,7 +793,7 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
     DataLoader pass asks for are taken whatever the budget."""
     from profiler.capture import workers
 
-    def read(process):
+    def read(process, table):
         clock["ns"] += 60_000_000
         return {101: (5 << 20, 6 << 20, 1.0, (1, 3 << 20)), 102: (7 << 20, 8 << 20, 1.0, (0, 0)),
                 103: (9 << 20, 9 << 20, 1.0, None)}   # 103 exec'd a program
@@ -824,7 +824,7 @@ def test_workers_that_come_and_go_while_the_budget_skips_epoch_ends(clock, monke
     the old one's first reading."""
     from profiler.capture import workers
     children = {}
-    monkeypatch.setattr(workers, "read", lambda process: dict(children))
+    monkeypatch.setattr(workers, "read", lambda process, table: dict(children))
     probe = workers.WorkerProbe(budget=1.0)
     monkeypatch.setattr(probe, "sample", lambda: None)   # the epoch's end skipped, every time
     for epoch in range(200):
@@ -898,19 +898,73 @@ def test_a_forked_childs_full_collection_copies_the_parents_objects_unless_they_
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked children are told apart on Linux")
 def test_a_child_that_execd_a_program_is_counted_apart_from_forked_ones():
-    """A spawned DataLoader worker (or any subprocess) shares no page with the parent: its memory
-    is its own and tells nothing of copy-on-read."""
+    """A spawned DataLoader worker (or any subprocess, even one Python forked first to run a
+    preexec_fn) shares no page with the parent: its memory is its own and tells nothing of
+    copy-on-read. So after the probe stopped, for the samples the last epoch still takes."""
     from profiler.capture import workers
     probe = workers.WorkerProbe()
     probe.start()
-    spawned = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    spawned = [subprocess.Popen(sleep), subprocess.Popen(sleep, preexec_fn=lambda: None)]
     try:
         reading = _forked_child_reading(probe, collect=False)
-    finally:
-        spawned.kill()
-        spawned.wait()
         probe.stop()
-    assert (reading["count"], reading["spawned"]) == (1, 1) and reading["spawned_uss_bytes"] > 1 << 20
+        after = probe.sample_now() and probe.take()
+    finally:
+        for child in spawned:
+            child.kill()
+            child.wait()
+        probe.stop()
+    assert (reading["count"], reading["spawned"]) == (1, 2) and reading["spawned_uss_bytes"] > 1 << 20
+    assert (after["count"], after["spawned"]) == (0, 2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forked children are told apart on Linux")
+def test_a_live_child_keeps_its_slot_however_many_children_come_and_go(monkeypatch):
+    """Slots are picked by the parent at each fork, past those of live children: 10 short-lived
+    children through a table of 4 slots leave the long-lived one's count in place."""
+    from profiler.capture import workers
+    monkeypatch.setattr(workers, "SLOTS", 4)
+    probe = workers.WorkerProbe()
+    probe.start()
+    try:
+        done, go = os.pipe(), os.pipe()
+        pid = os.fork()
+        if pid == 0:   # the long-lived child: one full collection, then it waits
+            gc.collect()
+            os.write(done[1], b"x")
+            os.read(go[0], 1)
+            os._exit(0)
+        os.read(done[0], 1)
+        for _ in range(10):
+            short = os.fork()
+            if short == 0:
+                os._exit(0)
+            os.waitpid(short, 0)
+        probe.sample_now()
+        reading = probe.take()
+        os.write(go[1], b"x")
+        os.waitpid(pid, 0)
+        for fd in done + go:
+            os.close(fd)
+    finally:
+        probe.stop()
+    assert (reading["count"], reading["spawned"], reading["full_collections"]) == (1, 0, 1), reading
+
+
+def test_an_epochs_sample_is_chosen_by_its_forked_children_first(monkeypatch):
+    """Two forked workers that copied 40 MiB each and exited, then a subprocess of 167 MiB: the
+    epoch keeps the workers' sample (the spawned one's memory tells nothing of copy-on-read)."""
+    from profiler.capture import workers
+    samples = iter([{11: (40 << 20, 50 << 20, 1.0, (1, 30 << 20)), 12: (40 << 20, 50 << 20, 1.0, (1, 30 << 20))},
+                    {13: (167 << 20, 167 << 20, 2.0, None)}])
+    monkeypatch.setattr(workers, "read", lambda process, table: next(samples))
+    probe = workers.WorkerProbe(budget=1.0)
+    probe.sample_now()
+    probe.sample_now()
+    monkeypatch.setattr(probe, "sample", lambda: None)
+    reading = probe.take()
+    assert (reading["count"], reading["uss_bytes"], reading["spawned"]) == (2, 80 << 20, 0)
 
 
 def test_tracked_objects_are_counted_within_their_budget(clock, monkeypatch):

@@ -436,10 +436,11 @@ def test_workers_reforked_every_epoch_that_grow_within_it(tmp_path):
     assert "one worker's private memory grew 25.0 MiB after it started" in text.evidence(f)
 
 
-@pytest.mark.parametrize("copied_mib", [0, 10, 30])
+@pytest.mark.parametrize("copied_mib", [0, 1, 10, 30])
 def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, copied_mib):
-    # a worker grew 36 MiB; its first full collection copied 30 of them (most: gc.freeze() is the
-    # fix), 10 (the rest was read: the dataset is), or nothing was recorded (a run before this field)
+    # a worker grew 36 MiB; its first full collection copied 30 of them (the rest is what a clean
+    # worker holds: gc.freeze() is the fix), 10 (reading copied 26 more: the dataset is, and
+    # gc.freeze() for the 10), 1 (a frozen parent's: no word of it), or nothing was recorded
     workers = {"count": 2, "uss_bytes": 90 * MIB, "pss_bytes": 120 * MIB, "uss_growth_bytes": 72 * MIB,
                "uss_growth_max_bytes": 36 * MIB, "new": 2, "carried_uss_bytes": 0}
     if copied_mib:
@@ -448,13 +449,14 @@ def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, co
     d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=400 * MIB, workers=workers) for i in range(10)]))
     assert patterns(d) == ["worker-copy-on-read"]
     f = d.findings[0]
-    assert f.evidence.gc_copied_bytes == copied_mib * MIB
+    assert f.evidence.worker_gc_copied_bytes == copied_mib * MIB
+    assert (f.evidence.collector, f.evidence.read) == (copied_mib >= 10, copied_mib < 30)
     said, fix = text.evidence(f), text.remedy(f)
     assert said.startswith("2 workers hold 90.0 MiB of private memory (USS; PSS 120.0 MiB), 45.0 MiB each against")
-    assert ("as it read" in said) == (copied_mib < 18)
-    assert (f"full collection copied {copied_mib}.0 MiB of the parent's pages" in said) == bool(copied_mib)
+    assert ("as it read" in said) == (copied_mib < 30)
+    assert (f"full collection copied {copied_mib}.0 MiB of the parent's pages" in said) == (copied_mib >= 10)
     assert fix.startswith("Call gc.freeze()" if copied_mib == 30 else "Keep the dataset in numpy arrays")
-    assert ("full collection copies is kept shared by gc.freeze() just before" in fix) == (copied_mib == 10)
+    assert ("Call gc.freeze() just before" in fix) == (copied_mib >= 10)
 
 
 def test_spawned_children_are_counted_but_are_no_copy_on_read(tmp_path):
@@ -462,7 +464,8 @@ def test_spawned_children_are_counted_but_are_no_copy_on_read(tmp_path):
     workers = {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0, "uss_growth_max_bytes": 0,
                "new": 0, "carried_uss_bytes": 0, "spawned": 3, "spawned_uss_bytes": 450 * MIB}
     d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=400 * MIB, workers=workers) for i in range(10)]))
-    assert patterns(d) == [] and (d.workers.count, d.workers.private_bytes) == (3, 450 * MIB)
+    assert patterns(d) == [] and (d.workers.count, d.workers.private_bytes, d.workers.spawned) == (3, 450 * MIB, 3)
+    assert "workers      3 (3 spawned), 450.0 MiB private" in text.diagnosis(d)
 
 
 @pytest.mark.parametrize("new, found", [(2, False), (0, True)])

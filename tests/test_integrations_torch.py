@@ -77,7 +77,7 @@ def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_pat
     diagnosis = report(out)
     assert patterns(diagnosis) == ["worker-copy-on-read"], diagnosis["verdict"]
     finding = diagnosis["findings"][0]
-    assert finding["data"]["gc_copied_bytes"] > 32 << 20 and finding["remedy"].startswith("Call gc.freeze()")
+    assert finding["data"]["worker_gc_copied_bytes"] > 32 << 20 and finding["remedy"].startswith("Call gc.freeze()")
     assert finding["remedy"].endswith("profiler run --gc-policy freeze.")
     frozen = tmp_path / "frozen"
     profiler("run", "--quiet", "--out", frozen, script("workers_tensors.py"), 2, "--freeze")

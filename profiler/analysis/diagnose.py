@@ -71,6 +71,7 @@ class StepSummary:
 class Workers:
     count: int
     private_bytes: int          # USS of all child processes (forked and spawned), last epoch
+    spawned: int = 0            # of them, those that exec'd a program (spawned workers, a subprocess)
 
 
 @dataclass
@@ -111,6 +112,11 @@ STEADY_BAND = 0.25
 
 def _within(ratio):
     return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
+
+
+def _workers(w):
+    spawned = w.get("spawned", 0)
+    return Workers(int(w["count"] + spawned), int(w["uss_bytes"] + w.get("spawned_uss_bytes", 0)), int(spawned))
 
 
 def analyze(run_dir):
@@ -192,6 +198,5 @@ def analyze(run_dir):
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,
-        workers=(Workers(int(workers[-1]["count"] + workers[-1].get("spawned", 0)),
-                         int(workers[-1]["uss_bytes"] + workers[-1].get("spawned_uss_bytes", 0))) if workers else None),
+        workers=_workers(workers[-1]) if workers else None,
         spikes=spikes, meta=run.user_meta)

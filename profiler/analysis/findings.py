@@ -37,6 +37,7 @@ TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
+WORKER_GC_COPY_BYTES = 8 << 20   # a worker's collection's copy worth a remedy (a frozen parent's: under 1 MiB here)
 WORKER_GROWTH_BYTES = 16 << 20   # one worker's USS growth since it started that does
 PREFETCH_DEFAULT = 2             # DataLoader's batches in flight per worker when it records none
 GC_EXPLAINS = 0.5            # share of a slowdown GC must explain to leave compute out
@@ -167,7 +168,10 @@ class WorkerMemory:
     grew: bool                          # a worker's USS grew by WORKER_GROWTH_BYTES, and past batches_bytes,
                                         # since it was first seen
     near_parent: bool
-    gc_copied_bytes: int                # most one worker's own first full collection copied (0: none recorded)
+    worker_gc_copied_bytes: int         # most one worker's own first full collection copied (0: none recorded)
+    collector: bool                     # the workers' own collections copied WORKER_GC_COPY_BYTES or more
+    read: bool                          # reading copied more than a clean worker holds: what a worker grew (or
+                                        # holds) beyond its collections' copy passes the `grew` limit
 
 
 @dataclass
@@ -466,9 +470,15 @@ def worker_memory(records):
                    for _, w, _ in rows if w.get("batch_bytes")), default=0)
     grew = worker >= max(WORKER_GROWTH_BYTES, batches)
     near = last["uss_bytes"] / last["count"] - batches >= WORKER_SHARE * parent
+    # a worker's own full collection copies every page of the parent's objects, read or not (gc.freeze()
+    # stops it); what the worker grew (or holds) beyond that is what reading copied
     gc_copied = max(w.get("gc_copied_max_bytes", 0) for _, w, _ in rows)
+    collector = gc_copied >= WORKER_GC_COPY_BYTES
+    flagged = worker if grew else last["uss_bytes"] / last["count"]
+    read = not collector or flagged - gc_copied >= max(WORKER_GROWTH_BYTES, batches)
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
-                            float(rate), worker, int(batches), bool(trend), bool(grew), bool(near), int(gc_copied))
+                            float(rate), worker, int(batches), bool(trend), bool(grew), bool(near), int(gc_copied),
+                            bool(collector), bool(read))
     if not (trend or grew or near):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

@@ -22,11 +22,12 @@ object its parent made, whether or not the worker reads them (36-70 MiB a worker
 scripts here). gc.freeze() in the parent before the fork moves those objects where the collector
 does not walk. So each child forked while a probe runs counts its full collections, and measures
 what the first one copied (its private memory before and after), in its own slot of a table
-shared with the parent (slot = pid % SLOTS, the pid kept in it to tell two children apart). A
-child with no slot exec'd a program (spawned DataLoader workers import torch anew: 140 MiB of
-their own each, nothing copied) and is counted apart.
+shared with the parent (ForkTable). A child that does not map the table exec'd a program
+(spawned DataLoader workers import torch anew: 140 MiB of their own each, nothing copied) and is
+counted apart.
 """
 
+import ctypes
 import mmap
 import os
 import struct
@@ -39,9 +40,10 @@ from .budget import Budget
 from .gc_timer import CALLBACKS
 
 BUDGET = 0.01
-SLOT = struct.Struct("qqq")   # a child's pid, its full collections, and the bytes its first one copied
+SLOT = struct.Struct("qqqq")   # a child's pid, its fork's number, its full collections, the bytes its first one copied
 SLOTS = 4096
-_table = None                 # shared with children forked while a WorkerProbe runs (Linux)
+RESERVED = -1                  # a slot's pid from the parent's pick until the child writes its own
+_active = None                 # the ForkTable of the running probe, which forks take slots in
 
 
 def _private_bytes():
@@ -58,12 +60,14 @@ class _ChildCollections:
     """The gc callback of a forked child: its full collections, and what the first one copied, in
     its slot. Never raises into the collector (a child at the recursion limit, /proc unreadable)."""
 
-    def __init__(self, table):
-        self.table, self.pid = table, os.getpid()
-        self.offset = self.pid % SLOTS * SLOT.size
+    def __init__(self, memory, slot, number):
+        self.memory, self.offset, self.pid, self.number = memory, slot * SLOT.size, os.getpid(), number
         self.count = self.copied = 0
         self.before = None
-        SLOT.pack_into(table, self.offset, self.pid, 0, 0)
+        self._write()
+
+    def _write(self):
+        SLOT.pack_into(self.memory, self.offset, self.pid, self.number, self.count, self.copied)
 
     def __call__(self, phase, info):
         if info["generation"] != 2:
@@ -76,32 +80,78 @@ class _ChildCollections:
             if self.before is not None:
                 self.copied, self.before = max(_private_bytes() - self.before, 0), None
             self.count += 1
-            SLOT.pack_into(self.table, self.offset, self.pid, self.count, self.copied)
+            self._write()
         except Exception:
             self.before = None
+
+
+class ForkTable:
+    """Memory shared with the children forked while a probe runs (Linux): a slot each, which the
+    parent picks just before the fork (the next whose child has exited, so a live child keeps its
+    own) and the child fills. A child that maps the table was forked and has not exec'd a program
+    since: its pages are its parent's until written. Spawned workers, multiprocessing's resource
+    tracker, a subprocess (even one forked by Python first, as with preexec_fn) do not, and nor does
+    a child forked before the probe started."""
+
+    def __init__(self):
+        self.memory = mmap.mmap(-1, SLOTS * SLOT.size)   # anonymous and shared: children write, we read
+        start = ctypes.addressof(ctypes.c_char.from_buffer(self.memory))
+        end = start + -(-len(self.memory) // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._mapping = f"{start:x}-{end:x}"   # its name in /proc/PID/map_files
+        self._forks = 0
+        self._lock = threading.Lock()
+        self._pending = threading.local()   # the slot and number picked for the fork this thread makes
+
+    def before_fork(self):
+        with self._lock:
+            for _ in range(SLOTS):
+                slot, self._forks = self._forks % SLOTS, self._forks + 1
+                owner = SLOT.unpack_from(self.memory, slot * SLOT.size)[0]
+                if owner == 0 or (owner != RESERVED and not os.path.exists(f"/proc/{owner}")):
+                    break
+            SLOT.pack_into(self.memory, slot * SLOT.size, RESERVED, self._forks, 0, 0)
+            self._pending.slot = slot, self._forks
+
+    def in_child(self):
+        """The callback that fills this child's slot, or None for a fork the parent picked none for."""
+        picked = getattr(self._pending, "slot", None)
+        return None if picked is None else _ChildCollections(self.memory, *picked)
+
+    def recorded(self):
+        """{pid: (full collections, bytes the first one copied)}: the newest fork's for a pid reused."""
+        newest = {}
+        for pid, number, count, copied in SLOT.iter_unpack(self.memory[:min(self._forks, SLOTS) * SLOT.size]):
+            if pid > 0 and number > newest.get(pid, (0,))[0]:
+                newest[pid] = number, count, copied
+        return {pid: (count, copied) for pid, (_, count, copied) in newest.items()}
+
+    def maps(self, pid, recorded):
+        """Whether child `pid` maps the table (a lookup in /proc/PID/map_files, ~4 us); where that
+        directory is closed to us, whether it holds a slot."""
+        try:
+            os.lstat(f"/proc/{pid}/map_files/{self._mapping}")
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return pid in recorded
+
+
+def _before_fork():
+    if _active is not None:
+        _active.before_fork()
 
 
 def _in_child():
     # a child of a child drops the callback its parent inherited, then counts its own
     CALLBACKS[:] = [cb for cb in CALLBACKS if not isinstance(cb, _ChildCollections)]
-    if _table is not None:
-        CALLBACKS.append(_ChildCollections(_table))
+    callback = _active.in_child() if _active is not None else None
+    if callback is not None:
+        CALLBACKS.append(callback)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_in_child)
-
-
-def _collections(pid):
-    """(full collections, bytes the first one copied) a forked child recorded; None for a child
-    that holds no slot: one that exec'd a program (multiprocessing's spawn and forkserver, a
-    subprocess), whose pages are its own, or, rarely, one whose slot another child took. (0, 0)
-    where no table is kept (not Linux), where every child counts as forked."""
-    table = _table
-    if table is None:
-        return 0, 0
-    owner, count, copied = SLOT.unpack_from(table, pid % SLOTS * SLOT.size)
-    return (count, copied) if owner == pid else None
+    os.register_at_fork(before=_before_fork, after_in_child=_in_child)
 
 
 def _children_linux(pid):
@@ -138,13 +188,17 @@ def _children(process):
     return [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
 
 
-def read(process):
-    """{pid: (uss, pss, started, _collections(pid))} of the live children of `process`; `started`
-    (the child's start time) tells a child from an earlier one that had the same pid."""
+def read(process, table=None):
+    """{pid: (uss, pss, started, collections)} of the live children of `process`; `started` (the
+    child's start time) tells a child from an earlier one that had the same pid. `collections`:
+    (full collections, bytes the first one copied) of a child that maps `table` (forked), or
+    (0, 0) for every child when there is no table (not Linux: they count as forked); None for a
+    child that does not map it (exec'd a program: its pages are its own)."""
     try:
         children = _children(process)
     except psutil.Error:
         return {}
+    recorded = table.recorded() if table is not None else {}
     found = {}
     for child in children:
         try:
@@ -153,13 +207,15 @@ def read(process):
             info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        found[child.pid] = (info.uss, getattr(info, "pss", 0), started, _collections(child.pid))
+        forked = table is None or table.maps(child.pid, recorded)
+        found[child.pid] = (info.uss, getattr(info, "pss", 0), started,
+                            recorded.get(child.pid, (0, 0)) if forked else None)
     return found
 
 
 def _size(reading):
-    """What picks an epoch's sample: the children's private memory, then their number."""
-    return (reading["uss_bytes"] + reading["spawned_uss_bytes"], reading["count"] + reading["spawned"])
+    """What picks an epoch's sample: the forked children's private memory and number, then the others'."""
+    return reading["uss_bytes"], reading["count"], reading["spawned_uss_bytes"], reading["spawned"]
 
 
 class WorkerProbe:
@@ -190,22 +246,25 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
+        self._table = None           # the ForkTable of this probe's children (Linux, once started)
 
     def start(self):
-        global _table
+        global _active
         if sys.platform.startswith("linux"):
-            _table = mmap.mmap(-1, SLOTS * SLOT.size)   # anonymous and shared: children write, we read
+            self._table = _active = ForkTable()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="profiler-workers", daemon=True)
         self._thread.start()
 
     def stop(self):
-        global _table
+        """Stop sampling in the thread, and taking slots in forks; take() still reads the table."""
+        global _active
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        _table = None
+        if _active is self._table:
+            _active = None
 
     def _run(self):
         while not self._stop.wait(self.interval):
@@ -213,15 +272,15 @@ class WorkerProbe:
 
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
-        read()'s {pid: (uss, pss, started, collections)}, or None when it does not."""
-        children = self._budget.call(lambda: read(self._process))
+        read()'s, or None when it does not."""
+        children = self._budget.call(lambda: read(self._process, self._table))
         return None if children is None else self._record(children)
 
     def sample_now(self):
         """Read the children now, whatever the budget: when a DataLoader has just started its
         workers and just before it shuts them down (twice a pass: the samples that see a
         non-persistent worker's start and its peak)."""
-        return self._record(read(self._process))
+        return self._record(read(self._process, self._table))
 
     def _record(self, children):
         forked = {pid: c for pid, c in children.items() if c[3] is not None}

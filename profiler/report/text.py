@@ -213,19 +213,14 @@ def evidence(f):
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
         if e.grew:
             text += (f"; one worker's private memory grew {size(e.worker_growth_bytes)} after it started"
-                     + ("" if _collector_copied_most(e) else ", as it read"))
+                     + (", as it read" if e.read else ""))
             if e.batches_bytes > fnd.WORKER_GROWTH_BYTES:
                 text += f", more than the {size(e.batches_bytes)} its batches in flight can hold"
-        if e.gc_copied_bytes:
-            text += (f"; a worker's own first full collection copied {size(e.gc_copied_bytes)} of the parent's pages "
-                     f"(the collector writes to every object it walks)")
+        if e.collector:
+            text += (f"; a worker's own first full collection copied {size(e.worker_gc_copied_bytes)} of the parent's "
+                     f"pages (the collector writes to every object it walks)")
         return text
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
-
-
-def _collector_copied_most(e):
-    """Whether the workers' own full collections copied at least half of what a worker grew (or holds)."""
-    return 2 * e.gc_copied_bytes >= (e.worker_growth_bytes if e.grew else e.uss_bytes / e.count)
 
 
 def remedy(f):
@@ -300,13 +295,13 @@ def remedy(f):
                     f"its inputs' size, a list it scans, a cache it searches.")
         return "Wrap parts of the step in session.op() to name the part whose time grows."
     if f.pattern == "worker-copy-on-read":
-        freeze = ("gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): a "
-                  "worker's full collection then skips the parent's objects and leaves their pages shared.")
-        if _collector_copied_most(e):
-            return f"Call {freeze} To try it without editing the script: profiler run --gc-policy freeze."
-        return ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts: reading a Python object "
-                "writes its reference count, so each worker copies every page it reads (gc.freeze() does not stop "
-                "that)." + (f" What its full collection copies is kept shared by {freeze}" if e.gc_copied_bytes else ""))
+        freeze = ("Call gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): "
+                  "a worker's full collection then skips the parent's objects and leaves their pages shared. To try it "
+                  "without editing the script: profiler run --gc-policy freeze.")
+        dataset = ("Keep the dataset in numpy arrays or bytes instead of Python lists and dicts: reading a Python object "
+                   "writes its reference count, so each worker copies every page it reads (gc.freeze() does not stop "
+                   "that).")
+        return " ".join(([dataset] if e.read else []) + ([freeze] if e.collector else []))
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
 
@@ -470,7 +465,8 @@ def diagnosis(d):
         lines.append(f"steps        {s.count:,}   median {ms(s.median_s)}   p99 {ms(s.p99_s)}   spikes "
                      f"{pct(s.spike_time_fraction)} of the run, GC explains {pct(s.gc_explained_fraction)} of it")
     if d.workers and d.workers.count:
-        lines.append(f"workers      {d.workers.count}, {size(d.workers.private_bytes)} private")
+        spawned = f" ({d.workers.spawned} spawned)" if d.workers.spawned else ""
+        lines.append(f"workers      {d.workers.count}{spawned}, {size(d.workers.private_bytes)} private")
     if a.top_sites:
         lines += ["", "growing lines (traced):"]
         lines += [f"  {size(s.size_diff):>10s}  {s.count_diff:+8d} blocks  {s.kind:6s}  {s.site}" for s in a.top_sites[:5]]

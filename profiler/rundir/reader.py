@@ -416,12 +416,14 @@ def _check_optional(record):
     workers = record.get("workers")
     if workers is None:
         return None
-    optional = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes")
+    optional = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes", "gc_copied_bytes",
+                "gc_copied_max_bytes", "spawned_uss_bytes")
+    counts = ("full_collections", "spawned")
     if not (isinstance(workers, dict) and _number(workers.get("count"))
             and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
-            and all(_bytes(workers.get(k, 0)) for k in optional)):
-        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, {', '.join(map(repr, optional))}, "
-                f"'new']}} (sizes {BYTES})")
+            and all(_bytes(workers.get(k, 0)) for k in optional) and all(_count(workers.get(k, 0)) for k in counts)):
+        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, "
+                f"{', '.join(map(repr, optional + counts))}, 'new']}} (sizes {BYTES}, counts whole numbers)")
     new = workers.get("new", 0)
     if type(new) is not int or not 0 <= new <= workers["count"]:
         return f"has workers.new {new!r}, not a count of at most workers.count {workers['count']!r}"
