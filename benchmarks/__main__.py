@@ -108,7 +108,7 @@ def _merge(old, parts):
     old_header, kept = sections(old)
     date = re.search(r"^\| date \| (.*?) \|", old_header, re.M)
     merged = {title: _kept(block, date.group(1) if date else "an earlier date") for title, block in kept.items()} | new
-    return [header + "\n"] + [merged[title] for title in SECTIONS.values() if title in merged]
+    return [header.rstrip("\n") + "\n"] + [merged[title] for title in SECTIONS.values() if title in merged]
 
 
 KEPT = "_Measured on {date}, before the header's run, which did not redo this section (--only)._"
