@@ -952,6 +952,34 @@ def test_a_live_child_keeps_its_slot_however_many_children_come_and_go(monkeypat
     assert (reading["count"], reading["spawned"], reading["full_collections"]) == (1, 0, 1), reading
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="children's collections are measured on Linux")
+def test_only_the_probes_own_children_take_slots():
+    """A child counts its collections in the slot its parent picked; a child of that child takes
+    none (slots are the parent's to give, so no two processes pick the same one)."""
+    from profiler.capture import workers
+    probe = workers.WorkerProbe()
+    probe.start()
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            counted = [isinstance(cb, workers._ChildCollections) for cb in gc.callbacks]
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.write(write, f"{[isinstance(cb, workers._ChildCollections) for cb in gc.callbacks]}".encode())
+                os._exit(0)
+            os.waitpid(grandchild, 0)
+            os.write(write, f" {counted}".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os.close(write)
+        seen = os.read(read, 200).decode()
+    finally:
+        os.close(read)
+        probe.stop()
+    assert seen == "[] [True]" and not any(isinstance(cb, workers._ChildCollections) for cb in gc.callbacks)
+
+
 def test_an_epochs_sample_is_chosen_by_its_forked_children_first(monkeypatch):
     """Two forked workers that copied 40 MiB each and exited, then a subprocess of 167 MiB: the
     epoch keeps the workers' sample (the spawned one's memory tells nothing of copy-on-read)."""

@@ -143,9 +143,13 @@ def _before_fork():
 
 
 def _in_child():
-    # a child of a child drops the callback its parent inherited, then counts its own
+    """Count this child's collections in the slot its parent picked. The slots are the parent's to
+    give: a child of a child (which maps the table too) drops the callback it inherited and takes
+    none, so no two processes pick the same slot."""
+    global _active
     CALLBACKS[:] = [cb for cb in CALLBACKS if not isinstance(cb, _ChildCollections)]
-    callback = _active.in_child() if _active is not None else None
+    table, _active = _active, None
+    callback = table.in_child() if table is not None else None
     if callback is not None:
         CALLBACKS.append(callback)
 
