@@ -397,29 +397,46 @@ def test_ctrl_c_is_interrupted_130(tmp_path):
 
 @pytest.mark.slow
 def test_worker_probe_sums_children_and_their_growth():
+    """Two forked children that touch 40 MB each after they were first seen, and a subprocess
+    (exec'd: its memory is its own, counted apart)."""
     from profiler.capture.workers import WorkerProbe
 
     probe = WorkerProbe(interval=0.05, budget=1.0)   # each sample waits only its own cost
     assert probe.take() == {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0,
-                            "uss_growth_max_bytes": 0, "new": 0, "carried_uss_bytes": 0}
-    grow = "import sys, time\ntime.sleep(0.5)\nkept = bytearray(40_000_000)\nkept[::4096] = b'x' * len(kept[::4096])\n" \
-           "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)\n"
-    children = [subprocess.Popen([sys.executable, "-c", grow], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+                            "uss_growth_max_bytes": 0, "new": 0, "carried_uss_bytes": 0, "full_collections": 0,
+                            "gc_copied_bytes": 0, "gc_copied_max_bytes": 0, "spawned": 0, "spawned_uss_bytes": 0}
     probe.start()
+    ready, go = os.pipe(), os.pipe()
+    forked, spawned = [], subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        for child in children:
-            assert child.stdout.readline() == "ready\n"
-        time.sleep(0.1)   # a sample of the ready children, and past its wait
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(0.5)   # first seen small
+                kept = bytearray(40_000_000)
+                kept[::4096] = b"x" * len(kept[::4096])
+                os.write(ready[1], b"x")
+                os.read(go[0], 1)
+                os._exit(0)
+            forked.append(pid)
+        for _ in forked:
+            os.read(ready[0], 1)
+        probe.sample_now()   # the ready children, whatever the thread's samples' budget left
         reading = probe.take()
     finally:
         probe.stop()
-        for child in children:
-            child.kill()
-            child.wait()
+        os.write(go[1], b"x" * len(forked))
+        for pid in forked:
+            os.waitpid(pid, 0)
+        spawned.kill()
+        spawned.wait()
+        for fd in ready + go:
+            os.close(fd)
     assert reading["count"] == 2 and reading["pss_bytes"] >= reading["uss_bytes"] > 80e6
     assert reading["uss_growth_bytes"] > 70e6          # 40 MB touched by each after it was first seen
     assert reading["new"] == 2 and reading["carried_uss_bytes"] == 0 and reading["uss_growth_max_bytes"] > 35e6
-    time.sleep(0.1)   # past the last sample's wait (its cost: a few ms)
+    assert reading["spawned"] == 1 and reading["spawned_uss_bytes"] > 1e6
+    probe.sample_now()
     assert probe.take()["count"] == 0
 
 
