@@ -459,6 +459,31 @@ def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, co
     assert ("Call gc.freeze() just before" in fix) == (copied_mib >= 10)
 
 
+def test_a_workers_collection_copy_is_a_finding_however_late_the_parent_first_saw_it(tmp_path):
+    # the parent's first sample came after each worker's collection: no growth seen, 70 MiB copied
+    workers = {"count": 2, "uss_bytes": 160 * MIB, "pss_bytes": 300 * MIB, "uss_growth_bytes": 2 * MIB,
+               "uss_growth_max_bytes": MIB, "new": 2, "carried_uss_bytes": 0, "full_collections": 2,
+               "gc_copied_bytes": 140 * MIB, "gc_copied_max_bytes": 70 * MIB}
+    d = analyze(write_run(tmp_path / "run", [epoch(i, 0.01, rss=400 * MIB, workers=workers) for i in range(10)]))
+    f = d.findings[0]
+    assert patterns(d) == ["worker-copy-on-read"] and not f.evidence.grew and not f.evidence.read
+    assert "grew" not in text.evidence(f) and "copied 70.0 MiB" in text.evidence(f)
+    assert text.remedy(f).startswith("Call gc.freeze()")
+
+
+def test_persistent_workers_that_keep_growing_after_their_collection_are_reading(tmp_path):
+    # 4 persistent workers: 40 MiB copied by each one's first full collection, then 0.4 MiB more each
+    # epoch (12 MiB a worker over the run, under the one-pass limit; 46 MiB for the 4, a trend)
+    records = [epoch(i, 0.01, rss=400 * MIB, workers={
+        "count": 4, "uss_bytes": int((4 * 50 + 1.6 * i) * MIB), "pss_bytes": 300 * MIB,
+        "uss_growth_bytes": int((160 + 1.6 * i) * MIB), "uss_growth_max_bytes": int((40 + 0.4 * i) * MIB),
+        "new": 4 if i == 0 else 0, "carried_uss_bytes": int((4 * 50 + 1.6 * i) * MIB),
+        "full_collections": 4, "gc_copied_bytes": 160 * MIB, "gc_copied_max_bytes": 40 * MIB}) for i in range(30)]
+    f = analyze(write_run(tmp_path / "run", records)).findings[0]
+    assert f.evidence.trend and f.evidence.collector and f.evidence.read
+    assert text.remedy(f).startswith("Keep the dataset in numpy arrays") and "Call gc.freeze()" in text.remedy(f)
+
+
 def test_spawned_children_are_counted_but_are_no_copy_on_read(tmp_path):
     # 3 children that exec'd python (spawned workers and a resource tracker), 150 MiB each, grown from 0
     workers = {"count": 0, "uss_bytes": 0, "pss_bytes": 0, "uss_growth_bytes": 0, "uss_growth_max_bytes": 0,

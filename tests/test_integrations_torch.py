@@ -307,13 +307,23 @@ def test_torch_without_an_optimizer_falls_back_to_time_windows(tmp_path):
     assert meta(tmp_path / "run")["meta"]["epochs_from"] == "windows" and len(records(tmp_path / "run")) >= 2
 
 
-def test_the_first_batch_of_each_pass_with_workers_is_weighed():
+def test_the_first_batch_of_each_pass_with_workers_is_weighed_and_its_workers_sampled():
     import numpy as np
     from torch.utils.data import DataLoader, TensorDataset
 
     from profiler.integrations.torch import TorchHooks, batch_bytes
-    weighed = []
-    hooks = TorchHooks(None, epochs=False, worker_batch=lambda nbytes, prefetch: weighed.append((nbytes, prefetch)))
+    weighed, asked = [], []
+
+    class Probe:   # what TorchHooks tells a WorkerProbe
+        def note_batch(self, nbytes, prefetch):
+            weighed.append((nbytes, prefetch))
+
+        def sample_soon(self):
+            asked.append("started")
+
+        def sample_now(self):
+            asked.append("stopping")
+    hooks = TorchHooks(None, epochs=False, workers=Probe())
     hooks.install()
     try:
         loader = DataLoader(TensorDataset(torch.zeros(12, 3, 8, 8), torch.zeros(12, dtype=torch.int64)), batch_size=4,
@@ -324,6 +334,7 @@ def test_the_first_batch_of_each_pass_with_workers_is_weighed():
     finally:
         hooks.uninstall()
     assert weighed == [(4 * 3 * 8 * 8 * 4 + 4 * 8, 3)] * 2
+    assert asked == ["started", "stopping"] * 2   # each pass with workers: the thread's sample, then the peak
     assert batch_bytes({"image": [np.zeros(10, np.float32)], "name": "a", "n": 3}) == 40
 
 

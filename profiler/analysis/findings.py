@@ -169,9 +169,10 @@ class WorkerMemory:
                                         # since it was first seen
     near_parent: bool
     worker_gc_copied_bytes: int         # most one worker's own first full collection copied (0: none recorded)
-    collector: bool                     # the workers' own collections copied WORKER_GC_COPY_BYTES or more
-    read: bool                          # reading copied more than a clean worker holds: what a worker grew (or
-                                        # holds) beyond its collections' copy passes the `grew` limit
+    collector: bool                     # a worker's own first full collection copied WORKER_GC_COPY_BYTES or more
+    read: bool                          # reading copied pages: no such collection's copy, or a trend (a copy
+                                        # happens once), or what a worker grew (or holds) beyond that copy
+                                        # passes the `grew` limit
 
 
 @dataclass
@@ -470,15 +471,15 @@ def worker_memory(records):
                    for _, w, _ in rows if w.get("batch_bytes")), default=0)
     grew = worker >= max(WORKER_GROWTH_BYTES, batches)
     near = last["uss_bytes"] / last["count"] - batches >= WORKER_SHARE * parent
-    # a worker's own full collection copies every page of the parent's objects, read or not (gc.freeze()
-    # stops it); what the worker grew (or holds) beyond that is what reading copied
+    # a worker's own first full collection copies every page of the parent's objects, read or not
+    # (gc.freeze() stops it), once; the child measures it, however late the parent first sees the child
     gc_copied = max(w.get("gc_copied_max_bytes", 0) for _, w, _ in rows)
     collector = gc_copied >= WORKER_GC_COPY_BYTES
     flagged = worker if grew else last["uss_bytes"] / last["count"]
-    read = not collector or flagged - gc_copied >= max(WORKER_GROWTH_BYTES, batches)
+    read = not collector or trend or flagged - gc_copied >= max(WORKER_GROWTH_BYTES, batches)
     evidence = WorkerMemory(int(last["count"]), int(last["uss_bytes"]), int(last["pss_bytes"]), int(parent),
                             float(rate), worker, int(batches), bool(trend), bool(grew), bool(near), int(gc_copied),
                             bool(collector), bool(read))
-    if not (trend or grew or near):
+    if not (trend or grew or near or gc_copied >= WORKER_GROWTH_BYTES):
         return None
     return Finding("allocation", "worker-copy-on-read", 0.0, evidence)

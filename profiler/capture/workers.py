@@ -13,7 +13,8 @@ Linux offers it (psutil's listing reads every process on the machine), and one c
 one read of /proc/PID/smaps_rollup, for which the kernel walks every page the child maps: a forked
 worker maps its parent's whole heap, 5-16 ms per GiB on the project's VM. The thread's samples and
 the epoch end's are therefore kept to BUDGET of the time (budget.py); the two a DataLoader pass
-asks for (its workers started, its workers about to stop) are always taken. An epoch in which no
+asks for (its workers started, its workers about to stop) are always taken, the first by the
+thread, so the pass that started them goes on meanwhile. An epoch in which no
 sample was taken (persistent workers, short epochs, a big parent) records None.
 
 A child's own full collections copy pages too: CPython's collector writes to the header of every
@@ -40,10 +41,9 @@ from .budget import Budget
 from .gc_timer import CALLBACKS
 
 BUDGET = 0.01
-SLOT = struct.Struct("qqqq")   # a child's pid, its fork's number, its full collections, the bytes its first one copied
+SLOT = struct.Struct("qqqq")   # a child's pid, its pick's number, its full collections, the bytes its first one copied
 SLOTS = 4096
 RESERVED = -1                  # a slot's pid from the parent's pick until the child writes its own
-_active = None                 # the ForkTable of the running probe, which forks take slots in
 
 
 def _private_bytes():
@@ -77,85 +77,107 @@ class _ChildCollections:
                 if self.count == 0:
                     self.before = _private_bytes()
                 return
-            if self.before is not None:
-                self.copied, self.before = max(_private_bytes() - self.before, 0), None
             self.count += 1
-            self._write()
+            before, self.before = self.before, None
+            if before is not None:
+                self.copied = max(_private_bytes() - before, 0)
         except Exception:
-            self.before = None
+            pass
+        self._write()
 
 
 class ForkTable:
-    """Memory shared with the children forked while a probe runs (Linux): a slot each, which the
-    parent picks just before the fork (the next whose child has exited, so a live child keeps its
-    own) and the child fills. A child that maps the table was forked and has not exec'd a program
-    since: its pages are its parent's until written. Spawned workers, multiprocessing's resource
-    tracker, a subprocess (even one forked by Python first, as with preexec_fn) do not, and nor does
-    a child forked before the probe started."""
+    """Memory shared with the children forked after the capture was imported (Linux): a slot each,
+    which the parent picks just before a fork while a probe runs (the next whose child has exited,
+    so a live child keeps its own) and the child fills. A child that maps the table was forked and
+    has not exec'd a program since: its pages are its parent's until written. Spawned workers,
+    multiprocessing's resource tracker, a subprocess (even one forked by Python first, as with
+    preexec_fn) do not, nor does a child forked before the import (under the pytest plugin: by a
+    fixture before the first marked test)."""
 
     def __init__(self):
         self.memory = mmap.mmap(-1, SLOTS * SLOT.size)   # anonymous and shared: children write, we read
         start = ctypes.addressof(ctypes.c_char.from_buffer(self.memory))
         end = start + -(-len(self.memory) // mmap.PAGESIZE) * mmap.PAGESIZE
         self._mapping = f"{start:x}-{end:x}"   # its name in /proc/PID/map_files
-        self._forks = 0
+        try:   # a kernel without map_files (no CONFIG_CHECKPOINT_RESTORE), or one closed to us
+            os.lstat(f"/proc/self/map_files/{self._mapping}")
+            self._lookup = True
+        except OSError:
+            self._lookup = False
+        self.giving = False                  # whether forks take slots (a probe runs)
+        self._picks = 0
         self._lock = threading.Lock()
         self._pending = threading.local()   # the slot and number picked for the fork this thread makes
 
     def before_fork(self):
+        if not self.giving:
+            return
         with self._lock:
-            for _ in range(SLOTS):
-                slot, self._forks = self._forks % SLOTS, self._forks + 1
+            for _ in range(SLOTS):   # all live or reserved (4,096 children alive): the last is taken
+                slot, self._picks = self._picks % SLOTS, self._picks + 1
                 owner = SLOT.unpack_from(self.memory, slot * SLOT.size)[0]
                 if owner == 0 or (owner != RESERVED and not os.path.exists(f"/proc/{owner}")):
                     break
-            SLOT.pack_into(self.memory, slot * SLOT.size, RESERVED, self._forks, 0, 0)
-            self._pending.slot = slot, self._forks
+            SLOT.pack_into(self.memory, slot * SLOT.size, RESERVED, self._picks, 0, 0)
+            self._pending.slot = slot, self._picks
+
+    def after_fork_in_parent(self):
+        self._pending.__dict__.pop("slot", None)
 
     def in_child(self):
-        """The callback that fills this child's slot, or None for a fork the parent picked none for."""
-        picked = getattr(self._pending, "slot", None)
+        """The callback that fills this child's slot (None for a fork the parent picked none for),
+        and the table stops giving slots: they are the parent's to give, so a child of this child
+        (which maps the table too) takes none and no two processes pick the same one."""
+        picked = self._pending.__dict__.pop("slot", None)
+        self.giving = False
         return None if picked is None else _ChildCollections(self.memory, *picked)
 
     def recorded(self):
-        """{pid: (full collections, bytes the first one copied)}: the newest fork's for a pid reused."""
+        """{pid: (full collections, bytes the first one copied)}: the newest pick's for a pid reused."""
         newest = {}
-        for pid, number, count, copied in SLOT.iter_unpack(self.memory[:min(self._forks, SLOTS) * SLOT.size]):
+        for pid, number, count, copied in SLOT.iter_unpack(self.memory[:min(self._picks, SLOTS) * SLOT.size]):
             if pid > 0 and number > newest.get(pid, (0,))[0]:
                 newest[pid] = number, count, copied
         return {pid: (count, copied) for pid, (_, count, copied) in newest.items()}
 
     def maps(self, pid, recorded):
         """Whether child `pid` maps the table (a lookup in /proc/PID/map_files, ~4 us); where that
-        directory is closed to us, whether it holds a slot."""
+        directory is closed to us, whether it holds a slot. None when the child has exited."""
+        if not self._lookup:
+            return pid in recorded
         try:
             os.lstat(f"/proc/{pid}/map_files/{self._mapping}")
             return True
         except FileNotFoundError:
-            return False
+            return False if os.path.exists(f"/proc/{pid}") else None
         except OSError:
             return pid in recorded
 
 
+TABLE = ForkTable() if sys.platform.startswith("linux") else None   # from import, so every later fork maps it
+
+
 def _before_fork():
-    if _active is not None:
-        _active.before_fork()
+    if TABLE is not None:
+        TABLE.before_fork()
+
+
+def _after_fork_in_parent():
+    if TABLE is not None:
+        TABLE.after_fork_in_parent()
 
 
 def _in_child():
-    """Count this child's collections in the slot its parent picked. The slots are the parent's to
-    give: a child of a child (which maps the table too) drops the callback it inherited and takes
-    none, so no two processes pick the same slot."""
-    global _active
+    # a child of a child drops the callback its parent inherited
     CALLBACKS[:] = [cb for cb in CALLBACKS if not isinstance(cb, _ChildCollections)]
-    table, _active = _active, None
-    callback = table.in_child() if table is not None else None
+    callback = TABLE.in_child() if TABLE is not None else None
     if callback is not None:
         CALLBACKS.append(callback)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_child=_in_child)
+if TABLE is not None:
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_in_child)
 
 
 def _children_linux(pid):
@@ -211,9 +233,10 @@ def read(process, table=None):
             info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        forked = table is None or table.maps(child.pid, recorded)
-        found[child.pid] = (info.uss, getattr(info, "pss", 0), started,
-                            recorded.get(child.pid, (0, 0)) if forked else None)
+        forked = True if table is None else table.maps(child.pid, recorded)
+        if forked is not None:   # else it exited since
+            found[child.pid] = (info.uss, getattr(info, "pss", 0), started,
+                                recorded.get(child.pid, (0, 0)) if forked else None)
     return found
 
 
@@ -250,41 +273,52 @@ class WorkerProbe:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
-        self._table = None           # the ForkTable of this probe's children (Linux, once started)
+        self._wake = threading.Event()   # a sample asked for (sample_soon), or the probe stopping
 
     def start(self):
-        global _active
-        if sys.platform.startswith("linux"):
-            self._table = _active = ForkTable()
+        if TABLE is not None:
+            TABLE.giving = True
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="profiler-workers", daemon=True)
         self._thread.start()
 
     def stop(self):
-        """Stop sampling in the thread, and taking slots in forks; take() still reads the table."""
-        global _active
+        """Stop sampling in the thread, and giving slots to forks; take() still reads the table."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if _active is self._table:
-            _active = None
+        if TABLE is not None:
+            TABLE.giving = False
 
     def _run(self):
-        while not self._stop.wait(self.interval):
-            self.sample()
+        while True:
+            asked = self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if asked:
+                self.sample_now()
+            else:
+                self.sample()
 
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
         read()'s, or None when it does not."""
-        children = self._budget.call(lambda: read(self._process, self._table))
+        children = self._budget.call(lambda: read(self._process, TABLE))
         return None if children is None else self._record(children)
 
     def sample_now(self):
-        """Read the children now, whatever the budget: when a DataLoader has just started its
-        workers and just before it shuts them down (twice a pass: the samples that see a
-        non-persistent worker's start and its peak)."""
-        return self._record(read(self._process, self._table))
+        """Read the children now, whatever the budget: just before a DataLoader shuts its workers
+        down (a non-persistent worker's peak)."""
+        return self._record(read(self._process, TABLE))
+
+    def sample_soon(self):
+        """Have the thread read the children as soon as it can, whatever the budget: when a
+        DataLoader has just started its workers (a worker's start, from which its growth counts),
+        without holding up the pass that started them."""
+        self._wake.set()
 
     def _record(self, children):
         forked = {pid: c for pid, c in children.items() if c[3] is not None}

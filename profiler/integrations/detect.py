@@ -186,8 +186,7 @@ class Detection:
 
     def _torch(self, *, epochs, on_orphan_step):
         from .torch import TorchHooks
-        hooks = TorchHooks(self.marks, epochs=epochs, on_orphan_step=on_orphan_step,
-                           sample_workers=self._probe.sample_now, worker_batch=self._probe.note_batch)
+        hooks = TorchHooks(self.marks, epochs=epochs, on_orphan_step=on_orphan_step, workers=self._probe)
         self._undo.append(hooks.uninstall)
         hooks.install()
 

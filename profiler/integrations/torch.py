@@ -7,11 +7,11 @@ Steps come from torch's global optimizer-step hook: a step runs from the end of 
 optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
 backward and the update are in it. A pass begins when a DataLoader's iteration starts (before
 its iterator starts or wakes the workers, which can take seconds: a spawned worker is sent the
-dataset) and ends when it is exhausted; a pass with no optimizer step (validation) is dropped. A pass over another
-DataLoader started while one is still being iterated (a validation pass in the middle of a
-training pass) belongs to the outer one; a new pass over the same DataLoader ends the one in
-progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each batch make
-two steps per batch.
+dataset) and ends when it is exhausted; a pass with no optimizer step (validation) is dropped. A
+pass over another DataLoader started while one is still being iterated (a validation pass in the
+middle of a training pass) belongs to the outer one; a new pass over the same DataLoader ends the
+one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each
+batch make two steps per batch.
 """
 
 import contextlib
@@ -36,16 +36,16 @@ def batch_bytes(batch, depth=0):
 
 
 class TorchHooks:
-    def __init__(self, marks, *, epochs=True, on_orphan_step=None, sample_workers=None, worker_batch=None):
+    def __init__(self, marks, *, epochs=True, on_orphan_step=None, workers=None):
         """epochs: DataLoader passes are epochs (False: only steps, for epochs marked otherwise).
         on_orphan_step: called when an optimizer steps outside any epoch (a loop that batches
-        without a DataLoader), before the step is marked. sample_workers: called when a
-        DataLoader has just started its worker processes (their memory is smallest then) and
-        when it is about to shut them down (largest). worker_batch: called with (bytes, prefetch
-        factor) at the first batch of a pass with worker processes: the batches a worker holds in
-        flight are its own memory, not pages it copied from the parent."""
-        self.marks, self.epochs = marks, epochs
-        self.on_orphan_step, self.sample_workers, self.worker_batch = on_orphan_step, sample_workers, worker_batch
+        without a DataLoader), before the step is marked. workers: a WorkerProbe, told when a
+        DataLoader has just started its worker processes (sample_soon: their memory is smallest
+        then; its thread reads it, not the pass), when it is about to shut them down
+        (sample_now: largest), and the bytes and prefetch factor of the first batch of a pass
+        with worker processes (note_batch: the batches a worker holds in flight are its own
+        memory, not pages it copied from the parent)."""
+        self.marks, self.epochs, self.on_orphan_step, self.workers = marks, epochs, on_orphan_step, workers
         self._pass = None                   # weakref to the iterator of the pass in progress
         self._loader = None                 # weakref to its DataLoader
         self._weigh = None                  # (weakref to an iterator whose first batch is to be weighed, prefetch)
@@ -66,11 +66,9 @@ class TorchHooks:
                 if began:
                     hooks.marks.drop_epoch("torch")
                 raise
-            if getattr(loader, "num_workers", 0):
-                if hooks.sample_workers is not None:
-                    hooks.sample_workers()
-                if hooks.worker_batch is not None:
-                    hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
+            if getattr(loader, "num_workers", 0) and hooks.workers is not None:
+                hooks.workers.sample_soon()
+                hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
             if began:
                 hooks._pass = weakref.ref(iterator, hooks._pass_abandoned)
                 hooks._loader = weakref.ref(loader)
@@ -84,23 +82,22 @@ class TorchHooks:
                 raise
             if hooks._weigh is not None and hooks._weigh[0]() is iterator:
                 prefetch, hooks._weigh = hooks._weigh[1], None
-                hooks.worker_batch(batch_bytes(batch), prefetch)
+                hooks.workers.note_batch(batch_bytes(batch), prefetch)
             return batch
 
         self._handle = register_optimizer_step_post_hook(self._optimizer_stepped)
         workers = dataloader._MultiProcessingDataLoaderIter
-        if self.sample_workers is not None and "_shutdown_workers" in workers.__dict__:
+        if self.workers is not None and "_shutdown_workers" in workers.__dict__:
             shutdown = workers._shutdown_workers
 
             def _shutdown_workers(iterator):
                 if not getattr(iterator, "_shutdown", True):
-                    hooks.sample_workers()
+                    hooks.workers.sample_now()
                 return shutdown(iterator)
 
             self._patch(workers, "_shutdown_workers", _shutdown_workers)
-        if self.epochs or self.sample_workers is not None or self.worker_batch is not None:
+        if self.epochs or self.workers is not None:
             self._patch(dataloader.DataLoader, "__iter__", __iter__)
-        if self.epochs or self.worker_batch is not None:
             self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
 
     def _patch(self, owner, name, value):
