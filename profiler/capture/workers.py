@@ -24,8 +24,8 @@ scripts here). gc.freeze() in the parent before the fork moves those objects whe
 does not walk. So each child forked while a probe runs counts its full collections, and measures
 what the first one copied (its private memory before and after), in its own slot of a table
 shared with the parent (ForkTable). A child that does not map the table exec'd a program
-(spawned DataLoader workers import torch anew: 140 MiB of their own each, nothing copied) and is
-counted apart.
+(spawned DataLoader workers import torch anew: 140 MiB of their own each, nothing copied), or was
+forked before this module was imported, and is counted apart.
 """
 
 import ctypes
