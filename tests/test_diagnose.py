@@ -452,7 +452,8 @@ def test_workers_whose_own_full_collection_copied_the_parents_pages(tmp_path, co
     assert f.evidence.worker_gc_copied_bytes == copied_mib * MIB
     assert (f.evidence.collector, f.evidence.read) == (copied_mib >= 10, copied_mib < 30)
     said, fix = text.evidence(f), text.remedy(f)
-    assert said.startswith("2 workers hold 90.0 MiB of private memory (USS; PSS 120.0 MiB), 45.0 MiB each against")
+    assert said.startswith("2 workers held 90.0 MiB of private memory at the last epoch's peak (USS; PSS 120.0 MiB), "
+                           "45.0 MiB each against")
     assert ("as it read" in said) == (copied_mib < 30)
     assert (f"full collection copied {copied_mib}.0 MiB of the parent's pages" in said) == (copied_mib >= 10)
     assert fix.startswith("Call gc.freeze()" if copied_mib == 30 else "Keep the dataset in numpy arrays")
@@ -716,8 +717,8 @@ def test_a_workers_own_batches_in_flight_are_not_copy_on_read(tmp_path, batch_mi
     d = analyze(write_run(tmp_path / "run", records))
     assert patterns(d) == (["worker-copy-on-read"] if found else []), text.verdict(d)
     if found and batch_mib:
-        assert text.evidence(d.findings[0]).startswith("1 worker holds 120.0 MiB of private memory (USS; PSS 130.0 "
-                                                       "MiB) against the parent's")
+        assert text.evidence(d.findings[0]).startswith("1 worker held 120.0 MiB of private memory at the last "
+                                                       "epoch's peak (USS; PSS 130.0 MiB) against the parent's")
         assert text.evidence(d.findings[0]).endswith("grew 86.0 MiB after it started, as it read, more than the "
                                                      "40.0 MiB its batches in flight can hold")
 

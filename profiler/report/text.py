@@ -206,8 +206,8 @@ def evidence(f):
                      else "; no op timers were recorded, so it cannot say which part")
         return text
     if f.pattern == "worker-copy-on-read":
-        text = (f"{counted(e.count, 'worker')} {'holds' if e.count == 1 else 'hold'} {size(e.uss_bytes)} of private "
-                f"memory (USS; PSS {size(e.pss_bytes)}){'' if e.count == 1 else f', {size(e.uss_bytes / e.count)} each'} "
+        text = (f"{counted(e.count, 'worker')} held {size(e.uss_bytes)} of private memory at the last epoch's peak "
+                f"(USS; PSS {size(e.pss_bytes)}){'' if e.count == 1 else f', {size(e.uss_bytes / e.count)} each'} "
                 f"against the parent's {size(e.parent_rss_bytes)} RSS")
         if e.trend:
             text += f", growing {size(e.uss_growth_bytes_per_epoch)} per epoch"
