@@ -794,7 +794,7 @@ def test_worker_samples_stay_within_their_budget_but_a_dataloaders_own_are_alway
     DataLoader pass asks for are taken whatever the budget."""
     from profiler.capture import workers
 
-    def read(process, table):
+    def read(process):
         clock["ns"] += 60_000_000
         return {101: (5 << 20, 6 << 20, 1.0, (1, 3 << 20)), 102: (7 << 20, 8 << 20, 1.0, (0, 0)),
                 103: (9 << 20, 9 << 20, 1.0, None)}   # 103 exec'd a program
@@ -825,7 +825,7 @@ def test_workers_that_come_and_go_while_the_budget_skips_epoch_ends(clock, monke
     the old one's first reading."""
     from profiler.capture import workers
     children = {}
-    monkeypatch.setattr(workers, "read", lambda process, table: dict(children))
+    monkeypatch.setattr(workers, "read", lambda process: dict(children))
     probe = workers.WorkerProbe(budget=1.0)
     monkeypatch.setattr(probe, "sample", lambda: None)   # the epoch's end skipped, every time
     for epoch in range(200):
@@ -996,7 +996,7 @@ def test_an_epochs_sample_is_chosen_by_its_forked_children_first(monkeypatch):
     from profiler.capture import workers
     samples = iter([{11: (40 << 20, 50 << 20, 1.0, (1, 30 << 20)), 12: (40 << 20, 50 << 20, 1.0, (1, 30 << 20))},
                     {13: (167 << 20, 167 << 20, 2.0, None)}])
-    monkeypatch.setattr(workers, "read", lambda process, table: next(samples))
+    monkeypatch.setattr(workers, "read", lambda process: next(samples))
     probe = workers.WorkerProbe(budget=1.0)
     probe.sample_now()
     probe.sample_now()

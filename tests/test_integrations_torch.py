@@ -90,7 +90,7 @@ def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_pat
 
 
 def test_spawned_workers_are_no_copy_on_read(tmp_path):
-    """Workers started by spawn import torch anew (~140 MiB of their own each): nothing is copied."""
+    """Workers started by spawn import torch anew (143-146 MiB of their own each here): nothing is copied."""
     out = tmp_path / "spawn"
     profiler("run", "--quiet", "--out", out, script("workers_tensors.py"), 2, "--spawn")
     for r in records(out):   # the 2 workers, and multiprocessing's resource tracker

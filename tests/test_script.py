@@ -442,7 +442,7 @@ def test_worker_probe_sums_children_and_their_growth():
     assert reading["new"] == 2 and reading["carried_uss_bytes"] == 0 and reading["uss_growth_max_bytes"] > 35e6
     assert reading["spawned"] >= 1 and reading["spawned_uss_bytes"] > 1e6
     # the exited children are read no more (other children of pytest's may be)
-    assert not set(forked) & set(workers.read(psutil.Process(), workers.TABLE))
+    assert not set(forked) & set(workers.read(psutil.Process()))
 
 
 @pytest.mark.slow

@@ -24,8 +24,8 @@ scripts here). gc.freeze() in the parent before the fork moves those objects whe
 does not walk. So each child forked while a probe runs counts its full collections, and measures
 what the first one copied (its private memory before and after), in its own slot of a table
 shared with the parent (ForkTable). A child that does not map the table exec'd a program
-(spawned DataLoader workers import torch anew: 140 MiB of their own each, nothing copied), or was
-forked before this module was imported, and is counted apart.
+(spawned DataLoader workers import torch anew: 143-146 MiB of their own each here, nothing
+copied), or was forked before this module was imported, and is counted apart.
 """
 
 import ctypes
@@ -214,17 +214,17 @@ def _children(process):
     return [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
 
 
-def read(process, table=None):
+def read(process):
     """{pid: (uss, pss, started, collections)} of the live children of `process`; `started` (the
     child's start time) tells a child from an earlier one that had the same pid. `collections`:
-    (full collections, bytes the first one copied) of a child that maps `table` (forked), or
-    (0, 0) for every child when there is no table (not Linux: they count as forked); None for a
-    child that does not map it (exec'd a program: its pages are its own)."""
+    (full collections, bytes the first one copied) of a child that maps TABLE (forked), or (0, 0)
+    for every child where there is no table (not Linux: they count as forked); None for a child
+    that does not map it (exec'd a program: its pages are its own)."""
     try:
         children = _children(process)
     except psutil.Error:
         return {}
-    recorded = table.recorded() if table is not None else {}
+    recorded = TABLE.recorded() if TABLE is not None else {}
     found = {}
     for child in children:
         try:
@@ -233,7 +233,7 @@ def read(process, table=None):
             info, started = child.memory_full_info(), child.create_time()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        forked = True if table is None else table.maps(child.pid, recorded)
+        forked = True if TABLE is None else TABLE.maps(child.pid, recorded)
         if forked is not None:   # else it exited since
             found[child.pid] = (info.uss, getattr(info, "pss", 0), started,
                                 recorded.get(child.pid, (0, 0)) if forked else None)
@@ -306,13 +306,13 @@ class WorkerProbe:
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
         read()'s, or None when it does not."""
-        children = self._budget.call(lambda: read(self._process, TABLE))
+        children = self._budget.call(lambda: read(self._process))
         return None if children is None else self._record(children)
 
     def sample_now(self):
         """Read the children now, whatever the budget: just before a DataLoader shuts its workers
         down (a non-persistent worker's peak)."""
-        return self._record(read(self._process, TABLE))
+        return self._record(read(self._process))
 
     def sample_soon(self):
         """Have the thread read the children as soon as it can, whatever the budget: when a
