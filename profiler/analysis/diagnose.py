@@ -38,7 +38,7 @@ class GcSummary:
     share_early: float          # median GC share of epoch time, early window
     share_late: float
     explained_fraction: float   # share of the late - early epoch-time difference GC explains
-    share_total: float          # all GC pause / all wall time
+    share_total: float          # all GC pause / all wall time (of the epochs the findings weigh)
     generation: int             # the generation with the most pause time
     full_collections_per_epoch: float
     tracked: int | None         # GC-tracked objects at the end, when sampled
@@ -97,11 +97,25 @@ class Diagnosis:
     cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
 
 
-def _training_events(run):
-    """The run's GC events from its first epoch on: the set-up's collections before it (a script
-    building its data) are no uptime trend of the training."""
-    events, first = run.gc_events(), run.epochs[0].get("start_s")
-    return events[events["start_s"] >= first] if first is not None and len(events) else events
+def _training_events(run, records):
+    """The run's GC events inside the epochs of `records`, the epochs whose time the findings'
+    shares divide: the set-up's collections before them (a script building its data) are no
+    uptime trend of the training, and collections between epochs (a script's own gc.collect()
+    after each one, --gc-policy manual:N's when there are no steps) are outside that time. Runs
+    whose records lack start_s: every event from the first epoch on."""
+    events = run.gc_events()
+    starts = [r.get("start_s") for r in records]
+    if not len(events):
+        return events
+    if None in starts:
+        first = run.epochs[0].get("start_s")
+        return events[events["start_s"] >= first] if first is not None else events
+    order = np.argsort(starts)
+    begin = np.array(starts, float)[order]
+    end = begin + np.array([r["wall_s"] for r in records], float)[order]
+    t = np.asarray(events["start_s"], float)
+    latest = np.searchsorted(begin, t, "right") - 1   # the last epoch that began at or before t
+    return events[(latest >= 0) & (t < end[np.maximum(latest, 0)])]
 
 
 # how far epoch time may move with no sustained trend and still be called steady: the fitted change's
@@ -166,7 +180,7 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced),
-             growth := fnd.pause_growth(_training_events(run), records, spikes, objs, site, forced, policy),
+             growth := fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy),
              fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
@@ -184,7 +198,7 @@ def analyze(run_dir):
                              swings=trendless and not _within(ratio)),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
-                     share_total=float(pause.sum() / wall.sum()) if wall.sum() > 0 else 0.0,
+                     share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
                      tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None),

@@ -56,8 +56,10 @@ class Site:
 @dataclass
 class Objects:
     """What every full collection walks: GC-tracked objects and the type that dominates them."""
-    tracked: int | None                     # tracked objects at the end (all generations)
+    tracked: int | None                     # tracked objects at the latest count (all generations)
     tracked_growth_per_epoch: float | None
+    tracked_epoch: int | None = None        # the epoch of that count: a count walks every object, so a
+    last_epoch: int | None = None           # budget spaces them out, and a heap that grows fast outruns it
     top_type: str | None = None
     top_type_share: float | None = None     # of the tracked objects (or of the listed types)
     top_type_growth_per_epoch: float | None = None
@@ -205,13 +207,15 @@ def objects(records, every):
     sampled): the growth from `records` (after the warm-up), the count the latest of `every` epoch
     (a count, not a time: a big heap's only count may fall in the warm-up, its budget allowing one)."""
     tracked = [(r["epoch"], sum(r["gc"]["tracked"])) for r in records if r["gc"].get("tracked")]
-    latest = next((sum(r["gc"]["tracked"]) for r in reversed(every) if r["gc"].get("tracked")), None)
+    latest, latest_epoch = next(((sum(r["gc"]["tracked"]), r["epoch"]) for r in reversed(every)
+                                 if r["gc"].get("tracked")), (None, None))
     typed = [(r["epoch"], r["heap"]["top_types"], r["heap"].get("types_epochs")) for r in records
              if (r.get("heap") or {}).get("top_types")]
     if latest is None and not typed:
         return None
     result = Objects(tracked=None if latest is None else int(latest),
-                     tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None)
+                     tracked_growth_per_epoch=growth_rate(*zip(*tracked)) if len(tracked) >= 2 else None,
+                     tracked_epoch=latest_epoch, last_epoch=every[-1]["epoch"])
     if typed:
         last_epoch, last = typed[-1][0], typed[-1][1]
         top = max(last, key=lambda t: t["count"])

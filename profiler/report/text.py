@@ -80,7 +80,12 @@ def _objects(o, site, full=True):
         return ""
     parts = []
     if o.tracked is not None:
-        text = f"{'each full collection walks ' if full else ''}~{count(o.tracked)} tracked objects"
+        stale = o.tracked_epoch is not None and o.last_epoch is not None and o.tracked_epoch < o.last_epoch
+        if stale:   # a count from before a heap that grows is short of what the late collections walk
+            text = (f"{'full collections walked ' if full else ''}~{count(o.tracked)} tracked objects at epoch "
+                    f"{o.tracked_epoch} (the last count; the run went on to epoch {o.last_epoch})")
+        else:
+            text = f"{'each full collection walks ' if full else ''}~{count(o.tracked)} tracked objects"
         if o.tracked_growth_per_epoch:
             text += f" ({o.tracked_growth_per_epoch:+,.0f} per epoch)"
         parts.append(text)
@@ -263,7 +268,8 @@ def remedy(f):
                 f"on every rank, so a pause lands where you chose it (and never makes one rank a straggler)")
         site = e.site or (e.objects.top_type_site if e.objects else None)
         return text + (f"; and keep fewer objects alive at {site} (e.g. numpy arrays instead of lists)." if site
-                       else "; and keep fewer small objects alive in the data loader.")
+                       else f"; and keep fewer small objects alive (a Dataset's cache of decoded samples is a common "
+                            f"case): run with {_DEEP} to name the line that keeps them.")
     if f.pattern == "gc-growing-pauses":
         site = (e.objects.top_type_site if e.objects else None) or e.site
         if site:
