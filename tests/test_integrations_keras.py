@@ -64,6 +64,55 @@ def test_a_fit_after_one_that_raised_drops_the_epoch_it_left_open(tmp_path):
     assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4), (1, 4), (2, 4)]
 
 
+def _small_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_a_fit_inside_a_fit_leaves_the_outer_epochs_as_they_are(tmp_path):
+    """A callback that fits a probe model at each epoch's end (2 epochs of 2 batches): its fit's
+    on_train_begin dropped the outer epoch, and the run held the probe's epochs instead."""
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import inject
+
+    x, y = np.zeros((40, 4), "float32"), np.zeros(40, "int32")
+
+    class Probe(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            _small_model().fit(x[:20], y[:20], epochs=2, batch_size=10, verbose=0)
+
+    with Session(tmp_path / "run") as session:
+        undo = inject(session)
+        try:
+            _small_model().fit(x, y, epochs=3, batch_size=5, verbose=0, callbacks=[Probe()])
+            _small_model().fit(x, y, epochs=1, batch_size=10, verbose=0)   # and the next fit is profiled
+        finally:
+            undo()
+    assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 8), (1, 8), (2, 8), (3, 4)]
+
+
+def test_a_misspelt_fit_argument_raises_keras_own_error(tmp_path):
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import inject
+
+    x, y = np.zeros((40, 4), "float32"), np.zeros(40, "int32")
+    with pytest.raises(TypeError) as plain:
+        _small_model().fit(x, y, epoch=3, verbose=0)
+    with Session(tmp_path / "run") as session:
+        undo = inject(session)
+        try:
+            with pytest.raises(TypeError) as profiled:
+                _small_model().fit(x, y, epoch=3, verbose=0)
+        finally:
+            undo()
+    assert str(profiled.value) == str(plain.value) and "fit()" in str(plain.value)
+
+
 def test_fit_restored_after_a_script_run_in_process(tmp_path):
     from profiler.integrations.script import run_script
 

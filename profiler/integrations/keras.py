@@ -38,24 +38,34 @@ class ProfilerCallback(keras.callbacks.Callback):
 
 def inject(session):
     """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
-    inside fit is dropped. Returns the function that undoes it."""
+    inside fit is dropped. A fit called inside another (a callback fitting a probe model at each
+    epoch's end) is left alone: its time is the outer epoch's. Returns the function that undoes it."""
     model = keras.Model
     own = model.__dict__.get("fit")
     fit = model.fit
     signature = inspect.signature(fit)
+    fitting = False
 
     @functools.wraps(fit)
     def profiled_fit(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        nonlocal fitting
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:   # a misspelt argument: Keras's own error, as without the profiler
+            bound = None
+        if fitting or bound is None:
+            return fit(*args, **kwargs)
         callbacks = bound.arguments.get("callbacks")
         callback = ProfilerCallback(session)
         if isinstance(callbacks, keras.callbacks.CallbackList):
             callbacks.append(callback)
         else:
             bound.arguments["callbacks"] = [*(callbacks or ()), callback]
+        fitting = True
         try:
             return fit(*bound.args, **bound.kwargs)
         finally:
+            fitting = False
             session.abandon_epoch()
 
     model.fit = profiled_fit
