@@ -19,6 +19,27 @@ def test_fit_with_validation_of_an_unmodified_script(tmp_path):
     assert report(out)["findings"] == []                   # a small clean fit: nothing to fix
 
 
+def test_a_strategy_that_spawns_its_ranks_runs_as_without_the_profiler_and_says_so(tmp_path):
+    """ddp_spawn pickles the Trainer with its callbacks for the processes it spawns: the injected
+    callback could not be pickled, and the script failed under the profiler alone. Each spawned
+    rank binds 127.0.0.1 on a free port Lightning picks."""
+    proc = profiler("run", "--out", tmp_path / "spawn", script("lightning_fit.py"), 1, "ddp_spawn",
+                    env={"MASTER_ADDR": "127.0.0.1"}, timeout=240)
+    assert "Lightning trained in processes it spawned" in proc.stderr and "Can't pickle" not in proc.stderr
+    assert meta(tmp_path / "spawn")["status"] == "completed"
+
+
+def test_a_pickled_callback_does_nothing_where_it_lands():
+    import pickle
+
+    from profiler.integrations.lightning import callback_class
+    from profiler.integrations.marks import Marks, Source
+
+    marks = Marks(session=None)
+    copy = pickle.loads(pickle.dumps(callback_class(pl)(Source(marks, "lightning"))))
+    assert type(copy) is pl.Callback and marks.spawned == {"lightning"}
+
+
 def test_profiler_callback_in_code(tmp_path):
     import torch
     from torch.utils.data import DataLoader, TensorDataset

@@ -130,7 +130,7 @@ def test_bad_names_and_options_are_usage_errors(plain, tmp_path):
     assert not (tmp_path / "never").exists()
     result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r", epoch_fn="no_such")
     assert result.epochs == 0 and result.misnamed == [
-        "--epoch-fn no_such: no such function was defined while the code ran; nothing was marked by it"]
+        "--epoch-fn no_such: no such function was defined at the script's top level while the code ran; nothing was marked by it"]
     result = run_script(str(plain), ["1", str(tmp_path / "s.json")], out=tmp_path / "r2", epoch_fn="Trainer.fit",
                         step_fn="epochs")
     assert result.raised is None and result.misnamed == [
@@ -167,7 +167,7 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
                                      ("Trainer.trian_epoch", " (did you mean --epoch-fn Trainer.train_epoch?)"),
                                      ("unrelated", ""))):
         proc = profiler("run", "--epoch-fn", fn, "--out", tmp_path / f"r{n}", tmp_path / "t.py", check=False)
-        said = ("no such function was defined while the code ran" if "." not in fn
+        said = ("no such function was defined at the script's top level while the code ran" if "." not in fn
                 else "Trainer has no attribute 'trian_epoch'")
         assert proc.returncode == 2 and proc.stderr.splitlines() == [
             f"profiler: wrote {tmp_path / f'r{n}'}: 0 epochs, 0 steps",
@@ -195,8 +195,35 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
     proc = profiler("run", "--epoch-fn", "trian_epoch", "--out", tmp_path / "failed", tmp_path / "t.py", "fail",
                     check=False)
     assert proc.returncode == 3 and proc.stderr.splitlines()[0] == (
-        "profiler: --epoch-fn trian_epoch: no such function was defined while the code ran; nothing was marked by "
+        "profiler: --epoch-fn trian_epoch: no such function was defined at the script's top level while the code ran; nothing was marked by "
         "it (did you mean --epoch-fn train_epoch?)")
+
+
+def test_a_function_from_another_module_is_named_where_it_lives(tmp_path, monkeypatch):
+    """The script imports its epoch function from its own module, whose fit() calls it by that
+    module's name: --epoch-fn train_epoch wrapped the script's name, saw no call and said only
+    "never called"; tlib:nope said tlib "was never imported" (a user probe)."""
+    (tmp_path / "tlib_probe.py").write_text(
+        "def train_epoch(): pass\n"
+        "def fit(n):\n"
+        "    for _ in range(n): train_epoch()\n")
+    (tmp_path / "t.py").write_text("from tlib_probe import train_epoch, fit\nfit(2)\n")
+    monkeypatch.delitem(sys.modules, "tlib_probe", raising=False)
+    result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "r0", epoch_fn="train_epoch")
+    assert result.epochs == 0 and result.notes == [
+        "--epoch-fn train_epoch: the function was never called, so no epoch was marked; it is "
+        "tlib_probe:train_epoch, imported into the script, and calls of it that do not go through the script's "
+        "name are not seen: name it --epoch-fn tlib_probe:train_epoch"]
+    for n, (fn, said) in enumerate((
+            ("tlib_probe:nope", "module tlib_probe defines no 'nope'; nothing was marked by it"),
+            ("tlib_probe:train_epok", "module tlib_probe defines no 'train_epok'; nothing was marked by it (did you "
+                                      "mean --epoch-fn tlib_probe:train_epoch?)")), 1):
+        sys.modules.pop("tlib_probe", None)
+        result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / f"r{n}", epoch_fn=fn)
+        assert result.epochs == 0 and result.misnamed == [f"--epoch-fn {fn}: {said}"]
+    sys.modules.pop("tlib_probe", None)
+    result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "r3", epoch_fn="tlib_probe:train_epoch")
+    assert result.epochs == 2 and result.notes == [] and result.misnamed == []
 
 
 def test_training_in_another_thread_is_said_not_to_be_recorded(tmp_path):

@@ -141,9 +141,16 @@ class Detection:
         elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
         elif not marks.epochs and uncalled:
-            notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked")
+            home = uncalled[0].home   # its module's own code calls it by that module's name, not the script's
+            notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked"
+                         + (f"; it is {home}, imported into the script, and calls of it that do not go through "
+                            f"the script's name are not seen: name it --epoch-fn {home}" if home else ""))
         elif not marks.epochs and not any(t.misnamed for t in self.targets):
             notes.append(NO_EPOCHS)
+        if "lightning" in marks.spawned:
+            notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the profiler "
+                         "does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or run every rank "
+                         "under torchrun with -m profiler run (docs/multi-rank.md)")
         if marks.elsewhere:
             what = "epoch or step" if marks.elsewhere == 1 else "epochs or steps"
             notes.append(f"{marks.elsewhere:,} {what} began in threads other than the one that runs the code, "

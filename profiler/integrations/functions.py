@@ -76,6 +76,7 @@ class Target:
         self._undo = None
         self._namespace = None   # the last one looked in: the names a never-defined one is told from
         self._meant = None       # the attribute meant, when the one named is missing
+        self.home = None         # module:qualname of the function wrapped, when it was defined elsewhere
 
     @property
     def root(self):
@@ -112,6 +113,9 @@ class Target:
         if kind:   # its call returns at once, before any of its work runs
             self.problem = f"{kind}, whose call returns before its work runs: name the function that runs it"
             return True
+        home = getattr(function, "__module__", None)
+        if self.module is None and isinstance(home, str) and home != "__main__":   # imported into the script
+            self.home = f"{home}:{getattr(function, '__qualname__', self.qualname)}"
         wrapped = self.wrapper(function)
         if isinstance(raw, (staticmethod, classmethod)):
             wrapped = type(raw)(wrapped)
@@ -135,11 +139,14 @@ class Target:
             return None
         if self.done:
             reason, guess = self.problem, self._meant
+        elif self.module and self._namespace is not None:   # imported, without that name
+            reason, guess = f"module {self.module} defines no {self.root!r}", self._guess()
         elif self.module:   # the script runs as __main__: its functions are never module:qualname
             reason = f"module {self.module} was never imported while the code ran"
             guess = self.qualname if main is not None and self.root in main else None
         else:
-            reason, guess = "no such function was defined while the code ran", self._guess()
+            reason = "no such function was defined at the script's top level while the code ran"
+            guess = self._guess()
         return (f"{self.option} {self.name}: {reason}; nothing was marked by it"
                 + (f" (did you mean {self.option} {guess}?)" if guess else ""))
 

@@ -11,6 +11,10 @@ batch's fetch from the DataLoader as well as its training and optimizer step, as
 does (profiler.integrations.torch); the time from the last batch to the epoch's end (validation)
 is in no step. Works with `pytorch_lightning` and `lightning.pytorch`;
 `profiler run` injects the callback into every Trainer without an edit (inject()).
+
+A strategy that spawns its processes (ddp_spawn) pickles the Trainer and its callbacks to train in
+them: the callback goes as a Callback that does nothing, since the session it marks is this
+process's, and `profiler run` notes that the training ran where it was not followed.
 """
 
 import functools
@@ -43,8 +47,17 @@ def callback_class(package):
             def on_exception(self, trainer, pl_module, exception):
                 self.session.abandon_epoch()
 
+            def __reduce__(self):   # sent to a spawned process, which the session does not follow
+                getattr(self.session, "trains_elsewhere", lambda: None)()
+                return _unprofiled, (package.__name__,)
+
         _classes[package.__name__] = ProfilerCallback
     return _classes[package.__name__]
+
+
+def _unprofiled(package):
+    """What a ProfilerCallback becomes in a process Lightning spawned: a Callback that does nothing."""
+    return importlib.import_module(package).Callback()
 
 
 def inject(package, session):

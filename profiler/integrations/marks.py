@@ -44,6 +44,7 @@ class Marks:
         self.session = session
         self._thread, self._pid = threading.get_ident(), os.getpid()
         self.elsewhere = 0         # epochs and steps begun in another thread of this process, unrecorded
+        self.spawned = set()       # sources whose training went to processes they spawned, not followed
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False
@@ -224,3 +225,7 @@ class Source:
 
     def end_step(self):
         return self.marks.end_step(self.name)
+
+    def trains_elsewhere(self):
+        """The source's framework sent its training to processes it spawned (the run's notes say so)."""
+        self.marks.spawned.add(self.name)
