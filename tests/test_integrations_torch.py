@@ -275,6 +275,52 @@ def test_hooks_gone_after_a_script_that_fails_inside_a_pass(tmp_path):
     assert not _global_optimizer_post_hooks
 
 
+def test_a_loop_that_breaks_out_ends_its_epoch_there(tmp_path):
+    """A pass left by a break ended only when the next began, so what followed the break (an
+    evaluation, the script's final test) was in its epoch: the last one read 12x the others and
+    the report called it a slowdown (a user probe). An iterator the collector frees (one in a
+    reference cycle) ends its epoch at the next pass, not inside the collection."""
+    import gc
+    import time
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(80, 4), torch.randint(0, 2, (80,))), batch_size=8)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    def evaluate():
+        time.sleep(0.5)
+
+    with Session(tmp_path / "run") as session, track(session) as marks:
+        for epoch in range(3):
+            for i, (x, y) in enumerate(train):
+                step(x, y)
+                if i == 1:
+                    break
+            evaluate()
+        it = iter(train)
+        cycle = [it, None]
+        cycle[1] = cycle
+        for _ in range(3):
+            step(*next(it))
+        del it, cycle
+        gc.collect()                                       # frees the iterator inside a collection
+        for x, y in train:
+            step(x, y)
+    rows = records(tmp_path / "run")
+    assert marks.epochs == 5 and [r["steps"] for r in rows] == [2, 2, 2, 3, 10]
+    assert max(r["wall_s"] for r in rows[:3]) < 0.5, [r["wall_s"] for r in rows]
+
+
 def test_a_new_iter_over_the_same_loader_is_a_new_epoch(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 

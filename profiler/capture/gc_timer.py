@@ -160,6 +160,12 @@ class GcTimer:
             steps.add_gc(gen, whole if start >= opened else end - opened)
         self._open = None
 
+    @property
+    def collecting(self):
+        """Whether the calling thread is inside a collection (a finalizer or weakref callback the
+        collector runs)."""
+        return self._open is not None and self._open_thread == _get_ident()
+
     def _hand_over(self):
         data = self.take_events()
         try:

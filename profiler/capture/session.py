@@ -313,6 +313,12 @@ class Session:
                              f"Session was opened in thread {self._thread_name!r}: one Session records one "
                              f"thread's loop (open a Session per process, in the thread that trains)")
 
+    @property
+    def collecting(self):
+        """Whether the calling thread is inside a garbage collection: an epoch ended there (from a
+        weakref callback) would split a pause between two records."""
+        return self.gc_timer is not None and self.gc_timer.collecting
+
     def epoch(self, index=None):
         """Context manager for one epoch; index None means the next one (0 first)."""
         self._check_usable("epoch()")

@@ -7,7 +7,7 @@ Steps come from torch's global optimizer-step hook: a step runs from the end of 
 optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
 backward and the update are in it. A pass begins when a DataLoader's iteration starts (before
 its iterator starts or wakes the workers, which can take seconds: a spawned worker is sent the
-dataset) and ends when it is exhausted; a pass with no optimizer step (validation) is dropped. A
+dataset) and ends when it is exhausted or its iterator is freed (a loop that broke out); a pass with no optimizer step (validation) is dropped. A
 pass over another DataLoader started while one is still being iterated (a validation pass in the
 middle of a training pass) belongs to the outer one; a new pass over the same DataLoader ends the
 one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each
@@ -15,8 +15,11 @@ batch make two steps per batch.
 """
 
 import contextlib
+import functools
+import sys
 import weakref
 
+from . import pending
 from .marks import Marks, succeeded
 
 
@@ -141,12 +144,27 @@ class TorchHooks:
 
     def _pass_abandoned(self, ref):
         """The pass's iterator was freed before it was exhausted (`next(iter(loader))`, or a loop
-        that broke out): with no step it is dropped now; with steps it ends when the next pass
-        begins or the run ends."""
-        if self._pass is ref:
-            self._pass = None
-            if self.marks.open == "torch" and self.marks.steps_in_epoch == 0:
-                self.marks.drop_epoch("torch")
+        that broke out): with no step it is dropped; with steps it ends as the code goes on (at its
+        next call of a Python function or turn of a loop: pending.py), as an exhausted pass ends at
+        its StopIteration, so what follows a break (an evaluation, the final test) is in no epoch. Freed by an exception on its way out, it stays open, so
+        a pass cut short is not written (or ends when the next pass begins, if the code goes on)."""
+        if self._pass is not ref:
+            return
+        self._pass = None
+        if self.marks.open == "torch" and self.marks.steps_in_epoch == 0:
+            self.marks.drop_epoch("torch")
+        elif self.marks.open == "torch":
+            pending.soon(functools.partial(self._end_abandoned, self.marks.epochs))
+
+    def _end_abandoned(self, written, frame):
+        """The pending call of _pass_abandoned: end the pass's epoch if it is still the one open and
+        no exception is being handled; inside the profiler's code or a collection, at a later call."""
+        if self.marks.open != "torch" or self.marks.epochs != written or self._pass is not None:
+            return
+        if pending.in_profiler_code(frame) or self.marks.session.collecting:
+            pending.soon(functools.partial(self._end_abandoned, written))
+        elif sys.exc_info()[0] is None:
+            self.marks.end_epoch("torch")
 
     def _optimizer_stepped(self, optimizer, args, kwargs):
         if not self.marks.in_thread():

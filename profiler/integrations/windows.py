@@ -1,10 +1,9 @@
 """Fixed time windows as epochs, for a script in which nothing marks epochs.
 
 Design: a daemon thread only measures time. When a window is due it asks the main thread to
-run `_tick` between two bytecodes through CPython's pending-call queue (Py_AddPendingCall), the
-queue signal handlers use, but without any signal: the script's SIGALRM, alarm() and itimers stay
-its own. CPython never runs a pending call inside another, so a boundary cannot re-enter itself
-while the Session closes an epoch (heap snapshots, GC callbacks). A boundary is taken only at a
+run `_tick` between two bytecodes (pending.py: CPython's pending calls, with no signal). CPython
+never runs a pending call inside another, so a boundary cannot re-enter itself while the Session
+closes an epoch (heap snapshots, GC callbacks). A boundary is taken only at a
 safe point: no step open (it waits for the step's end) and none of the profiler's own code on
 the stack (a GC callback, a hook); otherwise the thread asks again 10 ms later. A window is at
 least MIN_SECONDS long.
@@ -18,39 +17,27 @@ optimizer), at the first moment no DataLoader pass is open. A stronger source's 
 the window in progress and ends the windows.
 """
 
-import ctypes
-import sys
 import threading
 import time
 
 from ..errors import UsageError
+from . import pending
 
 MIN_SECONDS = 0.1
 MAX_SECONDS = 10 ** 7   # 116 days: the windows thread's wait overflowed (time_t) at 1e10 s
 RETRY_SECONDS = 0.01
 GRACE_WINDOWS = 3
-# frames of these modules run the script: a boundary may be taken under them
-_RUNNERS = ("profiler.cli", "profiler.__main__", "profiler.commands.", "profiler.integrations.script",
-            "profiler.integrations.pytest_plugin")
-
 _current = None   # the running Windows; the pending call below finds it here
 
 
-@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-def _pending_call(_):
+def _tick_current(frame):
     windows = _current
     if windows is not None:
         try:
-            windows._tick(sys._getframe(1))
+            windows._tick(frame)
         except Exception as e:   # never raised into the script: the windows end, the run says why
             windows.error = f"{type(e).__name__}: {e}"
             windows.pause()
-    return 0
-
-
-_add_pending_call = ctypes.pythonapi.Py_AddPendingCall
-_add_pending_call.argtypes = (type(_pending_call), ctypes.c_void_p)
-_add_pending_call.restype = ctypes.c_int
 
 
 def check_seconds(seconds):
@@ -58,16 +45,6 @@ def check_seconds(seconds):
         raise UsageError(f"--window {seconds}: give a window of {MIN_SECONDS} s to {MAX_SECONDS:,} s "
                          f"(a boundary closes an epoch and samples memory)")
     return float(seconds)
-
-
-def _in_profiler_code(frame):
-    """Whether the profiler's own code (other than the runner) is on the stack from `frame` out."""
-    while frame is not None:
-        name = frame.f_globals.get("__name__") or ""
-        if name.startswith("profiler.") and not name.startswith(_RUNNERS):
-            return True
-        frame = frame.f_back
-    return False
 
 
 class Windows:
@@ -153,13 +130,13 @@ class Windows:
             self._due = True
             while self._due:
                 if not self.marks.step_open:   # an open step ends with _after_step
-                    _add_pending_call(_pending_call, None)
+                    pending.soon(_tick_current)
                 if stop.wait(RETRY_SECONDS):
                     return
 
     def _tick(self, frame):
         """In the main thread, at the bytecode `frame` was about to run."""
-        if not self.running or not self._due or _in_profiler_code(frame):
+        if not self.running or not self._due or pending.in_profiler_code(frame):
             return
         if self._waiting:
             if self.marks.epochs or self.marks.steps:   # torch marks this run
