@@ -597,6 +597,35 @@ def test_notes_say_why_no_epoch_was_written(tmp_path, args, note):
         " (an epoch cut short is not written)" if note.endswith("ended") else "")]
 
 
+def test_steps_and_passes_no_epoch_holds_are_counted_in_the_notes(tmp_path):
+    """itertools.cycle over a DataLoader makes one pass, then replays its batches: the steps after
+    it were dropped without a word. A DataLoader loop with no optimizer (inference, an update by
+    hand) wrote nothing, and the note said the code ended before its first torch epoch ended."""
+    head = ("import itertools, torch\n"
+            "from torch.utils.data import DataLoader, TensorDataset\n"
+            "model = torch.nn.Linear(4, 2)\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,))), batch_size=4)\n")
+    (tmp_path / "cycle.py").write_text(
+        head + "for _, (x, y) in zip(range(40), itertools.cycle(loader)):\n"
+               "    opt.zero_grad(); torch.nn.functional.cross_entropy(model(x), y).backward(); opt.step()\n")
+    (tmp_path / "infer.py").write_text(
+        head + "with torch.no_grad():\n"
+               "    for _ in range(3):\n"
+               "        for x, y in loader:\n"
+               "            model(x)\n")
+    result = run_script(str(tmp_path / "cycle.py"), [], out=tmp_path / "cycle")
+    assert (result.epochs, result.steps, result.epochs_from) == (1, 16, "torch") and result.notes == [
+        "24 optimizer steps ran outside any DataLoader pass once torch's passes marked the epochs, and are in no "
+        "epoch (batches that come from no new pass: itertools.cycle(loader), batches kept from an earlier pass): "
+        "mark epochs with --epoch-fn NAME or the Session API (docs/guide.md) to count them"]
+    result = run_script(str(tmp_path / "infer.py"), [], out=tmp_path / "infer")
+    assert result.epochs == 0 and result.notes == [
+        "no epoch was written: 3 DataLoader passes ran with no optimizer step (inference, or weights updated by "
+        "hand), and only a pass with one is an epoch: mark epochs with --epoch-fn NAME (each call of the script's "
+        "function NAME) or --step-fn NAME"]
+
+
 def test_a_run_that_wrote_no_epoch_does_not_point_at_report(tmp_path):
     proc = profiler("run", "--epoch-fn", "train_epoch", "--out", tmp_path / "run", script("epoch_stops.py"), "none")
     assert proc.stderr.splitlines() == [

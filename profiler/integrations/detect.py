@@ -134,7 +134,12 @@ class Detection:
         notes = [f"time windows stopped early: {self._windows.error}"] if self._windows.error else []
         marks = self.marks
         uncalled = [t for t in self.targets if not t.misnamed and t.option == "--epoch-fn"]
-        if not marks.epochs and marks.begun is not None:
+        if not marks.epochs and marks.stepless and not marks.steps:
+            notes.append(f"no epoch was written: {marks.stepless:,} DataLoader pass"
+                         f"{'es' if marks.stepless > 1 else ''} ran with no optimizer step (inference, or weights "
+                         f"updated by hand), and only a pass with one is an epoch: mark epochs with --epoch-fn NAME "
+                         f"(each call of the script's function NAME) or --step-fn NAME")
+        elif not marks.epochs and marks.begun is not None:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
                          f"ended (an epoch cut short is not written)")
@@ -147,6 +152,11 @@ class Detection:
                             f"the script's name are not seen: name it --epoch-fn {home}" if home else ""))
         elif not marks.epochs and not any(t.misnamed for t in self.targets):
             notes.append(NO_EPOCHS)
+        if marks.unmarked_steps and marks.owner == "torch":
+            notes.append(f"{marks.unmarked_steps:,} optimizer step{'s' if marks.unmarked_steps > 1 else ''} ran outside "
+                         f"any DataLoader pass once torch's passes marked the epochs, and {'are' if marks.unmarked_steps > 1 else 'is'} in no epoch "
+                         f"(batches that come from no new pass: itertools.cycle(loader), batches kept from an earlier "
+                         f"pass): mark epochs with --epoch-fn NAME or the Session API (docs/guide.md) to count them")
         if "lightning" in marks.spawned:
             notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the profiler "
                          "does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or run every rank "

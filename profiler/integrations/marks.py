@@ -45,6 +45,8 @@ class Marks:
         self._thread, self._pid = threading.get_ident(), os.getpid()
         self.elsewhere = 0         # epochs and steps begun in another thread of this process, unrecorded
         self.spawned = set()       # sources whose training went to processes they spawned, not followed
+        self.stepless = 0          # DataLoader passes that ran to their end with no optimizer step (no epoch)
+        self.unmarked_steps = 0    # optimizer steps outside any epoch, which no source could mark
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False
@@ -115,6 +117,7 @@ class Marks:
             self.step_open = False
         if source == "torch" and self.steps_in_epoch == 0:
             self._drop()
+            self.stepless += 1
             return False
         if not self._wrote(self.session.end_epoch):
             return False

@@ -173,8 +173,10 @@ class TorchHooks:
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here
             self.marks.begin_step("torch")
-            return
-        self.marks.step_boundary("torch")
+        elif self.marks.open is not None:
+            self.marks.step_boundary("torch")
+        if self.marks.open is None:        # no source marks it (torch's passes own the run; no windows)
+            self.marks.unmarked_steps += 1
 
 
 @contextlib.contextmanager
