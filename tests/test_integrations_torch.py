@@ -67,6 +67,32 @@ def test_dataloader_workers_copy_on_read_finding(workers_run, tmp_path):
     assert "worker-copy-on-read" not in patterns(report(small))
 
 
+def test_a_validation_loaders_workers_between_epochs_are_no_epochs(tmp_path):
+    """Training without workers, validation after each epoch with two: their samples and batch
+    landed in the next training epoch's record ("workers 2, 16.4 MiB" in the report; a probe)."""
+    (tmp_path / "t.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))\n"
+        "train = DataLoader(data, batch_size=16)\n"
+        "val = DataLoader(data, batch_size=64, num_workers=2)\n"
+        "if __name__ == '__main__':\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in train:\n"
+        "            opt.zero_grad(); torch.nn.functional.cross_entropy(model(x), y).backward(); opt.step()\n"
+        "        with torch.no_grad():\n"
+        "            for x, y in val:\n"
+        "                model(x)\n")
+    profiler("run", "--out", tmp_path / "run", tmp_path / "t.py")
+    rows = records(tmp_path / "run")
+    assert [r["steps"] for r in rows] == [16, 16, 16]
+    assert all(r["workers"] is None or (r["workers"]["count"] == 0 and "batch_bytes" not in r["workers"])
+               for r in rows), [r["workers"] for r in rows]
+    assert report(tmp_path / "run")["workers"] is None
+
+
 def test_workers_full_collections_copy_the_parents_objects_unless_frozen(tmp_path):
     """A clean dataset: what the workers copy is what their own full collections walk. Frozen
     before the workers start, nothing is copied and there is no finding."""

@@ -134,6 +134,7 @@ class Session:
         self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
         self._start_ns = 0
         self._fields = {}
+        self._field_begins = []
         self._tracked = TrackedCounter()
         self._previous_sigterm = None
         self.epochs_written = 0
@@ -284,8 +285,10 @@ class Session:
         self._check_open("mark_halted()")
         self._halted = True
 
-    def add_epoch_field(self, name, read):
-        """Record read() (a JSON value) under `name` in every epoch record (e.g. "workers")."""
+    def add_epoch_field(self, name, read, *, begin=None):
+        """Record read() (a JSON value) under `name` in every epoch record (e.g. "workers"); begin(),
+        if given, is called as each epoch begins (a reader that samples all along drops what it saw
+        between two epochs)."""
         if not isinstance(name, str) or not name:
             raise UsageError(f"add_epoch_field({name!r}, ...): the name must be a non-empty string")
         if not callable(read):
@@ -296,7 +299,12 @@ class Session:
         self._check_open("add_epoch_field()")
         if name in self._fields:
             raise UsageError(f"add_epoch_field({name!r}): a field {name!r} was added already; give each its own name")
+        if begin is not None and not callable(begin):
+            raise UsageError(f"add_epoch_field({name!r}, begin={begin!r}): begin must be a function called at each "
+                             f"epoch's start")
         self._fields[name] = read
+        if begin is not None:
+            self._field_begins.append(begin)
 
     # -- epochs --------------------------------------------------------------------------------
     def _check_open(self, what):
@@ -334,6 +342,8 @@ class Session:
         self._epoch = index
         self._steps.start_epoch(index)
         self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
+        for begin in self._field_begins:
+            begin()
         self._start_ns = _now()
         self.gc_timer.reset(self._start_ns)
         self.ops.take()   # discard what ran between epochs

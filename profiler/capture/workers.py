@@ -342,6 +342,12 @@ class WorkerProbe:
                 self._peak = reading
             return children
 
+    def discard(self):
+        """Drop the samples since the last take(): they fell between two epochs (a validation pass's
+        workers are no epoch's), and the epoch beginning now samples its own."""
+        with self._lock:
+            self._peak = None
+
     def note_batch(self, nbytes, prefetch_factor):
         """A batch of a DataLoader with workers weighed `nbytes`; each worker holds up to
         `prefetch_factor` of them for the parent (None: DataLoader's default). Kept for the run:

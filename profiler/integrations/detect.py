@@ -84,7 +84,7 @@ class Detection:
 
     def __enter__(self):
         self._probe = self._probe_type()
-        self.session.add_epoch_field("workers", self._probe.take)
+        self.session.add_epoch_field("workers", self._probe.take, begin=self._probe.discard)
         self._signal = EpochSignal.from_environment()
         self.marks.on_training_start.append(self._signal.send)
         # kept current, so a final status written early (SIGTERM's, inside the Session) names the source too

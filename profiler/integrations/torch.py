@@ -69,7 +69,8 @@ class TorchHooks:
                 if began:
                     hooks.marks.drop_epoch("torch")
                 raise
-            if getattr(loader, "num_workers", 0) and hooks.workers is not None:
+            # a pass in no epoch (validation between two) is no epoch's: its workers and batches are not weighed
+            if getattr(loader, "num_workers", 0) and hooks.workers is not None and hooks.marks.open is not None:
                 hooks.workers.sample_soon()
                 hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
             if began:
