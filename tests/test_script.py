@@ -420,6 +420,9 @@ def test_ctrl_c_is_interrupted_130(tmp_path):
     lines = err.strip().splitlines()   # where the finished epochs are, then the interrupt
     assert lines[-3].startswith(f"profiler: wrote {tmp_path / 'run'}: ") and lines[-2:] == [
         f"next: profiler report {tmp_path / 'run'}", "profiler: interrupted"], err
+    # before them, the script's own traceback, as python prints it
+    assert lines[0] == "Traceback (most recent call last):" and f'File "{script}", line 5' in err
+    assert lines[-4] == "KeyboardInterrupt" and "profiler/" not in err.replace("profiler report", "")
 
 
 @pytest.mark.slow

@@ -185,7 +185,9 @@ def _run_script(args, target, rest):
         raise UsageError(f"{target} opens its own profiler Session, which records the run itself: run it with "
                          f"python, not profiler run ({out} holds only the failed attempt)") from None
     ends = (SystemExit, KeyboardInterrupt)   # raised again after the summary: exit codes 0-255 and 130
-    if raised is not None and not isinstance(raised, ends):
+    # python prints the traceback of the script's own exception, and of a Ctrl-C that landed in it
+    if raised is not None and not isinstance(raised, SystemExit) and (
+            not isinstance(raised, KeyboardInterrupt) or _script_frames(raised, result.code) is not None):
         _print_script_traceback(raised, result.code)
     if result.forked:   # a child the script forked and that returned: it exits as the script would
         raise raised if isinstance(raised, ends) else SystemExit(0 if raised is None else 1)
@@ -210,12 +212,18 @@ def _counted(n, unit):   # as report.text.counted, which this process does not i
     return f"{n:,} {unit}{'' if n == 1 else 's'}"
 
 
-def _print_script_traceback(error, code):
-    """The traceback as `python SCRIPT.py` prints it: from the script's first frame on, without the
-    profiler's own frames."""
+def _script_frames(error, code):
+    """The traceback of `error` from the script's first frame on, or None if it never reached it."""
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
+    return tb
+
+
+def _print_script_traceback(error, code):
+    """The traceback as `python SCRIPT.py` prints it: from the script's first frame on, without the
+    profiler's own frames."""
+    tb = _script_frames(error, code)
     shown = traceback.TracebackException(type(error), error, tb if tb is not None else error.__traceback__)
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # the wrappers --epoch-fn adds
     shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if not f.filename.startswith(ours)])
