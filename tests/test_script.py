@@ -100,6 +100,15 @@ def test_exit_status_follows_the_script(plain, tmp_path):
     assert len(records(tmp_path / "boom")) == 1    # the epoch before the error is kept
 
 
+def test_the_script_sees_the_globals_python_gives_it(tmp_path):
+    # __builtins__ was the builtins dict, as in an imported module, where python gives __main__ the module
+    (tmp_path / "t.py").write_text("x: int = 1\n"
+                                   "print(type(__builtins__).__name__, sorted(k for k in globals() if k[:2] == '__'))\n")
+    plain = subprocess.run([sys.executable, tmp_path / "t.py"], capture_output=True, text=True, timeout=60)
+    proc = profiler("run", "--quiet", "--out", tmp_path / "run", tmp_path / "t.py")
+    assert proc.stdout == plain.stdout and plain.stdout.startswith("module ")
+
+
 def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
     package = tmp_path / "mypkg"
     package.mkdir()

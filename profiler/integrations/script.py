@@ -16,6 +16,7 @@ records "epochs_from" (the source of its epochs, or null if none was written) an
 """
 
 import ast
+import builtins
 import importlib.machinery
 import importlib.util
 import os
@@ -80,7 +81,7 @@ def load_main(target, *, module, watch):
         namespace = {"__name__": "__main__", "__file__": filename, "__spec__": None, "__package__": None,
                      "__loader__": importlib.machinery.SourceFileLoader("__main__", filename), "__cached__": None}
     module = types.ModuleType("__main__")
-    module.__dict__.update(namespace, __builtins__=__builtins__)
+    module.__dict__.update(namespace, __builtins__=builtins)   # __main__'s is the module, others' its dict
     if watch:
         try:
             tree = ast.parse(source, filename)
