@@ -240,7 +240,7 @@ def test_full_collections_between_the_epochs_are_outside_their_time(tmp_path):
     records = [epoch(i, 0.050, start_s=1.0 * i) for i in range(30)]
     events = [(1.0 * i + 0.5, 0.020 + 0.380 * i / 29, 2, 0) for i in range(30)]
     d = analyze(write_run(tmp_path / "run", records, gc_events=events))
-    assert d.findings == [] and d.gc.share_total == 0.0, text.verdict(d)
+    assert d.findings == [], text.verdict(d)
 
 
 def test_growing_pauses_share_is_of_the_epochs_they_fall_in(tmp_path):

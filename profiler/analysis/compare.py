@@ -21,7 +21,7 @@ from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank
 from . import findings
-from .load import load
+from .load import load, timed
 from .ops import op_series
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -88,7 +88,7 @@ def _label(loaded):
 
 
 def _gc_side(loaded):
-    records = loaded.records
+    records = [loaded.records[i] for i in timed(loaded.records)]   # as report weighs them
     pauses = [sum(r["gc"]["pause_s"]) for r in records]
     wall = sum(r["wall_s"] for r in records)
     return GcSide(epoch_s=wall / len(records), pause_s=sum(pauses) / len(records),

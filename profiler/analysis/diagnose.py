@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import load
+from .load import load, timed as timed_epochs
 from .ops import op_series
 
 
@@ -148,8 +148,7 @@ def analyze(run_dir):
 
     # the epoch-time trend leaves out epochs that auto capture traced (tracemalloc slows them
     # 2-10x) when there are others: windows opened late would read as a slowdown
-    timed = [i for i, r in enumerate(records) if r.get("heap") is None]
-    timed = timed if 2 * len(timed) > len(records) else list(range(len(records)))
+    timed = timed_epochs(records)
     change = stats.change(idx[timed], wall[timed])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late

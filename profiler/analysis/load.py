@@ -34,3 +34,10 @@ def left_out(epochs):
     the model), no training; then the warm-up (stats.warmup) of the rest."""
     setup = next((i for i, r in enumerate(epochs) if r.get("steps")), 0)
     return setup, stats.warmup(len(epochs) - setup)
+
+
+def timed(records):
+    """Indices of the records whose time analysis weighs: deep capture's traced epochs, which
+    tracemalloc slows 2-10x, are left out when the others are the majority."""
+    untraced = [i for i, r in enumerate(records) if r.get("heap") is None]
+    return untraced if 2 * len(untraced) > len(records) else list(range(len(records)))

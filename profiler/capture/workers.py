@@ -258,7 +258,8 @@ class WorkerProbe:
     USS from epoch to epoch is no one process's growth; persistent ones carry over);
     "full_collections" the children ran, "gc_copied_bytes" their first ones copied, summed, and
     "gc_copied_max_bytes" the most one copied (Linux; 0 elsewhere); and once a
-    DataLoader reported one (note_batch), "batch_bytes" and "prefetch_factor" of its largest batch."""
+    DataLoader reported one (note_batch), "batch_bytes" and "prefetch_factor" of the epoch's largest
+    batch."""
 
     def __init__(self, interval=0.2, budget=BUDGET):
         self.interval = interval
@@ -269,7 +270,8 @@ class WorkerProbe:
         self._latest = set()         # (pid, started) of the children the newest sample saw
         self._carried = set()        # (pid, started) seen before this epoch (and not seen to exit)
         self._peak = None
-        self._batch = None           # (bytes, prefetch factor) of the largest batch a DataLoader's workers made
+        self._epoch = 0              # discard() calls: a read begun before the last one is dropped
+        self._batch = None           # (bytes, prefetch factor): the epoch's largest batch from workers
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -306,13 +308,15 @@ class WorkerProbe:
     def sample(self):
         """Read the children now if the budget allows (the thread, each epoch's end);
         read()'s, or None when it does not."""
+        epoch = self._epoch
         children = self._budget.call(lambda: read(self._process))
-        return None if children is None else self._record(children)
+        return None if children is None else self._record(children, epoch)
 
     def sample_now(self):
         """Read the children now, whatever the budget: just before a DataLoader shuts its workers
         down (a non-persistent worker's peak)."""
-        return self._record(read(self._process))
+        epoch = self._epoch
+        return self._record(read(self._process), epoch)
 
     def sample_soon(self):
         """Have the thread read the children as soon as it can, whatever the budget: when a
@@ -320,12 +324,15 @@ class WorkerProbe:
         without holding up the pass that started them."""
         self._wake.set()
 
-    def _record(self, children):
+    def _record(self, children, epoch):
+        """Keep a reading of `children`, read since discard() was called `epoch` times."""
         forked = {pid: c for pid, c in children.items() if c[3] is not None}
         spawned = [c[0] for c in children.values() if c[3] is None]
         uss = {(pid, started): u for pid, (u, _, started, _) in forked.items()}
         copied = [c[3][1] for c in forked.values()]
         with self._lock:
+            if epoch != self._epoch:   # begun before an epoch began: the time before it is no epoch's
+                return children
             self._latest = set(uss)
             for child, u in uss.items():
                 self._first.setdefault(child, u)
@@ -346,12 +353,13 @@ class WorkerProbe:
         """Drop the samples since the last take(): they fell between two epochs (a validation pass's
         workers are no epoch's), and the epoch beginning now samples its own."""
         with self._lock:
-            self._peak = None
+            self._peak = self._batch = None
+            self._epoch += 1
 
     def note_batch(self, nbytes, prefetch_factor):
         """A batch of a DataLoader with workers weighed `nbytes`; each worker holds up to
-        `prefetch_factor` of them for the parent (None: DataLoader's default). Kept for the run:
-        the largest, recorded with every epoch's reading."""
+        `prefetch_factor` of them for the parent (None: DataLoader's default). The epoch's largest
+        is recorded with its reading (each pass weighs its first batch, persistent workers too)."""
         with self._lock:
             if self._batch is None or nbytes > self._batch[0]:
                 self._batch = (int(nbytes), prefetch_factor)

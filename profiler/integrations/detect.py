@@ -152,15 +152,16 @@ class Detection:
                             f"the script's name are not seen: name it --epoch-fn {home}" if home else ""))
         elif not marks.epochs and not any(t.misnamed for t in self.targets):
             notes.append(NO_EPOCHS)
-        if marks.unmarked_steps and marks.owner == "torch":
-            notes.append(f"{marks.unmarked_steps:,} optimizer step{'s' if marks.unmarked_steps > 1 else ''} ran outside "
-                         f"any DataLoader pass once torch's passes marked the epochs, and {'are' if marks.unmarked_steps > 1 else 'is'} in no epoch "
-                         f"(batches that come from no new pass: itertools.cycle(loader), batches kept from an earlier "
-                         f"pass): mark epochs with --epoch-fn NAME or the Session API (docs/guide.md) to count them")
+        if marks.unmarked_steps:
+            n = marks.unmarked_steps
+            notes.append(f"{n:,} optimizer step{'s' if n > 1 else ''} ran outside any DataLoader pass once torch's "
+                         f"passes marked the epochs, and {'are' if n > 1 else 'is'} in no epoch (batches that come "
+                         f"from no new pass: itertools.cycle(loader), batches kept from an earlier pass): mark epochs "
+                         f"with --epoch-fn NAME or the Session API (docs/guide.md) to count them")
         if "lightning" in marks.spawned:
-            notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the profiler "
-                         "does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or run every rank "
-                         "under torchrun with -m profiler run (docs/multi-rank.md)")
+            notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the "
+                         "profiler does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or "
+                         "run every rank under torchrun with -m profiler run (docs/multi-rank.md)")
         if marks.elsewhere:
             what = "epoch or step" if marks.elsewhere == 1 else "epochs or steps"
             notes.append(f"{marks.elsewhere:,} {what} began in threads other than the one that runs the code, "

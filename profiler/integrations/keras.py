@@ -44,7 +44,8 @@ def inject(session):
     own = model.__dict__.get("fit")
     fit = model.fit
     signature = inspect.signature(fit)
-    fitting = False
+    fitting = False   # one flag for the process: a fit in another thread meanwhile goes unmarked,
+                      # as Marks leaves it
 
     @functools.wraps(fit)
     def profiled_fit(*args, **kwargs):
@@ -65,7 +66,8 @@ def inject(session):
         try:
             return fit(*bound.args, **bound.kwargs)
         finally:
-            fitting = False
+            fitting = False   # one flag for the process: a fit in another thread meanwhile goes unmarked,
+                      # as Marks leaves it
             session.abandon_epoch()
 
     model.fit = profiled_fit

@@ -45,8 +45,8 @@ class Marks:
         self._thread, self._pid = threading.get_ident(), os.getpid()
         self.elsewhere = 0         # epochs and steps begun in another thread of this process, unrecorded
         self.spawned = set()       # sources whose training went to processes they spawned, not followed
-        self.stepless = 0          # DataLoader passes that ran to their end with no optimizer step (no epoch)
-        self.unmarked_steps = 0    # optimizer steps outside any epoch, which no source could mark
+        self.stepless = 0          # DataLoader passes with no optimizer step, dropped (no epoch)
+        self.unmarked_steps = 0    # optimizer steps outside torch's passes once they marked epochs
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False

@@ -9,36 +9,72 @@ hook): `in_profiler_code(frame)` tells the function to wait for a later one.
 
 import collections
 import ctypes
+import functools
 import sys
+import weakref
 
 # frames of these modules run the script: a call may act under them
 _RUNNERS = ("profiler.cli", "profiler.__main__", "profiler.commands.", "profiler.integrations.script",
             "profiler.integrations.pytest_plugin")
 
-_queue = collections.deque()   # the functions of the calls added, in order
+_queue = collections.deque()   # soon()'s functions, in order
+_armed = {}                    # id(weakref) -> (the weakref, its function): when_freed()'s, until run or cancelled
 
 
 @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-def _run(_):
-    if _queue:
-        _queue.popleft()(sys._getframe(1))
+def _run(ref_id):
+    try:
+        frame = sys._getframe(1)
+    except ValueError:   # no Python frame: the interpreter is exiting
+        frame = None
+    if ref_id is None:
+        fn = _queue.popleft() if _queue else None
+    else:
+        fn = _armed.pop(ref_id, (None, None))[1]
+    if fn is not None:
+        try:
+            fn(frame)
+        except Exception as e:   # never into the script, nor as ctypes' "Exception ignored"
+            print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
     return 0
 
 
-_add_pending_call = ctypes.pythonapi.Py_AddPendingCall
-_add_pending_call.argtypes = (type(_run), ctypes.c_void_p)
-_add_pending_call.restype = ctypes.c_int
+def _adder(arg):
+    add = ctypes.pythonapi["Py_AddPendingCall"]   # a function object of its own for each argument type
+    add.argtypes, add.restype = (type(_run), arg), ctypes.c_int
+    return add
+
+
+_add_pending_call = _adder(ctypes.c_void_p)
+_add_for_ref = _adder(ctypes.py_object)   # the weakref itself: _run gets its id
 
 
 def soon(fn):
-    """Call fn(frame) in the main thread between two bytecodes, `frame` the one about to run; fn
-    must not raise. False when CPython's queue is full (the main thread has not run Python for a
-    while): try again later."""
+    """Call fn(frame) in the main thread between two bytecodes, `frame` the one about to run (None
+    at the interpreter's exit). False when CPython's queue is full (the main thread has not run
+    Python for a while): try again later, from another thread. Never from inside a pending call:
+    CPython runs a call added there in the same run of its queue, at the same frame."""
     _queue.append(fn)
     if _add_pending_call(_run, None) != 0:
         _queue.remove(fn)
         return False
     return True
+
+
+def when_freed(obj, fn):
+    """A weakref to `obj`; once obj is freed, fn(frame) runs as for soon(), at the first check after
+    the code that freed it, `frame` that code's (or one it called). The weakref's callback adds the
+    call with no Python in between (a C function: Py_AddPendingCall through ctypes), so the call
+    does not land in the profiler's own callback. cancel(ref) when it is no longer wanted."""
+    ref = weakref.ref(obj, functools.partial(_add_for_ref, _run))
+    _armed[id(ref)] = (ref, fn)
+    return ref
+
+
+def cancel(ref):
+    """Drop when_freed()'s call for `ref` (None: nothing)."""
+    if ref is not None:
+        _armed.pop(id(ref), None)
 
 
 def in_profiler_code(frame):

@@ -7,7 +7,8 @@ Steps come from torch's global optimizer-step hook: a step runs from the end of 
 optimizer.step() (or the start of the pass) to the end of the next one, so data loading, forward,
 backward and the update are in it. A pass begins when a DataLoader's iteration starts (before
 its iterator starts or wakes the workers, which can take seconds: a spawned worker is sent the
-dataset) and ends when it is exhausted or its iterator is freed (a loop that broke out); a pass with no optimizer step (validation) is dropped. A
+dataset) and ends when it is exhausted or, in the main thread, just after its iterator is freed
+(a loop that broke out); a pass with no optimizer step (validation) is dropped. A
 pass over another DataLoader started while one is still being iterated (a validation pass in the
 middle of a training pass) belongs to the outer one; a new pass over the same DataLoader ends the
 one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each
@@ -15,7 +16,6 @@ batch make two steps per batch.
 """
 
 import contextlib
-import functools
 import sys
 import weakref
 
@@ -69,12 +69,11 @@ class TorchHooks:
                 if began:
                     hooks.marks.drop_epoch("torch")
                 raise
-            # a pass in no epoch (validation between two) is no epoch's: its workers and batches are not weighed
-            if getattr(loader, "num_workers", 0) and hooks.workers is not None and hooks.marks.open is not None:
+            if getattr(loader, "num_workers", 0) and hooks.workers is not None:
                 hooks.workers.sample_soon()
                 hooks._weigh = weakref.ref(iterator), getattr(loader, "prefetch_factor", None)
             if began:
-                hooks._pass = weakref.ref(iterator, hooks._pass_abandoned)
+                hooks._pass = pending.when_freed(iterator, hooks._pass_abandoned)
                 hooks._loader = weakref.ref(loader)
             return iterator
 
@@ -132,6 +131,7 @@ class TorchHooks:
             return False                                    # nested in the pass in progress
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
+        pending.cancel(self._pass)
         self._pass = self._loader = None
         if not self.marks.begin_epoch("torch"):
             return False
@@ -140,30 +140,26 @@ class TorchHooks:
 
     def _pass_ended(self, iterator):
         if self.epochs and self.marks.in_thread() and self._current() is iterator:
+            pending.cancel(self._pass)
             self._pass = None
             self.marks.end_epoch("torch")
 
-    def _pass_abandoned(self, ref):
+    def _pass_abandoned(self, frame):
         """The pass's iterator was freed before it was exhausted (`next(iter(loader))`, or a loop
-        that broke out): with no step it is dropped; with steps it ends as the code goes on (at its
-        next call of a Python function or turn of a loop: pending.py), as an exhausted pass ends at
-        its StopIteration, so what follows a break (an evaluation, the final test) is in no epoch. Freed by an exception on its way out, it stays open, so
-        a pass cut short is not written (or ends when the next pass begins, if the code goes on)."""
-        if self._pass is not ref:
-            return
+        that broke out); called at the code's next call of a Python function or turn of a loop
+        (pending.when_freed), in the main thread. With no step the pass is dropped; with steps it
+        ends, as an exhausted pass ends at its StopIteration, so what follows a break (an
+        evaluation, the final test) is in no epoch, unless an exception is being handled (one
+        that freed the iterator on its way out: a pass cut short is not written). Where the call
+        lands in the profiler's own code (the next pass's hook) or in a collection (a finalizer),
+        the pass is left to end at the next pass or the run's end, as in another thread."""
         self._pass = None
-        if self.marks.open == "torch" and self.marks.steps_in_epoch == 0:
-            self.marks.drop_epoch("torch")
-        elif self.marks.open == "torch":
-            pending.soon(functools.partial(self._end_abandoned, self.marks.epochs))
-
-    def _end_abandoned(self, written, frame):
-        """The pending call of _pass_abandoned: end the pass's epoch if it is still the one open and
-        no exception is being handled; inside the profiler's code or a collection, at a later call."""
-        if self.marks.open != "torch" or self.marks.epochs != written or self._pass is not None:
+        if (self.marks.open != "torch" or frame is None or pending.in_profiler_code(frame)
+                or self.marks.session.collecting):
             return
-        if pending.in_profiler_code(frame) or self.marks.session.collecting:
-            pending.soon(functools.partial(self._end_abandoned, written))
+        if self.marks.steps_in_epoch == 0:
+            self.marks.drop_epoch("torch")
+            self.marks.stepless += 1
         elif sys.exc_info()[0] is None:
             self.marks.end_epoch("torch")
 
@@ -176,7 +172,7 @@ class TorchHooks:
             self.marks.begin_step("torch")
         elif self.marks.open is not None:
             self.marks.step_boundary("torch")
-        if self.marks.open is None:        # no source marks it (torch's passes own the run; no windows)
+        if self.marks.open is None and self.marks.owner == "torch":   # after the passes: nothing marks it
             self.marks.unmarked_steps += 1
 
 

@@ -32,7 +32,7 @@ _current = None   # the running Windows; the pending call below finds it here
 
 def _tick_current(frame):
     windows = _current
-    if windows is not None:
+    if windows is not None and frame is not None:
         try:
             windows._tick(frame)
         except Exception as e:   # never raised into the script: the windows end, the run says why
