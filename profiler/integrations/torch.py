@@ -108,6 +108,8 @@ class TorchHooks:
         setattr(owner, name, value)
 
     def uninstall(self):
+        pending.cancel(self._pass)   # a pass still open keeps no call waiting for its iterator
+        self._pass = None
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
