@@ -323,8 +323,9 @@ class Session:
 
     @property
     def collecting(self):
-        """Whether the calling thread is inside a garbage collection: an epoch ended there (from a
-        weakref callback) would split a pause between two records."""
+        """Whether the calling thread is inside a garbage collection: an epoch ended there (a
+        pending call that lands in a finalizer the collector runs) would split a pause between two
+        records."""
         return self.gc_timer is not None and self.gc_timer.collecting
 
     def epoch(self, index=None):

@@ -66,8 +66,7 @@ def inject(session):
         try:
             return fit(*bound.args, **bound.kwargs)
         finally:
-            fitting = False   # one flag for the process: a fit in another thread meanwhile goes unmarked,
-                      # as Marks leaves it
+            fitting = False
             session.abandon_epoch()
 
     model.fit = profiled_fit

@@ -4,7 +4,8 @@ Py_AddPendingCall is the queue signal handlers use, here without any signal, so 
 SIGALRM, alarm() and itimers stay its own. CPython never runs a pending call inside another. A
 call lands where the main thread next checks for them (a call of a Python function, a loop's next
 turn; not inside C code such as time.sleep), the profiler's own code included (a GC callback, a
-hook): `in_profiler_code(frame)` tells the function to wait for a later one.
+hook): `in_profiler_code(frame)` tells the function it landed there (a time window's boundary then
+waits for the next call its clock thread adds; a freed pass's end is left to the next pass).
 """
 
 import collections

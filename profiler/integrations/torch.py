@@ -156,8 +156,8 @@ class TorchHooks:
         lands in the profiler's own code (the next pass's hook) or in a collection (a finalizer),
         the pass is left to end at the next pass or the run's end, as in another thread."""
         self._pass = None
-        if (self.marks.open != "torch" or frame is None or pending.in_profiler_code(frame)
-                or self.marks.session.collecting):
+        if (self.marks.open != "torch" or not self.marks.in_thread() or frame is None
+                or pending.in_profiler_code(frame) or self.marks.session.collecting):
             return
         if self.marks.steps_in_epoch == 0:
             self.marks.drop_epoch("torch")
