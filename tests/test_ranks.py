@@ -209,6 +209,24 @@ def test_job_without_a_straggler_has_none(tmp_path):
     assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
+def test_a_longer_gap_behind_a_step_that_ended_late_is_no_stall(tmp_path):
+    """In-step, 5 epochs of 20 10-ms steps. At each epoch's end rank 0 spends 40 ms before its next
+    step (its end-of-epoch work), while rank 1's last step ran on 25 ms past the collective and its
+    own gap was 15 ms: both begin the next step together. Charged by its gap alone, rank 0 was named
+    a straggler (a user probe's DDP job, at the first step after the warm-up)."""
+    n = 100
+    wall0, wall1 = np.full(n, 0.010), np.full(n, 0.010)
+    gap0, gap1 = np.zeros(n), np.zeros(n)
+    for i in range(20, n, 20):
+        gap0[i], wall1[i - 1], gap1[i] = 0.040, 0.035, 0.015
+    start0, start1 = np.cumsum(gap0 + wall0) - wall0, np.cumsum(gap1 + wall1) - wall1
+    assert np.allclose(start0, start1)
+    write_rank(tmp_path / "rank-0", 0, 2, wall0, start_s=start0, steps_per_epoch=20)
+    write_rank(tmp_path / "rank-1", 1, 2, wall1, start_s=start1, steps_per_epoch=20)
+    a = analyze_ranks(tmp_path)
+    assert a.collective == "in-step" and a.stragglers is None and a.lost_s == 0.0
+
+
 def test_a_few_steps_are_too_few_to_call_the_ranks_apart(tmp_path):
     # 20 steps, rank 1 20% slower: its offset wanders past half a step, but 20 steps cannot tell a
     # wander that keeps growing (a reviewer's 10-20-step cases went both ways)

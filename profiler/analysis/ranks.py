@@ -18,9 +18,13 @@ collective lies, which the clocks show (meta.json's clock_origin_unix aligns ran
 
 Per aligned step and rank, the rank's stall is its own time above the median rank's:
 
-    in-step:        stall = max(gap - gap[m],   gc - gc[m])     gap: time since its previous step ended
-    between-steps:  stall = max(wall - wall[m], gc - gc[m])     gc: its GC pause in the step, plus
-                                                                any GC event just before it
+    in-step:        stall = max(min(gap - gap[m], begin - begin[m]),   gap: time since its previous step
+                                gc - gc[m])                            ended; begin: when the step began,
+    between-steps:  stall = max(wall - wall[m], gc - gc[m])            on the ranks' aligned clocks
+                                                                       gc: its GC pause in the step, plus
+                                                                       any GC event just before it
+A longer gap alone is not a late start: behind a step that ended late (work after the collective,
+an epoch's end with its evaluation and the profiler's own record) both ranks may begin together.
 The median rank m is a real rank (the lower median: with two ranks, the faster one), so with two
 ranks a stall is the whole difference between them. A step is straggled when its largest stall
 exceeds STALL_FLOOR of the job's median step; the job lost that stall (every other rank waited
@@ -311,8 +315,13 @@ def _own(block, collective):
     """Each rank's own time (ranks, k) and GC pause by generation (3, ranks, k) above the median rank's;
     zero when the ranks do not wait for each other (collective "none"): no rank's time held another."""
     own = block.gap_s if collective == "in-step" else block.wall_s
+    own = own - _median_rank(own, 0)
+    if collective == "in-step" and not np.isnan(block.begin_s).any():
+        # a longer gap holds the others back only if the step also began later: a gap behind a step
+        # that ended late (work after the collective, the end of an epoch) is not a late start
+        own = np.minimum(own, block.begin_s - _median_rank(block.begin_s, 0))
     gc_x = np.clip(block.gc_s - _median_rank(block.gc_s, 1), 0.0, None)
-    stall = np.maximum(own - _median_rank(own, 0), gc_x.sum(axis=0))
+    stall = np.maximum(own, gc_x.sum(axis=0))
     if collective == "none":
         return np.zeros_like(stall), np.zeros_like(gc_x)
     return stall, gc_x
