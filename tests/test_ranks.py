@@ -209,6 +209,20 @@ def test_job_without_a_straggler_has_none(tmp_path):
     assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
+def test_a_comparison_says_which_job_did_not_finish_and_kept_its_warm_up(tmp_path):
+    # a job whose ranks both failed in its second epoch was compared as "+31.9%: slower", with no note
+    synthetic_job(tmp_path / "a", 2, 200, epochs=10)
+    for rank in (0, 1):
+        write_rank(tmp_path / "b" / f"rank-{rank}", rank, 2, np.full(40, 0.012), steps_per_epoch=20, status="failed",
+                   error="RuntimeError: gloo connection closed")
+    c = rank_analysis.compare_ranks(tmp_path / "a", tmp_path / "b")
+    assert c.a.cautions == []
+    assert c.b.cautions == ["rank 0 did not finish (failed)", "rank 1 did not finish (failed)",
+                            "too few epochs to leave the warm-up out: its steps are compared too"]
+    words = rank_text.comparison_verdict(c)
+    assert "rank 1 did not finish (failed)" in words and "warm-up out" in words
+
+
 def test_a_longer_gap_behind_a_step_that_ended_late_is_no_stall(tmp_path):
     """In-step, 5 epochs of 20 10-ms steps. At each epoch's end rank 0 spends 40 ms before its next
     step (its end-of-epoch work), while rank 1's last step ran on 25 ms past the collective and its

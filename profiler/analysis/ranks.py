@@ -579,6 +579,15 @@ def _cautions(merged):
     return cautions
 
 
+def _compared_as_is(merged):
+    """What a comparison of the job takes as it is: ranks that did not finish, and a warm-up too
+    short to leave out (the report's header says both of a job; a comparison said neither)."""
+    notes = [f"rank {s.rank} did not finish ({s.status})" for s in merged.per_rank if not s.complete]
+    if merged.warmup == 0:
+        notes.append(f"too few epochs to leave the warm-up out: its {merged.unit}s are compared too")
+    return notes
+
+
 @dataclass
 class JobSide:
     run_dir: str
@@ -612,7 +621,7 @@ def _side(run_dir):
                    ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
                    lost_fraction=merged.lost_fraction,
                    gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers,
-                   cautions=_cautions(merged))
+                   cautions=_cautions(merged) + _compared_as_is(merged))
 
 
 def compare_ranks(run_a, run_b):
