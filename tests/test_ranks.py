@@ -209,6 +209,18 @@ def test_job_without_a_straggler_has_none(tmp_path):
     assert 0.0112 < a.median_s < 0.0125     # 10 ms computing, 0.5 loading, the slowest of 8 ranks' noise (1.6)
 
 
+def test_a_ranks_memory_growth_needs_three_epochs_after_its_warm_up(tmp_path):
+    # rank 1 finished 2 epochs, too few to fit a growth: its RSS/epoch read "0 B" beside a rank that grew
+    write_rank(tmp_path / "rank-0", 0, 2, np.full(200, 0.01), steps_per_epoch=20, rss_growth=4 << 20)
+    write_rank(tmp_path / "rank-1", 1, 2, np.full(40, 0.01), steps_per_epoch=20, rss_growth=4 << 20, status="failed",
+               error="RuntimeError: gloo connection closed")
+    a = analyze_ranks(tmp_path)
+    assert a.per_rank[0].rss_growth_bytes_per_epoch == pytest.approx(4 << 20)
+    assert a.per_rank[1].rss_growth_bytes_per_epoch is None
+    rows = {line.split()[0]: line[-11:].strip() for line in rank_text.summary(a) if line.split()[:1] in (["0"], ["1"])}
+    assert rows == {"0": "4.0 MiB", "1": "-"}
+
+
 def test_a_comparison_says_which_job_did_not_finish_and_kept_its_warm_up(tmp_path):
     # a job whose ranks both failed in its second epoch was compared as "+31.9%: slower", with no note
     synthetic_job(tmp_path / "a", 2, 200, epochs=10)

@@ -83,7 +83,7 @@ class RankSummary:
     median_s: float              # median step (or epoch) time
     gc_share: float              # GC pause (in steps and between them) / time from first step to last
     gc_pause_s: list             # GC pause by generation over the whole run
-    rss_growth_bytes_per_epoch: float
+    rss_growth_bytes_per_epoch: float | None   # None: too few epochs after its warm-up to fit (stats.slope: 3)
     error: str | None = None     # what its run recorded ending with
     stopped_unix: float | None = None   # when it ended: its final status's time, else its last step's (or epoch's) end
     straggled: int = 0           # aligned steps this rank held the others back
@@ -241,7 +241,7 @@ def _rank(rank_dir, unit):
     else:
         total = float(wall.sum())
     used = epochs[warm_epochs:]
-    rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if used else 0.0
+    rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
@@ -462,7 +462,8 @@ def analyze_ranks(run_dir):
             and stall_by_rank[worst] >= STRAGGLER_MIN * job_time):
         mine = straggled & (top == worst)
         by_gen = gc_explained(mine)
-        others = [s.rss_growth_bytes_per_epoch for s in per_rank if s.rank != worst]
+        others = [s.rss_growth_bytes_per_epoch for s in per_rank
+                  if s.rank != worst and s.rss_growth_bytes_per_epoch is not None]
         half = len(np.flatnonzero(mine)) // 2
         stalls = top_stall[mine]
         stragglers = Straggler(
@@ -472,7 +473,7 @@ def analyze_ranks(run_dir):
             stall_s=float(stall_by_rank[worst]), median_stall_s=float(np.median(stalls)),
             stall_growth=float(np.mean(stalls[-half:]) / np.mean(stalls[:half])) if half else 1.0,
             mean_interval=float(n_used / counts_by_rank[worst]), share_of_lost=float(stall_by_rank[worst] / lost_total),
-            rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch,
+            rss_growth_bytes_per_epoch=per_rank[worst].rss_growth_bytes_per_epoch or 0.0,
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0, forced=per_rank[worst].forced)
     stopped = sorted((s for s in per_rank if s.status not in FINISHED), key=_stop_order)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,

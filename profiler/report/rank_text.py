@@ -142,12 +142,17 @@ def uneven(ra):
 def growing(ra):
     """A line per rank whose memory grows while the others' does not (a leak on one rank shows in its
     own report, which this one is not unless it is the diagnosed rank)."""
-    rates = [r.rss_growth_bytes_per_epoch for r in ra.per_rank]
-    typical = sorted(rates)[(len(rates) - 1) // 2]
+    told = [r for r in ra.per_rank if r.rss_growth_bytes_per_epoch is not None]   # enough epochs to fit one
+    rates = sorted(r.rss_growth_bytes_per_epoch for r in told)
+    typical = rates[(len(rates) - 1) // 2] if rates else 0.0
     return [f"rank {r.rank}'s RSS grows {text.size(r.rss_growth_bytes_per_epoch)} per epoch against "
             f"{text.size(typical)} on the median rank: `profiler report` on its directory for the growth"
-            for r in ra.per_rank if r.rank != ra.diagnosed
+            for r in told if r.rank != ra.diagnosed
             and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
+
+
+def _rate(bytes_per_epoch):
+    return "-" if bytes_per_epoch is None else text.size(bytes_per_epoch)
 
 
 def summary(ra):
@@ -164,7 +169,7 @@ def summary(ra):
         count = r.steps if ra.unit == "step" else r.epochs
         lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
-                     f"{text.size(r.rss_growth_bytes_per_epoch):>11s}")
+                     f"{_rate(r.rss_growth_bytes_per_epoch):>11s}")
     if len(ra.per_rank) > 64:
         worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
         lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
