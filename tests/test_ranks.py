@@ -232,7 +232,9 @@ def test_a_comparison_says_which_job_did_not_finish_and_kept_its_warm_up(tmp_pat
     assert c.b.cautions == ["rank 0 did not finish (failed)", "rank 1 did not finish (failed)",
                             "too few epochs to leave the warm-up out: its steps are compared too"]
     words = rank_text.comparison_verdict(c)
-    assert "rank 1 did not finish (failed)" in words and "warm-up out" in words
+    assert "rank 1 did not finish (failed)" in words and "warm-up out" in words and "same run" not in words
+    same = rank_analysis.compare_ranks(tmp_path / "a", tmp_path / "a" / ".")
+    assert same.same_run and rank_text.comparison_verdict(same).endswith("Note: A and B are the same run directory.")
 
 
 def test_a_longer_gap_behind_a_step_that_ended_late_is_no_stall(tmp_path):
@@ -447,6 +449,7 @@ def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_pa
     assert "Rank 1 holds the other ranks back" in out and "ranks        3, 200 steps aligned" in out
     html = (tmp_path / "r.html").read_text()
     assert "<h2>Ranks</h2>" in html and html.count("data:image/png") >= 2     # the heatmap, then rank 1's run
+    assert "<th>RSS/epoch</th>" in html                                        # as the text's per-rank table
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "Rank 1 no longer straggles" in out

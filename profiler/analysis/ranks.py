@@ -611,6 +611,7 @@ class RankComparison:
     b: JobSide
     step_ratio: float            # b.step_s / a.step_s: below 1, B's steps are faster
     lost_change_s_per_step: float  # b - a
+    same_run: bool = False       # A and B are one run directory
 
 
 def _side(run_dir):
@@ -631,4 +632,5 @@ def compare_ranks(run_a, run_b):
     a, b = _side(run_a), _side(run_b)
     if a.label == b.label:
         a.label, b.label = f"A ({a.label})", f"B ({b.label})"
-    return RankComparison(a, b, b.step_s / a.step_s if a.step_s > 0 else 1.0, b.lost_s_per_step - a.lost_s_per_step)
+    return RankComparison(a, b, b.step_s / a.step_s if a.step_s > 0 else 1.0, b.lost_s_per_step - a.lost_s_per_step,
+                          same_run=Path(run_a).resolve() == Path(run_b).resolve())

@@ -151,7 +151,8 @@ def growing(ra):
             and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
 
 
-def _rate(bytes_per_epoch):
+def rate(bytes_per_epoch):
+    """A rank's RSS growth per epoch, "-" when it had too few epochs to fit one."""
     return "-" if bytes_per_epoch is None else text.size(bytes_per_epoch)
 
 
@@ -169,7 +170,7 @@ def summary(ra):
         count = r.steps if ra.unit == "step" else r.epochs
         lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
-                     f"{_rate(r.rss_growth_bytes_per_epoch):>11s}")
+                     f"{rate(r.rss_growth_bytes_per_epoch):>11s}")
     if len(ra.per_rank) > 64:
         worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
         lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
@@ -204,7 +205,8 @@ def comparison_verdict(c):
                   f"{text.pct(sa.time_fraction)} (rank {sa.rank}).")
     elif sb is not None:
         text_ += f" Rank {sb.rank} straggles in {c.b.label} only."
-    return text_ + text.cautions_note(c.a) + text.cautions_note(c.b)
+    return (text_ + text.cautions_note(c.a) + text.cautions_note(c.b)
+            + (" Note: A and B are the same run directory." if c.same_run else ""))
 
 
 def comparison(c):
