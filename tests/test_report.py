@@ -328,6 +328,14 @@ def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
         assert f"<td>{html_escape(name)}</td><td>{x}</td><td>{y}</td>" in page
 
 
+def test_a_one_epoch_run_shows_no_made_up_memory_growth(tmp_path):
+    # "RSS +0 B/epoch" stood beside "memory cannot show a trend in one epoch" (a user probe)
+    words = text.diagnosis(analyze(write_run(tmp_path / "one", [epoch(0, 0.02)])))
+    assert "memory       RSS -/epoch" in words and "cannot show a trend in one epoch" in words
+    words = text.diagnosis(analyze(write_run(tmp_path / "two", [epoch(0, 0.02), epoch(1, 0.02, rss=201 << 20)])))
+    assert "memory       RSS +1.0 MiB/epoch" in words
+
+
 def test_a_one_epoch_runs_figures_draw_it(tmp_path):
     """A stackplot, or a line without markers, of one point draws nothing (a probe: the HTML's figures of
     a 1-epoch run were empty). One epoch is a stack of bars, and the RSS line has a marker."""

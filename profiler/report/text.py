@@ -389,6 +389,12 @@ def _spikes_not_found(s):
 FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
 
 
+def _rss_rate(a):
+    """'+1.2 MiB', or '-' for one epoch after the warm-up, which has no growth to fit."""
+    rate = a.rss_growth_bytes_per_epoch
+    return "-" if a.epochs < 2 else f"{'+' if rate >= 0 else ''}{size(rate)}"
+
+
 def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
     if a.epochs < 2:
@@ -461,7 +467,7 @@ def diagnosis(d):
               f"GC share     overall {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else ""),
-              f"memory       RSS {'+' if a.rss_growth_bytes_per_epoch >= 0 else ''}{size(a.rss_growth_bytes_per_epoch)}/epoch"
+              f"memory       RSS {_rss_rate(a)}/epoch"
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")
               + (f"   traced {size(a.traced_growth_bytes_per_epoch)}/epoch"
