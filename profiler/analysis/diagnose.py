@@ -111,11 +111,8 @@ def _training_events(run, records):
         first = run.epochs[0].get("start_s")
         return events[events["start_s"] >= first] if first is not None else events
     order = np.argsort(starts)
-    begin = np.array(starts, float)[order]
-    end = begin + np.array([r["wall_s"] for r in records], float)[order]
-    t = np.asarray(events["start_s"], float)
-    latest = np.searchsorted(begin, t, "right") - 1   # the last epoch that began at or before t
-    return events[(latest >= 0) & (t < end[np.maximum(latest, 0)])]
+    walls = [r["wall_s"] for r in records]
+    return events[stats.within(np.array(starts)[order], np.array(walls)[order], events["start_s"])[1]]
 
 
 # how far epoch time may move with no sustained trend and still be called steady: the fitted change's

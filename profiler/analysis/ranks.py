@@ -208,11 +208,8 @@ def _gap_events(run, steps):
     events = run.gc_events()
     if not len(events) or not len(steps):
         return None
-    starts = np.asarray(steps["start_s"], float)
-    ends = starts + steps["wall_s"]
-    t = np.asarray(events["start_s"], float)
-    before = np.searchsorted(starts, t, side="right") - 1      # the last step that started before the event
-    inside = (before >= 0) & (t < ends[np.maximum(before, 0)])  # already in that step's own GC fields
+    # the last step that started before each event; inside it, already in that step's own GC fields
+    before, inside = stats.within(steps["start_s"], steps["wall_s"], events["start_s"])
     gap = ~inside & (before >= 0) & (before + 1 < len(steps))   # not set-up, before the first step
     return (before[gap] + 1, events["generation"][gap].astype(int), events["duration_s"][gap].astype(float))
 

@@ -141,6 +141,18 @@ def change(x, y):
     return Change(float(relative), float(low), float(high), early, late, bool(sustained))
 
 
+# -- times within spans --------------------------------------------------------------------------
+
+def within(begin, wall, t):
+    """For spans [begin, begin + wall) in order of begin (epochs, steps) and times t (GC events):
+    the index of the last span that began at or before each time (-1: none), and whether the time
+    falls inside that span."""
+    begin, t = np.asarray(begin, float), np.asarray(t, float)
+    last = np.searchsorted(begin, t, side="right") - 1
+    end = begin + np.asarray(wall, float)
+    return last, (last >= 0) & (t < end[np.maximum(last, 0)])
+
+
 # -- quantiles of long series in constant memory -----------------------------------------------
 
 HIST_EDGES = np.geomspace(1e-7, 1e7, 5462)   # 0.6% wide bins from 0.1 us to 1e7 s (rundir.reader.MAX_SECONDS)
