@@ -330,8 +330,10 @@ def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
 
 def test_a_one_epoch_run_shows_no_made_up_memory_growth(tmp_path):
     # "RSS +0 B/epoch" stood beside "memory cannot show a trend in one epoch" (a user probe)
-    words = text.diagnosis(analyze(write_run(tmp_path / "one", [epoch(0, 0.02)])))
+    one = analyze(write_run(tmp_path / "one", [epoch(0, 0.02)]))
+    words = text.diagnosis(one)
     assert "memory       RSS -/epoch" in words and "cannot show a trend in one epoch" in words
+    assert json.loads(json_out.render(one))["allocation"]["rss_growth_bytes_per_epoch"] is None   # not 0.0
     words = text.diagnosis(analyze(write_run(tmp_path / "two", [epoch(0, 0.02), epoch(1, 0.02, rss=201 << 20)])))
     assert "memory       RSS +1.0 MiB/epoch" in words
 

@@ -47,7 +47,7 @@ class GcSummary:
 
 @dataclass
 class Allocation:
-    rss_growth_bytes_per_epoch: float
+    rss_growth_bytes_per_epoch: float | None   # None: one epoch after the warm-up, no growth to fit
     traced_growth_bytes_per_epoch: float | None
     malloc_growth_bytes_per_epoch: float | None
     rss_start_bytes: float
@@ -198,7 +198,7 @@ def analyze(run_dir):
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
                      tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None),
-        allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"] or 0.0,
+        allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"],
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],
                               rss_start_bytes=float(records[0]["rss_bytes"]),

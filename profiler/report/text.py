@@ -392,12 +392,12 @@ FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
 def _rss_rate(a):
     """'+1.2 MiB', or '-' for one epoch after the warm-up, which has no growth to fit."""
     rate = a.rss_growth_bytes_per_epoch
-    return "-" if a.epochs < 2 else f"{'+' if rate >= 0 else ''}{size(rate)}"
+    return "-" if rate is None else f"{'+' if rate >= 0 else ''}{size(rate)}"
 
 
 def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
-    if a.epochs < 2:
+    if rate is None:
         return "memory cannot show a trend in one epoch"
     if rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES:
         return f"memory is flat (RSS {'+' if rate >= 0 else ''}{size(rate)} per epoch)"
