@@ -265,6 +265,21 @@ def test_a_few_steps_are_too_few_to_call_the_ranks_apart(tmp_path):
     assert a.drift_steps > rank_analysis.SYNC_STEPS and a.collective != "none"
 
 
+def test_ranks_that_drift_apart_over_too_few_steps_say_the_straggler_is_a_guess(tmp_path):
+    # no collective, 20 steps: rank 1 loads for 3 ms before each 10-ms step against rank 0's 1 ms, so
+    # read as in-step it "holds the others back" 2 ms a step; the report said "steps end together"
+    for rank, gap in ((0, 0.001), (1, 0.003)):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(20, 0.010), start_s=np.arange(20) * (0.010 + gap) + gap)
+    d = analyze(tmp_path)
+    assert d.rank_analysis.collective == "in-step" and d.stragglers.rank == 1
+    assert ("the ranks' steps wander 0.91 median steps apart, as ranks that never wait for each other do, but 20 "
+            "steps are too few to tell (it takes 30): the stalls are read as if the ranks meet at every step") in d.cautions
+    summary = "\n".join(rank_text.summary(d.rank_analysis))
+    assert "steps end together" not in summary
+    assert ("steps neither clearly end nor begin together (they wander 0.91 median steps between ranks, over too few "
+            "steps to tell): read as if the collective is inside the step") in summary
+
+
 def test_ranks_that_never_wait_for_each_other_drift_apart_and_none_is_a_straggler(tmp_path):
     # no collective (a script that never calls init_process_group): rank 1 is 5% slower and pauses
     # 8 ms in a full collection every 10 steps, but nobody waits for it; it also runs on longer

@@ -564,10 +564,15 @@ def diagnose_ranks(run_dir):
 
 
 def _cautions(merged):
-    """What each rank's records leave out (Run.cautions), each named by its rank; and too few aligned
-    units to tell a straggler (MIN_ALIGNED), naming the rank that cut them short."""
+    """What each rank's records leave out (Run.cautions), each named by its rank; too few steps to tell
+    whether the ranks wait for each other; and too few aligned units to tell a straggler (MIN_ALIGNED),
+    naming the rank that cut them short."""
     cautions = [f"rank {s.rank}: {c}" for s in merged.per_rank for c in s.cautions]
     n = merged.aligned - merged.warmup
+    if merged.collective in ("in-step", "between-steps") and merged.drift_steps > SYNC_STEPS:   # too few to say "none"
+        cautions.append(f"the ranks' steps wander {merged.drift_steps:.2f} median steps apart, as ranks that never "
+                        f"wait for each other do, but {n} {merged.unit}{'' if n == 1 else 's'} are too few to tell "
+                        f"(it takes {SYNC_MIN_STEPS}): the stalls are read as if the ranks meet at every step")
     if n < MIN_ALIGNED:
         done = {s.rank: s.steps if merged.unit == "step" else s.epochs for s in merged.per_rank}
         shortest = min((r for r in done if done[r]), key=done.get)

@@ -2,12 +2,13 @@
 table, ranks that did not finish, and the comparison of two multi-rank runs (text.py calls these)."""
 
 from ..analysis import findings
-from ..analysis.ranks import FINISHED
+from ..analysis.ranks import FINISHED, SYNC_STEPS
 from . import text
 
-COLLECTIVE = {"in-step": "steps end together: the collective is inside the step",
-              "between-steps": "steps begin together: the collective is between steps",
-              "one-rank": "one rank: there is no other rank to wait for"}
+# what the clocks showed, and where that puts the collective
+COLLECTIVE = {"in-step": ("steps end together", "the collective is inside the step"),
+              "between-steps": ("steps begin together", "the collective is between steps"),
+              "one-rank": ("one rank", "there is no other rank to wait for")}
 
 
 def _collective(ra):
@@ -18,8 +19,12 @@ def _collective(ra):
     if ra.collective == "none":
         return (f"steps drift apart (they wander {ra.drift_steps:.2f} median steps between ranks) and so do epochs: "
                 f"the ranks do not wait for each other at a collective, so none holds the others back")
-    if ra.collective != "unknown":
-        return COLLECTIVE[ra.collective]
+    if ra.collective in COLLECTIVE:
+        shown, where = COLLECTIVE[ra.collective]
+        if ra.drift_steps is not None and ra.drift_steps > SYNC_STEPS:   # too few steps to call it "none"
+            return (f"steps neither clearly end nor begin together (they wander {ra.drift_steps:.2f} median steps "
+                    f"between ranks, over too few steps to tell): read as if {where}")
+        return f"{shown}: {where}"
     if ra.unit == "epoch":
         return "where the collective lies is unknown (a rank recorded no steps): epochs compared by wall time"
     return ("where the collective lies is unknown (a rank's meta.json has no clock_origin_unix): steps compared by "
