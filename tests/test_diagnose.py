@@ -368,6 +368,19 @@ def test_leak_names_the_line(tmp_path):
     assert "train.py:42" in text.remedy(f) and "keeps growing" in text.evidence(f)
 
 
+def test_a_leak_of_numpy_buffers_names_their_line_not_a_smaller_python_one(tmp_path):
+    # 8 MiB of numpy kept each epoch at train.py:7 and a float appended at train.py:8: the remedy named
+    # :8, the first line of kind "python" (a user probe)
+    growth = [{"site": "train.py:7", "size_diff": 8 * MIB, "count_diff": 3, "kind": "numpy"},
+              {"site": "train.py:8", "size_diff": 24, "count_diff": 1, "kind": "python"}]
+    records = [epoch(i, 0.01, rss=200 * MIB + i * 8 * MIB, malloc=100 * MIB + i * 8 * MIB,
+                     heap={"traced_bytes": 50 * MIB + i * 8 * MIB, "peak_bytes": 0, "top_growth": growth})
+               for i in range(30)]
+    f = analyze(write_run(tmp_path / "run", records)).findings[0]
+    assert f.pattern == "allocation-growth"
+    assert text.remedy(f) == "Drop the reference that keeps what train.py:7 allocates alive, or bound the container it goes into."
+
+
 def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path):
     # deep capture (tracemalloc=True) after a snapshot that took a second waits within its budget:
     # a short run's snapshots can all be in its first epochs, which the analysis leaves out as warm-up

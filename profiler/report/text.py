@@ -284,7 +284,7 @@ def remedy(f):
             text += " And " + _forced_remedy(e.forced, e.policy)
         return text
     if f.pattern == "allocation-growth":
-        site = fnd.python_site(e.top_sites) or (e.top_sites[0].site if e.top_sites else None)
+        site = e.top_sites[0].site if e.top_sites else None   # the line that grew most, numpy's buffers too
         if e.levels_off:
             return ("It levelled off: a cache or pool filled up. Bound it if that size is more than you expect"
                     + (f" ({site})." if site else "."))
