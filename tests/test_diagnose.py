@@ -343,7 +343,28 @@ def test_leak_that_levels_off(tmp_path):
     assert d.primary_cause == "allocation" and patterns(d) == ["allocation-growth"]
     e = d.findings[0].evidence
     assert e.measure == "rss" and e.levels_off and e.end_bytes == 360 * MIB
-    assert "levels off" in text.evidence(d.findings[0]) and "levelled off" in text.remedy(d.findings[0])
+    assert text.evidence(d.findings[0]) == ("RSS memory grew 128.0 MiB (232.0 MiB -> 360.0 MiB); it levelled off by "
+                                            "the last third of the run")
+    assert "levelled off" in text.remedy(d.findings[0])
+
+
+@pytest.mark.parametrize("filled", [5, 3])
+def test_a_cache_that_filled_in_a_few_epochs_is_not_called_flat(tmp_path, filled):
+    # 40 epochs; a 4-MiB array cached in each of the first epochs after the warm-up, then none: the
+    # slope over every epoch is ~0 and the report said "memory is flat" beside the 20-MiB line (a probe)
+    traced = [20 * MIB + min(max(i - 5, 0), filled) * 4 * MIB for i in range(40)]
+    records = [epoch(i, 0.01, rss=100 * MIB + t, heap={"traced_bytes": t, "peak_bytes": 0}) for i, t in enumerate(traced)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert patterns(d) == ["allocation-growth"]
+    e = d.findings[0].evidence
+    assert e.measure == "traced" and e.levels_off and e.end_bytes - e.start_bytes == filled * 4 * MIB
+    assert "memory is flat" not in text.verdict(d)
+    # a flat run stays without a finding, and one jump in a single epoch under the limit too
+    flat = [epoch(i, 0.01, rss=100 * MIB + (3 * MIB if i > 7 else 0), heap={"traced_bytes": 20 * MIB, "peak_bytes": 0})
+            for i in range(40)]
+    held = analyze(write_run(tmp_path / "flat", flat))
+    assert patterns(held) == []
+    assert "RSS rose 3.0 MiB (100.0 MiB -> 103.0 MiB) and then held, under the 16.0 MiB" in text.verdict(held)
 
 
 def test_malloc_growth_read_in_some_epochs_only(tmp_path):

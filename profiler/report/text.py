@@ -152,15 +152,16 @@ def _gen(g):
 
 
 def _memory(e):
-    text = f"{e.measure.upper() if e.measure == 'rss' else e.measure} memory grows {size(e.growth_bytes_per_epoch)} per epoch " \
-           f"({size(e.start_bytes)} -> {size(e.end_bytes)})"
+    name = e.measure.upper() if e.measure == "rss" else e.measure
+    grows = f"grew {size(e.end_bytes - e.start_bytes)}" if e.levels_off else f"grows {size(e.growth_bytes_per_epoch)} per epoch"
+    text = f"{name} memory {grows} ({size(e.start_bytes)} -> {size(e.end_bytes)})"
     others = [(name, rate) for name, rate in (("RSS", e.rss_growth_bytes_per_epoch),
                                               ("malloc", e.malloc_growth_bytes_per_epoch),
                                               ("traced", e.traced_growth_bytes_per_epoch))
               if rate is not None and name.lower() != e.measure]
     if others:
         text += "; " + ", ".join(f"{name} {'+' if rate >= 0 else ''}{size(rate)} per epoch" for name, rate in others)
-    text += ("; it levels off in the last third of the run" if e.levels_off else "; it keeps growing to the end")
+    text += ("; it levelled off by the last third of the run" if e.levels_off else "; it keeps growing to the end")
     if e.top_sites:
         text += ". The lines whose memory grew most: " + "; ".join(
             f"{s.site} (+{size(s.size_diff)}, {s.count_diff:+d} blocks)" for s in e.top_sites[:3])
@@ -399,8 +400,11 @@ def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
     if rate is None:
         return "memory cannot show a trend in one epoch"
-    if rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES:
+    if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_end_bytes - a.rss_start_bytes < FLAT_BYTES:
         return f"memory is flat (RSS {'+' if rate >= 0 else ''}{size(rate)} per epoch)"
+    if rate * max(a.span_epochs, 1) < FLAT_BYTES:   # a rise that stopped: a slope over every epoch misses it
+        return (f"RSS rose {size(a.rss_end_bytes - a.rss_start_bytes)} ({size(a.rss_start_bytes)} -> "
+                f"{size(a.rss_end_bytes)}) and then held, under the {size(a.rss_limit_bytes)} that counts as growing memory")
     text = f"RSS grew {size(rate)} per epoch"
     if a.epochs < fnd.MEMORY_MIN_EPOCHS:
         return text + f" over {a.epochs} epoch{'' if a.epochs == 1 else 's'}: too few epochs to call it a leak"
