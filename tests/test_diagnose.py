@@ -221,6 +221,24 @@ def test_pauses_that_grow_with_uptime_are_projected(tmp_path):
     assert "1 s after 82.6 min of uptime" in text.evidence(growth)
 
 
+def test_pauses_grow_with_the_epochs_time_not_with_the_gaps_between_them(tmp_path):
+    # one full collection per 100-ms epoch, 10 ms growing to 100; after epoch 7 a 20-s pause between
+    # epochs (an evaluation, or deep capture's traced window, which the analysis leaves out). On the
+    # run's clock the line fitted through the late collections started below zero: no finding, the
+    # loss of a real one whenever a run was repeated with --tracemalloc auto (a user probe)
+    records, events = [], []
+    for i in range(30):
+        start, pause = 0.1 * i + (20.0 if i > 7 else 0.0), 0.010 + 0.090 * i / 29
+        records.append(epoch(i, 0.1, pause=(0.0, 0.0, pause), collections=(0, 0, 1), start_s=start))
+        events.append((start + 0.05, pause, 2, 0))
+    d = analyze(write_run(tmp_path / "run", records, gc_events=events))
+    growth = next(f for f in d.findings if f.pattern == "gc-growing-pauses")
+    skipped = d.epoch_time.warmup_epochs_skipped
+    # uptime counted in the analysed epochs: 30 - skipped of them, from the first one's start
+    assert growth.evidence.uptime_s == pytest.approx(0.1 * skipped + 0.1 * (29 - skipped) + 0.05)
+    assert growth.evidence.growth_s_per_hour == pytest.approx(0.090 / 2.9 * 3600, rel=0.02)
+
+
 def test_full_collections_of_the_set_up_before_the_epochs_are_no_growing_pauses(tmp_path):
     # building a big structure before training: full collections ramp 10 -> 200 ms in the set-up,
     # then stay flat at 200 ms in every epoch (the gc_heavy script of a user probe)

@@ -113,7 +113,7 @@ class PauseGrowth:
     last_s: float                   # ...and at the last
     change: stats.Change
     growth_s_per_hour: float
-    uptime_s: float                 # since the clock origin, at the last collection
+    uptime_s: float                 # at the last collection, counted in the analysed epochs (training_clock)
     hours_to_one_second: float | None   # uptime at which the trend reaches 1 s per full collection
     excess_s: float                 # pause time above the first fitted duration (spikes' time included)
     objects: Objects | None
@@ -302,6 +302,26 @@ def gc_spikes(spikes, objs, site, policy=None, forced=None):
                    GcSpikes(spikes, spikes.total / paused, objs, site, policy, forced))
 
 
+def training_clock(records, t=None):
+    """Times `t` on the run's clock (each inside an epoch of `records`), or the epochs' ends when t is
+    None, as uptime counted in those epochs alone from the first one's start: the time between them
+    (an evaluation, a script's own gc.collect()) and the epochs left out (deep capture's traced
+    ones, 10-150x slower) would stretch the axis a trend in pauses is fitted on. Records without
+    start_s: t as it is, or the epochs' walls summed."""
+    walls = np.array([r["wall_s"] for r in records], float)
+    starts = [r.get("start_s") for r in records]
+    if None in starts:
+        return np.cumsum(walls) if t is None else np.asarray(t, float)
+    starts = np.array(starts, float)
+    order = np.argsort(starts)
+    starts, walls = starts[order], walls[order]
+    before = starts[0] + np.concatenate(([0.0], np.cumsum(walls)[:-1]))   # each epoch's start on the new clock
+    if t is None:
+        return (before + walls)[np.argsort(order)]
+    last = np.maximum(stats.within(starts, walls, t)[0], 0)
+    return before[last] + np.clip(np.asarray(t, float) - starts[last], 0.0, walls[last])
+
+
 def pause_growth(events, records, spikes, objs, site, forced=None, policy=None):
     """Full collections that take longer with uptime: from gc_events.bin when it holds enough of
     them, else from each epoch's mean generation-2 pause. The growth that falls inside spikes is
@@ -309,12 +329,11 @@ def pause_growth(events, records, spikes, objs, site, forced=None, policy=None):
     full = events[events["generation"] == 2] if len(events) else events
     if len(full) >= MIN_EVENTS:
         source = "gc_events"
-        x, y = np.asarray(full["start_s"], float), np.asarray(full["duration_s"], float)
+        x, y = training_clock(records, full["start_s"]), np.asarray(full["duration_s"], float)
     else:
         source = "epochs"
-        ends = np.cumsum([r["wall_s"] for r in records])   # epoch ends when a record has no start_s
-        rows = [(r["start_s"] + r["wall_s"] if r.get("start_s") is not None else ends[i],
-                 r["gc"]["pause_s"][2] / r["gc"]["collections"][2])
+        ends = training_clock(records)
+        rows = [(ends[i], r["gc"]["pause_s"][2] / r["gc"]["collections"][2])
                 for i, r in enumerate(records) if r["gc"]["collections"][2]]
         if len(rows) < MIN_EVENTS:
             return None
