@@ -91,6 +91,33 @@ def test_the_programs_own_collections_are_told_apart_with_their_line(tmp_path):
         assert sites == {f"{__file__}:{line}": 3, f"{__file__}:{line + 1}": 1, f"{__file__}:{COLLECT_YOUNG_LINE}": 1}
 
 
+def test_collections_between_epochs_are_kept_with_the_next_epoch(tmp_path):
+    # a script's own gc.collect() after each epoch, outside it: the epochs' records alone showed no GC
+    line = sys._getframe().f_lineno + 7   # the gc.collect(2) below
+    with Session(tmp_path / "run") as session:
+        gc.collect(1)   # before the first epoch: the set-up's
+        for e in range(3):
+            with session.epoch(e):
+                pass
+            if e < 2:
+                gc.collect(2)
+                gc.collect(2)
+    rs = records(tmp_path / "run")
+    assert read_run(tmp_path / "run").gc_before
+    assert rs[0]["gc_before"]["collections"][1] >= 1 and rs[0]["gc_before"]["forced"][1] >= 1
+    for r in rs[1:]:
+        b = r["gc_before"]
+        assert b["collections"] == [0, 0, 2] and b["forced"] == [0, 0, 2] and r["gc"]["collections"] == [0, 0, 0]
+        assert 0 < b["forced_pause_s"][2] == b["pause_s"][2]
+        assert sorted(x["site"] for x in b["forced_sites"]) == [f"{__file__}:{line}", f"{__file__}:{line + 1}"]
+        assert sum(x["pause_s"] for x in b["forced_sites"]) == pytest.approx(b["pause_s"][2])
+    with Session(tmp_path / "quiet") as session:   # no collection between epochs: no field
+        for e in range(2):
+            with session.epoch(e):
+                pass
+    assert "gc_before" not in records(tmp_path / "quiet")[1]
+
+
 def test_collections_hidden_from_the_callback_are_counted_and_the_callback_comes_back(tmp_path):
     others = list(gc.callbacks)
     try:

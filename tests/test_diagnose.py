@@ -261,6 +261,46 @@ def test_full_collections_between_the_epochs_are_outside_their_time(tmp_path):
     assert d.findings == [], text.verdict(d)
 
 
+def _between(pause, *, forced=True, site="train.py:9"):
+    """An epoch record's gc_before: one full collection of `pause` seconds before the epoch."""
+    record = {"pause_s": [0.0, 0.0, pause], "collections": [0, 0, 1], "forced": [0, 0, int(forced)],
+              "forced_pause_s": [0.0, 0.0, pause if forced else 0.0]}
+    if forced:
+        record["forced_sites"] = [{"site": site, "collections": 1, "pause_s": pause}]
+    return record
+
+
+@pytest.mark.parametrize("forced", [True, False])
+def test_collections_between_the_epochs_are_a_finding_of_their_own(tmp_path, forced):
+    # a script's gc.collect() after each 50-ms epoch (or what its evaluation allocates), 200 ms a time
+    # in 250-ms gaps: the epochs hold no GC, and the report said "GC takes 0.0% ... Nothing to fix"
+    records = [dict(epoch(i, 0.050, start_s=0.3 * i), **({"gc_before": _between(0.2, forced=forced)} if i else {}))
+               for i in range(30)]
+    d = analyze(write_run(tmp_path / "run", records, gc_before=True))
+    assert patterns(d) == ["gc-between-epochs"] and d.primary_cause == "gc"
+    f = d.findings[0]
+    n = 30 - d.epoch_time.warmup_epochs_skipped   # each analysed epoch and the gap before it
+    assert f.time_fraction == pytest.approx(0.2 / 0.3) == pytest.approx(d.gc.share_between)
+    assert (f.evidence.intervals, f.evidence.collections) == (n, [0, 0, n]) and d.gc.share_total == 0.0
+    assert text.evidence(f).startswith(f"Between the epochs, outside every epoch's time, {n} collections ({n} full) "
+                                       f"paused {0.2 * n:.2f} s: 66.7% of the time")
+    if forced:
+        assert "1 call per gap, at train.py:9" in text.evidence(f) and "gc.collect() calls (at train.py:9)" in text.remedy(f)
+    else:
+        assert text.remedy(f).startswith("What runs between the epochs (an evaluation, a checkpoint, logging) allocates")
+
+
+def test_collections_between_the_epochs_that_cost_little_are_no_finding(tmp_path):
+    # a 1-ms collection in each 250-ms gap (an evaluation's), 0.3% of the time: no finding, its share shown
+    records = [dict(epoch(i, 0.050, start_s=0.3 * i), gc_before=_between(0.001)) for i in range(30)]
+    d = analyze(write_run(tmp_path / "run", records, gc_before=True))
+    assert d.findings == [] and d.gc.share_between == pytest.approx(0.001 / 0.3)
+    assert "between epochs 0.3%" in text.diagnosis(d)
+    # a run written before they were recorded cannot say: None, and no share shown
+    old = analyze(write_run(tmp_path / "old", [epoch(i, 0.050, start_s=0.3 * i) for i in range(30)]))
+    assert old.gc.share_between is None and "between epochs" not in text.diagnosis(old)
+
+
 def test_growing_pauses_share_is_of_the_epochs_they_fall_in(tmp_path):
     # growing full collections inside the epochs and as many again, as long, between them: only
     # the ones inside count, so the share is at most the epochs' GC share

@@ -96,6 +96,14 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
     (record(gc=dict(epoch(1, 0.01, collections=(0, 0, 1), forced=(0, 0, 1), forced_pause=(0, 0, 0))["gc"],
                     forced_sites=[{"site": "", "collections": 1, "pause_s": 0.0}])),
      ["line 2 has gc.forced_sites that is not a list of objects with a site"]),
+    (record(gc_before={"collections": [0, 0, 1]}), ["line 2 has gc_before {'collections': [0, 0, 1]}, not an object "
+                                                    "with collections (three counts) and pause_s"]),
+    (record(gc_before={"collections": [0, 0, 1.5], "pause_s": [0, 0, 0.1]}), ["line 2 has gc_before"]),
+    (record(gc_before={"collections": [0, 0, 1], "pause_s": [0, 0, 0.1], "forced": [0, 0, 2], "forced_pause_s": [0, 0, 0]}),
+     ["line 2 has gc_before.forced [0, 0, 2] above gc_before.collections [0, 0, 1]"]),
+    (record(gc_before={"collections": [0, 0, 1], "pause_s": [0, 0, 0.1], "forced": [0, 0, 1],
+                       "forced_pause_s": [0, 0, 0.1], "forced_sites": [{"site": "a.py:1", "collections": 2, "pause_s": 0.1}]}),
+     ["line 2 has gc_before.forced_sites counting more collections than gc_before.forced"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "no-wall-rss", "wall-string", "wall-nan", "epoch-string", "epoch-float",
         "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "op-tag-nan", "op-timed",
         "workers", "workers-growth", "workers-new", "workers-copied", "workers-spawned", "workers-collections",
@@ -104,7 +112,8 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
         "wall-400-digits", "rss-400-digits", "steps-400-digits", "collections-400-digits", "calls-400-digits",
         "epoch-2**63", "int-5000-digits", "forced-negative", "forced-pause-string", "forced-over-collections",
         "forced-sites-unnamed", "forced-alone", "forced-null", "forced-sites-over",
-        "missed-string", "missed-fraction", "forced-fraction", "forced-pause-without-collection", "forced-site-empty"])
+        "missed-string", "missed-fraction", "forced-fraction", "forced-pause-without-collection", "forced-site-empty",
+        "before-no-pause", "before-fraction", "before-forced-over", "before-sites-over"])
 def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
     first, _, last = lines(run)

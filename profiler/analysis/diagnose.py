@@ -43,6 +43,8 @@ class GcSummary:
     full_collections_per_epoch: float
     tracked: int | None         # GC-tracked objects at the end, when sampled
     forced_share: float | None = None   # of all GC pause, the program's own gc.collect() calls' (None: not recorded)
+    share_between: float | None = None  # GC pause between the epochs / the time from the first epoch's predecessor's
+                                        # end to the last one's end (findings.between_epochs; None: no start_s)
 
 
 @dataclass
@@ -181,6 +183,11 @@ def analyze(run_dir):
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
+    # each analysed epoch with the one before it (the first's, when the warm-up or set-up went before)
+    before = run.epochs[loaded.skipped - 1:loaded.skipped] if loaded.skipped else [None]
+    between = fnd.between_epochs([(p, r) for p, r in zip(before + records[:-1], records) if p is not None],
+                                 objs, policy) if run.gc_before else None
+    found.append(fnd.gc_between_epochs(between))
     ranked = fnd.rank([f for f in found if f is not None])
 
     rates = fnd.memory_rates(records)
@@ -197,7 +204,8 @@ def analyze(run_dir):
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,
                      generation=int(np.argmax(spikes.gc_by_generation_s)),
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
-                     tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None),
+                     tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None,
+                     share_between=between.share if between else None),
         allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"],
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],

@@ -16,7 +16,7 @@ full collection's duration, outside spikes; the rest), so their time fractions d
 pause twice.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,6 +92,22 @@ class GcSteady:
     objects: Objects | None
     site: str | None                # the Python line whose memory grew most (deep capture)
     policy: str | None = None       # the run's --gc-policy (manual:N: these are its own collections)
+    forced: Forced | None = None    # None: the run predates their capture
+
+
+@dataclass
+class GcBetweenEpochs:
+    """Collections between the analysed epochs (a script's own gc.collect() after each one, what an
+    evaluation or a checkpoint allocates): outside every epoch's time, inside the job's."""
+    pause_s: float
+    collections: list               # per generation, over the run
+    intervals: int                  # the gaps between epochs they fall in (one before each analysed epoch)
+    epochs_s: float                 # the analysed epochs' time...
+    between_s: float                # ...and the time between them: share = pause_s / (epochs_s + between_s)
+    share: float
+    generation: int                 # the generation with the most pause time
+    objects: Objects | None
+    policy: str | None = None
     forced: Forced | None = None    # None: the run predates their capture
 
 
@@ -376,6 +392,36 @@ def gc_steady(records, spikes, growth_s, objs, site, policy=None, forced=None):
                             generation=int(np.argmax(by_gen)), pause_by_generation_s=list(by_gen),
                             collections_per_epoch=collections.tolist(), objects=objs, site=site, policy=policy,
                             forced=forced))
+
+
+def between_epochs(pairs, objs, policy=None):
+    """GC pauses between epochs, from `pairs` of (the epoch before, an analysed epoch) and the
+    collections the latter's record holds from before its start (gc_before); None when no pair has
+    both epochs' start_s."""
+    timed = [(p, r) for p, r in pairs if p.get("start_s") is not None and r.get("start_s") is not None]
+    if not timed:
+        return None
+    before = [r["gc_before"] for _, r in timed if r.get("gc_before")]
+    pause_by_gen = np.sum([b["pause_s"] for b in before], axis=0) if before else np.zeros(3)
+    epochs_s = float(sum(r["wall_s"] for _, r in timed))
+    between_s = float(sum(max(r["start_s"] - p["start_s"] - p["wall_s"], 0.0) for p, r in timed))
+    span, pause = epochs_s + between_s, float(pause_by_gen.sum())
+    forced_between = forced([{"gc": b} for b in before])
+    if forced_between is not None:   # per gap between epochs, those without a collection too
+        counts = np.array(forced_between.collections, float)
+        forced_between = replace(forced_between, collections_per_epoch=(counts / len(timed)).tolist())
+    collections = np.sum([b["collections"] for b in before], axis=0).tolist() if before else [0, 0, 0]
+    return GcBetweenEpochs(pause_s=pause, collections=collections, intervals=len(timed), epochs_s=epochs_s,
+                           between_s=between_s, share=pause / span if span > 0 else 0.0,
+                           generation=int(np.argmax(pause_by_gen)), objects=objs, policy=policy, forced=forced_between)
+
+
+def gc_between_epochs(between):
+    """A finding when GC pauses between the epochs take MEANINGFUL of the time from the first
+    analysed epoch's predecessor's end to the last one's end."""
+    if between is None or between.share < MEANINGFUL:
+        return None
+    return Finding("gc", "gc-between-epochs", between.share, between)
 
 
 def memory_series(records):

@@ -58,6 +58,17 @@ SITE_FRAMES = 16        # frames above a forced collection searched for the prog
 FORCED_SITES = 3        # lines kept per epoch record, the longest paused first
 
 
+def _with_forced(record, forced, forced_pause_ns, forced_sites):
+    """A GC record with the program's own collections added (where they can be told apart)."""
+    if TELLS_FORCED:
+        record.update(forced=forced, forced_pause_s=[ns / 1e9 for ns in forced_pause_ns])
+    if forced_sites:
+        ranked = sorted(forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
+        record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
+                                   "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+    return record
+
+
 class GcTimer:
     def __init__(self, origin_ns, event_threshold_s, steps=None, on_full=None, capacity=EVENT_CAPACITY):
         self.origin_ns = origin_ns
@@ -80,15 +91,26 @@ class GcTimer:
         self._zero()
 
     def reset(self, since_ns):
-        """Forget the collections counted so far (those between two epochs), as an epoch begins at
-        `since_ns`: the collector's count they are compared with moves on by them. Our counts are
-        swapped for new ones first, so a collection meanwhile lands in the old ones (added here) or
-        the new ones (counted on). One open in another thread, begun before, adds to the epoch only
-        its pause from `since_ns` on (its GC event keeps the whole)."""
-        counted = self.collections
-        self._zero()
+        """The collections counted since the last take() (those between two epochs, or before the
+        first: the epoch record's 'gc_before', None when there were none), forgotten as an epoch
+        begins at `since_ns`: the collector's count they are compared with moves on by them. Our
+        counts are swapped for new ones first, so a collection meanwhile lands in the old ones
+        (added here) or the new ones (counted on). One open in another thread, begun before, adds to
+        the epoch only its pause from `since_ns` on (its GC event keeps the whole)."""
+        pause_ns, counted, _, _, _, forced, forced_pause_ns, forced_sites = self._swap()
         self._stats = [s + c for s, c in zip(self._stats, counted)]
         self._since = since_ns
+        if not sum(counted):
+            return None
+        return _with_forced({"pause_s": [ns / 1e9 for ns in pause_ns], "collections": counted},
+                            forced, forced_pause_ns, forced_sites)
+
+    def _swap(self):
+        """The counts so far, with new ones in their place."""
+        counts = (self.pause_ns, self.collections, self.collected, self.uncollectable, self.max_pause_ns,
+                  self.forced, self.forced_pause_ns, self.forced_sites)
+        self._zero()
+        return counts
 
     def _zero(self):
         self.pause_ns = [0, 0, 0]
@@ -220,10 +242,8 @@ class GcTimer:
         is then read with automatic collection held off (reading it allocates) until it agrees with
         what the new counts hold, which another thread's gc.collect() in between may add to; a
         collection still open in another thread is not a missed one."""
-        pause_ns, collections, max_pause_ns = self.pause_ns, self.collections, self.max_pause_ns
-        collected, uncollectable = self.collected, self.uncollectable
-        forced, forced_pause_ns, forced_sites = self.forced, self.forced_pause_ns, self.forced_sites
-        self._zero()
+        (pause_ns, collections, collected, uncollectable, max_pause_ns,
+         forced, forced_pause_ns, forced_sites) = self._swap()
         enabled = _isenabled()
         gc.disable()
         try:
@@ -235,14 +255,9 @@ class GcTimer:
         finally:
             if enabled:
                 gc.enable()
-        record = {"pause_s": [ns / 1e9 for ns in pause_ns], "collections": collections, "collected": collected,
-                  "uncollectable": uncollectable, "max_pause_s": max_pause_ns / 1e9}
-        if TELLS_FORCED:
-            record.update(forced=forced, forced_pause_s=[ns / 1e9 for ns in forced_pause_ns])
-        if forced_sites:
-            ranked = sorted(forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
-            record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
-                                       "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+        record = _with_forced({"pause_s": [ns / 1e9 for ns in pause_ns], "collections": collections,
+                               "collected": collected, "uncollectable": uncollectable,
+                               "max_pause_s": max_pause_ns / 1e9}, forced, forced_pause_ns, forced_sites)
         if sum(now) > sum(self._stats) + sum(collections) + sum(since):   # the callback was out for a while, or...
             # ...one open in another thread is in the collector's count and not yet in ours
             elsewhere = self._open if self._open_thread != _get_ident() else None   # else one whose stop never came

@@ -133,6 +133,7 @@ class Session:
         self._last = None            # index of the last epoch begun and finished
         self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
         self._start_ns = 0
+        self._gc_before = None       # the open epoch's record of the collections before it (since the last epoch)
         self._fields = {}
         self._field_begins = []
         self._tracked = TrackedCounter()
@@ -162,6 +163,7 @@ class Session:
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
                 **self.ranks, "clock_origin_unix": origin_unix, "clock_origin_ns": origin_ns,
                 "started": _now_iso(), "finished": None, "finished_unix": None, "options": self.options,
+                "gc_before": True,   # epoch records hold the collections before them (absent: none)
             }
             self._writer.write_meta(self._meta)
         except BaseException:
@@ -346,7 +348,7 @@ class Session:
         for begin in self._field_begins:
             begin()
         self._start_ns = _now()
-        self.gc_timer.reset(self._start_ns)
+        self._gc_before = self.gc_timer.reset(self._start_ns)
         self.ops.take()   # discard what ran between epochs
         return index
 
@@ -371,6 +373,8 @@ class Session:
         record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
                   "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
                   "heap": heap, "ops": ops}
+        if self._gc_before is not None:
+            record["gc_before"] = self._gc_before
         for name, read in self._fields.items():
             record[name] = read()
         line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open

@@ -183,6 +183,13 @@ def evidence(f):
                 f"({'' if e.generation == 2 else _per_epoch(e.collections_per_epoch[e.generation], 'collection') + ', '}"
                 f"{_per_epoch(e.collections_per_epoch[2], 'full collection')})" + forced_clause(e.forced)
                 + _objects(e.objects, e.site, full=e.collections_per_epoch[2] > 0))
+    if f.pattern == "gc-between-epochs":
+        return (f"Between the epochs, outside every epoch's time, {counted(sum(e.collections), 'collection')} "
+                f"({e.collections[2]:,} full) paused {ms(e.pause_s)}: {pct(e.share)} of the time from the first "
+                f"analysed epoch to the last (the epochs took {ms(e.epochs_s)}, the {counted(e.intervals, 'gap')} "
+                f"between them {ms(e.between_s)}), mostly in {_gen(e.generation)} collections"
+                + forced_clause(e.forced, "it").replace(" per epoch", " per gap")
+                + _objects(e.objects, None, full=e.collections[2] > 0))
     if f.pattern == "gc-spikes":
         s = e.spikes
         return (f"{s.count:,} of {s.total:,} {s.unit}s ({pct(s.count / s.total)}) are spikes, "
@@ -236,6 +243,14 @@ def remedy(f):
         return rank_text.straggler_remedy(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_remedy(e)
+    if f.pattern == "gc-between-epochs":
+        if fnd.forced_leads(e):
+            return _forced_remedy(e.forced, e.policy)
+        return ("What runs between the epochs (an evaluation, a checkpoint, logging) allocates enough to start these: "
+                + ("call gc.freeze() once set-up is done so full collections walk only what training keeps, "
+                   "and make fewer container objects there" if e.generation == 2 else
+                   "make fewer container objects there (lists, dicts, class instances)")
+                + "; `profiler flamegraph` of the run shows what it is.")
     if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):   # under half the pause: manual:N's spikes
         return _forced_remedy(e.forced, e.policy, spikes=e.forced.share < fnd.FORCED_LEADS)
     if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
@@ -470,7 +485,8 @@ def diagnosis(d):
               f"   ratio {et.ratio:.2f}   trend {_trend(d)}",
               f"GC share     overall {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
-              + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else ""),
+              + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
+              + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
               f"memory       RSS {_rss_rate(a)}/epoch"
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")

@@ -47,6 +47,12 @@ class Run:
         return (self.meta.get("options") or {}).get("gc_policy")   # a string or None (_check_meta)
 
     @property
+    def gc_before(self):
+        """Whether epoch records hold the collections before each epoch (gc_before; absent: none): runs
+        written before they were recorded do not."""
+        return self.meta.get("gc_before") is True
+
+    @property
     def user_meta(self):
         meta = self.meta.get("meta")
         return meta if isinstance(meta, dict) else {}
@@ -130,6 +136,7 @@ def _check_meta(meta, file):
             ("epochs", meta.get("epochs"), lambda v: v is None or _count(v), "a count of epochs"),
             ("gc_events_dropped", meta.get("gc_events_dropped"), lambda v: v is None or _count(v),
              "a count of GC events"),
+            ("gc_before", meta.get("gc_before"), lambda v: v is None or type(v) is bool, "true, false or absent"),
             ("finished_unix", meta.get("finished_unix"), lambda v: v is None or _number(v), "a Unix time or null")):
         if not check(value):
             raise RunDirError(f"{file} has {key} {_shown(value)}, not {what}: not written by this profiler")
@@ -383,14 +390,22 @@ def _check_optional(record):
     for key in ("collected", "tracked"):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
-    for key in ("forced", "missed"):   # absent, or counts
-        if key in gc and not _numbers(gc[key], check=_count):
-            return f"has gc.{key} {gc[key]!r}, not three counts (non-negative integers)"
+    if "missed" in gc and not _numbers(gc["missed"], check=_count):   # absent, or counts
+        return f"has gc.missed {gc['missed']!r}, not three counts (non-negative integers)"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
         return f"has gc.max_pause_s {_shown(gc['max_pause_s'])}, not {SECONDS}"
     forced = _check_forced(gc)
     if forced:
         return forced
+    before = record.get("gc_before")
+    if before is not None:
+        if not (isinstance(before, dict) and _numbers(before.get("collections"), check=_count)
+                and _numbers(before.get("pause_s"), check=_seconds)):
+            return (f"has gc_before {before!r}, not an object with collections (three counts) and pause_s (three "
+                    f"numbers of seconds)")
+        forced = _check_forced(before, "gc_before")
+        if forced:
+            return forced
     for key, op in record.get("ops", {}).items():
         if not (isinstance(op, dict) and _number(op.get("calls")) and _seconds(op.get("total_s"))):
             return f"has ops[{key!r}] {op!r}, not {{'calls': int, 'total_s': seconds}}"
@@ -430,30 +445,33 @@ def _check_optional(record):
     return None
 
 
-def _check_forced(gc):
-    """Why the program's own collections in an epoch's gc record are unusable, or None."""
+def _check_forced(gc, name="gc"):
+    """Why the program's own collections in an epoch's gc record (or its gc_before) are unusable, or None."""
     if ("forced" in gc) != ("forced_pause_s" in gc) or ("forced_sites" in gc and "forced" not in gc):
-        return ("has gc.forced, gc.forced_pause_s or gc.forced_sites without the others (forced and forced_pause_s "
-                "come together, and forced_sites with them)")
+        return (f"has {name}.forced, {name}.forced_pause_s or {name}.forced_sites without the others (forced and "
+                f"forced_pause_s come together, and forced_sites with them)")
     if "forced" not in gc:
         return None
+    if not _numbers(gc["forced"], check=_count):
+        return f"has {name}.forced {gc['forced']!r}, not three counts (non-negative integers)"
     if not _numbers(gc["forced_pause_s"], check=_seconds):
-        return (f"has gc.forced_pause_s {gc['forced_pause_s']!r}, not three numbers of seconds between 0 and "
+        return (f"has {name}.forced_pause_s {gc['forced_pause_s']!r}, not three numbers of seconds between 0 and "
                 f"{MAX_SECONDS:.0e}")
     for part, whole in (("forced", "collections"), ("forced_pause_s", "pause_s")):
         if any(p > w for p, w in zip(gc[part], gc[whole])):
-            return f"has gc.{part} {gc[part]!r} above gc.{whole} {gc[whole]!r}: a part of them"
+            return f"has {name}.{part} {gc[part]!r} above {name}.{whole} {gc[whole]!r}: a part of them"
     if any(p and not n for n, p in zip(gc["forced"], gc["forced_pause_s"])):
-        return f"has gc.forced_pause_s {gc['forced_pause_s']!r}, a pause where gc.forced {gc['forced']!r} has no collection"
+        return (f"has {name}.forced_pause_s {gc['forced_pause_s']!r}, a pause where {name}.forced {gc['forced']!r} "
+                f"has no collection")
     sites = gc.get("forced_sites", [])
     if not (isinstance(sites, list) and all(
             isinstance(i, dict) and isinstance(i.get("site"), str) and i["site"] and isinstance(i.get("via", "x"), str)
             and i.get("via", "x")
             and _count(i.get("collections")) and _seconds(i.get("pause_s")) for i in sites)):
-        return ("has gc.forced_sites that is not a list of objects with a site, collections and pause_s (and a "
-                "via)")
+        return (f"has {name}.forced_sites that is not a list of objects with a site, collections and pause_s (and a "
+                f"via)")
     if sum(i["collections"] for i in sites) > sum(gc["forced"]):
-        return "has gc.forced_sites counting more collections than gc.forced"
+        return f"has {name}.forced_sites counting more collections than {name}.forced"
     return None
 
 
