@@ -277,6 +277,23 @@ def test_runs_where_gc_costs_nothing_say_nothing_of_it(tmp_path):
     assert not any(line.startswith(("--gc-policy", "mean GC per epoch")) for line in table)
 
 
+def test_gc_between_the_epochs_is_compared_though_no_epoch_holds_it(tmp_path):
+    # a script's gc.collect() after each epoch, then the same script with gc.freeze() after set-up:
+    # the epochs are alike, and the comparison said nothing of the 30 ms a gap it saved
+    def run(path, pause):
+        before = {"pause_s": [0.0, 0.0, pause], "collections": [0, 0, 1], "forced": [0, 0, 1], "forced_pause_s": [0.0, 0.0, pause]}
+        return write_run(path, [dict(epoch(i, 0.010, start_s=0.1 * i), gc_before=before) for i in range(8)], gc_before=True)
+    c = compare(run(tmp_path / "a", 0.030), run(tmp_path / "b", 0.001))
+    assert c.a.gc.between_s == pytest.approx(0.030) and c.b.gc.between_s == pytest.approx(0.001)
+    assert ("Between two epochs, outside their time, GC paused 30.00 ms in a and 1.00 ms in b."
+            in text.comparison_verdict(c))
+    assert ("mean GC between two epochs (ms)", "30.00", "1.00", "") in text.run_rows(c)
+    # runs written before it was recorded: neither a sentence nor a row
+    old = compare(write_run(tmp_path / "c", [epoch(i, 0.01, start_s=0.1 * i) for i in range(8)]), tmp_path / "a")
+    assert old.a.gc.between_s is None and "Between two epochs" not in text.comparison_verdict(old)
+    assert ("mean GC between two epochs (ms)", "-", "30.00", "") in text.run_rows(old)
+
+
 def test_gc_spikes_that_medians_hide_are_compared_by_their_means(tmp_path):
     """One epoch in four holds a 200 ms full collection: the median epoch is the same in both runs,
     the mean is not, and the collector accounts for all of the difference."""

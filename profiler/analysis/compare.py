@@ -21,7 +21,7 @@ from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank
 from . import findings
-from .load import load, timed
+from .load import load, timed, with_previous
 from .ops import op_series
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -54,6 +54,7 @@ class GcSide:
     policy: str | None           # the --gc-policy the run used, when it recorded one
     forced: findings.Forced | None = None   # the collections the program asked for (gc.collect()), as a finding's
                                      # evidence has them; None: a run recorded before they were told apart
+    between_s: float | None = None   # mean GC pause between two epochs, outside their time (None: not recorded)
 
 
 @dataclass
@@ -95,7 +96,14 @@ def _gc_side(loaded):
                   share_total=sum(pauses) / wall if wall > 0 else 0.0,
                   full_collections=sum(r["gc"]["collections"][2] for r in records) / len(records),
                   policy=loaded.run.gc_policy,
-                  forced=findings.forced(records) if all("forced" in r["gc"] for r in records) else None)
+                  forced=findings.forced(records) if all("forced" in r["gc"] for r in records) else None,
+                  between_s=_between(loaded))
+
+
+def _between(loaded):
+    """The mean GC pause in a gap between two analysed epochs (None: not recorded, or no gap)."""
+    between = findings.between_epochs(with_previous(loaded), None) if loaded.run.gc_before else None
+    return between.pause_s / between.intervals if between else None
 
 
 def _windows(loaded):

@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import load, timed as timed_epochs
+from .load import load, timed as timed_epochs, with_previous
 from .ops import op_series
 
 
@@ -183,10 +183,7 @@ def analyze(run_dir):
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
-    # each analysed epoch with the one before it (the first's, when the warm-up or set-up went before)
-    before = run.epochs[loaded.skipped - 1:loaded.skipped] if loaded.skipped else [None]
-    between = fnd.between_epochs([(p, r) for p, r in zip(before + records[:-1], records) if p is not None],
-                                 objs, policy) if run.gc_before else None
+    between = fnd.between_epochs(with_previous(loaded), objs, policy) if run.gc_before else None
     found.append(fnd.gc_between_epochs(between))
     ranked = fnd.rank([f for f in found if f is not None])
 

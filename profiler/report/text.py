@@ -538,6 +538,14 @@ def _gc_comparison(a, b):
     return text + "."
 
 
+def _between_comparison(a, b):
+    """GC between the epochs, outside the epoch times compared, when it is 1 ms apart or more."""
+    if a.gc.between_s is None or b.gc.between_s is None or abs(a.gc.between_s - b.gc.between_s) < 1e-3:
+        return ""
+    return (f" Between two epochs, outside their time, GC paused {ms(a.gc.between_s)} in {a.label} and "
+            f"{ms(b.gc.between_s)} in {b.label}.")
+
+
 ONLY_NAMED = 8   # the ops that only one run has, named in a comparison's verdict
 NAME_WIDTH = 80  # the widest op label in a comparison's table
 
@@ -570,7 +578,7 @@ def comparison_verdict(c):
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
-    text += _gc_comparison(a, b)
+    text += _gc_comparison(a, b) + _between_comparison(a, b)
     outside, difference = slow.untimed_s - fast.untimed_s, slow.epoch_s - fast.epoch_s
     if c.rows and outside >= UNTIMED_SHARE * difference > 0:
         # more than the whole difference when the timed ops are faster in the slower run
@@ -641,6 +649,9 @@ def run_rows(c):
         asked = [None if side.gc.forced is None else sum(side.gc.forced.collections_per_epoch) for side in (a, b)]
         if any(asked):
             rows.append(("mean gc.collect() calls per epoch", *("-" if n is None else f"{n:.1f}" for n in asked), ""))
+    if any(side.gc.between_s for side in (a, b)):   # outside the epochs' time: not in the rows above
+        rows.append(("mean GC between two epochs (ms)",
+                     *("-" if side.gc.between_s is None else f"{side.gc.between_s * 1e3:.2f}" for side in (a, b)), ""))
     if a.gc.policy or b.gc.policy:
         rows.append(("--gc-policy", a.gc.policy or "default", b.gc.policy or "default", ""))
     return rows
