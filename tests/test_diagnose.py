@@ -352,6 +352,13 @@ def test_epochs_that_auto_capture_traced_are_left_out_of_the_epoch_time_trend(tm
                for i in range(13)]   # the first is the warm-up, left out; 4 traced at the end
     d = analyze(write_run(tmp_path / "run", records))
     assert d.epoch_time.ratio == pytest.approx(1.0) and d.primary_cause == "none", text.verdict(d)
+    # what tracing cost is said (a probe's loop ran 148x slower traced, and the report was silent)
+    assert (d.epoch_time.traced_epochs, d.epoch_time.traced_slowdown) == (4, pytest.approx(0.150 / 0.0303))
+    assert ("Note: the 4 epochs deep capture traced took 5.0x the others' median time (tracemalloc's cost), and "
+            "are left out of the epoch-time trend and the steps.") in text.verdict(d)
+    untraced = analyze(write_run(tmp_path / "none", records[:9]))
+    assert (untraced.epoch_time.traced_epochs, untraced.epoch_time.traced_slowdown) == (0, None)
+    assert "deep capture traced" not in text.verdict(untraced)
 
 
 def test_compute_growth_leaves_the_traced_epochs_time_out_of_its_cost(tmp_path):

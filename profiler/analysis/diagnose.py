@@ -31,6 +31,8 @@ class EpochTime:
     steady: bool = True         # neither, and the fitted change's 95% interval and late / early within STEADY_BAND
                                 # (False when no trend was fitted)
     swings: bool = False        # neither, but late / early outside STEADY_BAND: too noisy to tell a trend
+    traced_epochs: int = 0      # deep capture's traced epochs left out of the trend (load.timed)...
+    traced_slowdown: float | None = None   # ...and their median time over the others' (what tracemalloc cost)
 
 
 @dataclass
@@ -127,6 +129,13 @@ def _within(ratio):
     return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
 
 
+def _traced_slowdown(wall, timed):
+    """The median epoch time left out of the trend (traced) over the median of the others', or None."""
+    traced = np.delete(wall, timed)
+    others = float(np.median(wall[timed]))
+    return float(np.median(traced)) / others if len(traced) and len(timed) < len(wall) and others > 0 else None
+
+
 def _workers(w):
     spawned = w.get("spawned", 0)
     return Workers(int(w["count"] + spawned), int(w["uss_bytes"] + w.get("spawned_uss_bytes", 0)), int(spawned))
@@ -195,7 +204,8 @@ def analyze(run_dir):
         epoch_time=EpochTime(early_s, late_s, ratio, change, slowdown, faster, loaded.skipped,
                              steady=change.fitted and trendless and _within(ratio)
                              and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
-                             swings=trendless and not _within(ratio)),
+                             swings=trendless and not _within(ratio), traced_epochs=len(records) - len(timed),
+                             traced_slowdown=_traced_slowdown(wall, timed)),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

@@ -457,6 +457,11 @@ def verdict(d):
         text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
+    et = d.epoch_time
+    if et.traced_slowdown is not None:
+        text += (f" Note: the {counted(et.traced_epochs, 'epoch')} deep capture traced took {et.traced_slowdown:.1f}x "
+                 f"the others' median time (tracemalloc's cost), and {'is' if et.traced_epochs == 1 else 'are'} left "
+                 f"out of the epoch-time trend and the steps.")
     if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
         text += (" Note: these epochs are fixed time windows, so epoch time cannot change; mark real epochs "
                  "with profiler run --epoch-fn NAME (each call of NAME is an epoch) or session.epoch().")
