@@ -375,6 +375,8 @@ def test_compute_growth_leaves_the_traced_epochs_time_out_of_its_cost(tmp_path):
     expected = sum(max(w - d.epoch_time.early_median_s, 0) for w in kept) / total
     assert f.time_fraction == pytest.approx(expected * (1 - d.gc.explained_fraction), rel=1e-6)
     assert f.time_fraction < 0.2
+    # no op timers: the remedy can be followed by a script run as it is, not by a Session alone (a probe)
+    assert "session.op()" in text.remedy(f) and "profiler flamegraph --out f.svg -- python SCRIPT" in text.remedy(f)
 
 
 def test_windows_before_the_first_step_are_set_up_not_training(tmp_path):

@@ -315,7 +315,9 @@ def remedy(f):
         if e.ops:
             return (f"Look at what {op_label(e.ops[0].name, e.ops[0].tags)} works on that grows with the epoch: "
                     f"its inputs' size, a list it scans, a cache it searches.")
-        return "Wrap parts of the step in session.op() to name the part whose time grows."
+        return ("Name the part whose time grows: wrap parts of the step in session.op() (with a Session); for a "
+                "script run as it is, `profiler flamegraph --out f.svg -- python SCRIPT` (py-spy) shows where its "
+                "time goes.")
     if f.pattern == "worker-copy-on-read":
         freeze = ("Call gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): "
                   "a worker's full collection then skips the parent's objects and leaves their pages shared. To try it "
