@@ -182,6 +182,12 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
             f"profiler: wrote {tmp_path / f'r{n}'}: 0 epochs, 0 steps",
             f"profiler: error: --epoch-fn {fn}: {said}; nothing was marked by it{meant}"], proc.stderr
         assert (tmp_path / f"r{n}" / "meta.json").is_file()
+    # --step-fn's guess is never --epoch-fn's own function (a probe was told "did you mean --step-fn train_epoch?")
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--step-fn", "train_step", "--out", tmp_path / "s", tmp_path / "t.py",
+                    check=False)
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "profiler: error: --step-fn train_step: no such function was defined at the script's top level while the code "
+        "ran; nothing was marked by it"), proc.stderr
     # a module never imported (the script's own, which runs as __main__), an attribute that is None, and a
     # guess that cannot be read (the program's own __dir__ raises): each said as it is, and the script runs
     (tmp_path / "u.py").write_text(

@@ -64,7 +64,7 @@ class Detection:
         if step_fn:
             steps = Source(marks, "step-fn")
             self.targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
-                fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn"))))
+                fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn")), taken=epoch_fn))
         self._watcher, self._windows = ImportWatcher(), Windows(marks, window_s)
         self._probe = self._signal = self._main = None
         self._undo = []

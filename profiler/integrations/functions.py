@@ -61,8 +61,9 @@ def wrap_calls(fn, begin, end, drop):
 class Target:
     """One --epoch-fn or --step-fn: where the function is, and how to wrap it."""
 
-    def __init__(self, spec, option, wrapper):
+    def __init__(self, spec, option, wrapper, taken=None):
         self.option, self.wrapper = option, wrapper
+        self.taken = taken       # the other option's name: never the guess for this one
         module, sep, qualname = spec.rpartition(":")
         self.module = module if sep else None
         self.qualname = qualname
@@ -160,7 +161,7 @@ class Target:
         method = next((f"{k}.{self.qualname}" for k in classes if _has(names[k], self.root)), None)
         close = _closest(self.root, lambda: [k for k, v in names.items() if callable(v) and k not in classes])
         guess = method or (".".join([close, *self.parts[1:]]) if close else None)
-        return None if guess is None else self._named(guess)
+        return None if guess is None or self._named(guess) == self.taken else self._named(guess)
 
     def _named(self, qualname):
         return f"{self.module}:{qualname}" if self.module else qualname

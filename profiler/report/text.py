@@ -13,7 +13,9 @@ from . import rank_text
 
 
 def _wrap(text):
-    return textwrap.fill(text, width=100)
+    """Lines of 100; never broken at a hyphen, so a finding's name (gc-growing-pauses), a flag or a
+    path stays whole for grep."""
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
 def ms(seconds):
