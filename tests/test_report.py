@@ -365,3 +365,8 @@ def test_control_characters_in_op_names_are_escaped_in_text_and_html(tmp_path):
     for page in pages:
         assert "\x00" not in page and "\t" not in page and "new\nline" not in page
     assert "new\\nline (k=a\\tb)" in pages[2] and "nul\\x00b" in pages[2]
+
+
+def test_wrapped_text_keeps_hyphenated_names_whole():
+    # "allocation-\ngrowth" in the report: grep for the JSON verdict's finding name missed it (a probe)
+    assert text._wrap("x" * 90 + " gc-growing-pauses and more").splitlines() == ["x" * 90, "gc-growing-pauses and more"]
