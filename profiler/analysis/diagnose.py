@@ -186,8 +186,8 @@ def analyze(run_dir):
     ops = fnd.op_growth(records, op_series(records))
 
     policy, forced = run.gc_policy, fnd.forced(records)
-    found = [fnd.gc_spikes(spikes, objs, site, policy, forced),
-             growth := fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy),
+    growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
+    found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growth is not None), growth,
              fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,

@@ -119,6 +119,7 @@ class GcSpikes:
     site: str | None
     policy: str | None = None
     forced: Forced | None = None
+    growing: bool = False           # full collections take longer with uptime (gc-growing-pauses holds)
 
 
 @dataclass
@@ -310,12 +311,12 @@ def spike_counted(spikes):
             and spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS)
 
 
-def gc_spikes(spikes, objs, site, policy=None, forced=None):
+def gc_spikes(spikes, objs, site, policy=None, forced=None, growing=False):
     if not spike_counted(spikes):
         return None
     paused = spikes.count_by_generation[spikes.generation] or spikes.count
     return Finding("gc", "gc-spikes", spikes.time_fraction * spikes.gc_explained_fraction,
-                   GcSpikes(spikes, spikes.total / paused, objs, site, policy, forced))
+                   GcSpikes(spikes, spikes.total / paused, objs, site, policy, forced, growing))
 
 
 def training_clock(records, t=None):

@@ -280,6 +280,15 @@ def remedy(f):
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
                 "(gc.set_threshold) so full collections run less often")
         return text + (f"; or drop the references that keep what {e.site} allocates alive." if e.site else ".")
+    if f.pattern == "gc-spikes" and e.growing:
+        # a fixed N walks a growing heap more often than CPython's schedule, which waits for it to grow
+        site = e.site or (e.objects.top_type_site if e.objects else None)
+        return ("The heap these collections walk keeps growing (gc-growing-pauses): "
+                + (f"keep fewer objects alive at {site}" if site else
+                   f"keep fewer objects alive (run with {_DEEP} to name the line that keeps them)")
+                + ". Until it stops growing, leave the collector's own schedule: a gc.collect() every N steps would "
+                "walk the growing heap more often than CPython, whose full collections wait for it to grow by a "
+                "quarter.")
     if f.pattern == "gc-spikes":
         every = e.spikes.unit if e.every < 1.5 else f"{round(e.every):,} {e.spikes.unit}s"
         text = (f"After set-up call gc.freeze() and gc.disable(), then gc.collect() every {every} at the same point "
