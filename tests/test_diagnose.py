@@ -298,6 +298,24 @@ def test_collections_between_the_epochs_are_a_finding_of_their_own(tmp_path, for
         assert text.remedy(f).startswith("What runs between the epochs (an evaluation, a checkpoint, logging) allocates")
 
 
+def test_collections_between_the_epochs_under_a_manual_policy_are_the_policys(tmp_path):
+    # --gc-policy manual:N in a run with no steps collects after each epoch (not asked for by the program),
+    # beside the program's own gc.collect() there: the remedy is the policy's, and names the rest
+    both = {"pause_s": [0.0, 0.0, 0.2], "collections": [0, 0, 2], "forced": [0, 0, 1], "forced_pause_s": [0.0, 0.0, 0.08],
+            "forced_sites": [{"site": "train.py:9", "collections": 1, "pause_s": 0.08}]}
+    records = [dict(epoch(i, 0.050, start_s=0.3 * i), gc_before=both) for i in range(30)]
+    run = write_run(tmp_path / "run", records, gc_before=True)
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(dict(meta, options={"gc_policy": "manual:5"})))
+    f = analyze(run).findings[0]
+    assert f.pattern == "gc-between-epochs"
+    assert text.remedy(f) == (
+        "Most of these are --gc-policy manual:5's own collections (a full gc.collect() after each epoch, in a run "
+        "with no steps): leave collecting to CPython (--gc-policy default), or freeze what set-up made (--gc-policy "
+        "freeze) so each collection walks only what training keeps; the rest, 40.0% of the pause, is the program's "
+        "own gc.collect() calls (at train.py:9): remove them, since the policy collects already.")
+
+
 def test_collections_between_the_epochs_that_cost_little_are_no_finding(tmp_path):
     # a 1-ms collection in each 250-ms gap (an evaluation's), 0.3% of the time: no finding, its share shown
     records = [dict(epoch(i, 0.050, start_s=0.3 * i), gc_before=_between(0.001)) for i in range(30)]

@@ -149,6 +149,19 @@ def _forced_remedy(f, policy=None, spikes=False):
     return text + "."
 
 
+def _policy_remedy(e, how, instead, site=None):
+    """What to do about --gc-policy manual:N's own collections (`how` it makes them; `instead`: the
+    first thing to try), and about the program's own calls beside them."""
+    theirs = e.forced if e.forced is not None and fnd.FORCED_SHOWN <= e.forced.share < fnd.FORCED_LEADS else None
+    return (f"{'Most of these are' if theirs else 'These are'} --gc-policy {e.policy}'s own collections ({how}): "
+            f"{instead}, or freeze what set-up made (--gc-policy freeze) so each collection walks only what training "
+            f"keeps"
+            + (f"; and drop the references that keep what {site} allocates alive" if site else "")
+            + (f"; the rest, {pct(theirs.share)} of the pause, is the program's own gc.collect() calls"
+               + (f" (at {forced_lines(theirs)})" if theirs.site else "")
+               + ": remove them, since the policy collects already" if theirs else "") + ".")
+
+
 def _gen(g):
     return "full (generation 2)" if g == 2 else f"generation {g}"
 
@@ -248,6 +261,9 @@ def remedy(f):
     if f.pattern == "gc-between-epochs":
         if fnd.forced_leads(e):
             return _forced_remedy(e.forced, e.policy)
+        if (e.policy or "").startswith("manual:"):   # in a run with no steps it collects after each epoch
+            return _policy_remedy(e, "a full gc.collect() after each epoch, in a run with no steps",
+                                  "leave collecting to CPython (--gc-policy default)")
         return ("What runs between the epochs (an evaluation, a checkpoint, logging) allocates enough to start these: "
                 + ("call gc.freeze() once set-up is done so full collections walk only what training keeps, "
                    "and make fewer container objects there" if e.generation == 2 else
@@ -256,15 +272,8 @@ def remedy(f):
     if f.pattern in ("gc-steady", "gc-spikes") and fnd.forced_leads(e):   # under half the pause: manual:N's spikes
         return _forced_remedy(e.forced, e.policy, spikes=e.forced.share < fnd.FORCED_LEADS)
     if f.pattern in ("gc-steady", "gc-spikes") and (e.policy or "").startswith("manual:"):
-        theirs = e.forced if e.forced is not None and fnd.FORCED_SHOWN <= e.forced.share < fnd.FORCED_LEADS else None
-        return (f"{'Most of these are' if theirs else 'These are'} --gc-policy {e.policy}'s own collections (a full "
-                f"gc.collect() every {e.policy.split(':', 1)[1]} steps, automatic collection off): collect less often "
-                f"(a larger N), or freeze what set-up made (--gc-policy freeze) so each collection walks only what "
-                f"training keeps"
-                + (f"; and drop the references that keep what {e.site} allocates alive" if e.site else "")
-                + (f"; the rest, {pct(theirs.share)} of the pause, is the program's own gc.collect() calls"
-                   + (f" (at {forced_lines(theirs)})" if theirs.site else "")
-                   + ": remove them, since the policy collects already" if theirs else "") + ".")
+        return _policy_remedy(e, f"a full gc.collect() every {e.policy.split(':', 1)[1]} steps, automatic collection "
+                                 f"off", "collect less often (a larger N)", e.site)
     if f.pattern == "gc-steady" and e.generation < 2:
         # young collections walk what was allocated since the last one: freezing the old objects spares them nothing
         young = ("the youngest generation's collections, which run every gc.get_threshold()[0] container "
