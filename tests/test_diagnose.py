@@ -3,6 +3,7 @@ that must get no finding."""
 
 import dataclasses
 import gc
+import json
 from types import SimpleNamespace
 import subprocess
 import sys
