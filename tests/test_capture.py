@@ -447,6 +447,34 @@ def test_a_ctrl_c_while_the_final_status_is_written_is_raised_after_it(tmp_path,
     assert gc.callbacks == callbacks and signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+class _StrFails(Exception):
+    def __str__(self):
+        raise RuntimeError("str broke")
+
+
+class _CodeStrFails:
+    def __str__(self):
+        raise RuntimeError("str broke")
+
+
+@pytest.mark.parametrize("exc, error", [
+    (_StrFails(), "_StrFails: <exception str() failed>"),
+    (SystemExit(_CodeStrFails()), "SystemExit: <exception str() failed>"),
+    (ValueError("x" * 50_000), "ValueError: " + "x" * 9_988 + "... (50,012 characters)")])
+def test_an_error_whose_text_fails_or_runs_long_still_ends_the_run(tmp_path, exc, error):
+    # an exception whose __str__ raised left every hook installed and the status "running", and its own
+    # exception replaced the program's; one of 50 MB made `report` run for minutes (a probe)
+    callbacks = list(gc.callbacks)
+    with pytest.raises(type(exc)) as raised:
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                pass
+            raise exc
+    assert raised.value is exc and gc.callbacks == callbacks
+    run = read_run(tmp_path / "run")
+    assert run.status == "failed" and run.meta["error"] == error
+
+
 @pytest.mark.parametrize("exc,status", [(RuntimeError("boom"), "failed"), (KeyboardInterrupt(), "interrupted")])
 def test_hooks_removed_and_status_recorded_on_errors(tmp_path, exc, status):
     callbacks, unraisable = list(gc.callbacks), sys.unraisablehook

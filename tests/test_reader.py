@@ -383,11 +383,14 @@ def test_records_are_checked_across_chunk_boundaries(tmp_path, monkeypatch):
         read_run(run)
 
 
-def test_a_pipe_where_steps_bin_belongs_is_one_clear_error_not_a_hang(tmp_path):
+@pytest.mark.parametrize("name", ["steps.bin", "epochs.jsonl", "meta.json"])
+def test_a_pipe_where_a_file_belongs_is_one_clear_error_not_a_hang(tmp_path, name):
+    # epochs.jsonl or meta.json as a pipe hung `report` (a probe; /dev/zero linked there ate all memory)
     import os
     run = write_run(tmp_path / "run", [epoch(0, 0.5)])
-    os.mkfifo(run / "steps.bin")
-    with pytest.raises(RunDirError, match="steps.bin: it is a special file, where the profiler writes a file"):
+    (run / name).unlink(missing_ok=True)
+    os.mkfifo(run / name)
+    with pytest.raises(RunDirError, match=f"{name}: it is a special file, where the profiler writes a file"):
         read_run(run)
 
 
@@ -489,3 +492,13 @@ def test_a_failed_runs_error_of_many_lines_is_one_line_among_its_problems(tmp_pa
     (run / "meta.json").write_text(json.dumps(meta))
     assert read_run(run).problems == ["the run failed: RuntimeError: Caught ValueError in DataLoader worker "
                                       "process 0. (...)"]
+
+
+def test_a_huge_error_written_before_errors_were_capped_is_read_cut(tmp_path):
+    # a 50-MB error made `report` run for minutes (a probe): what reads it gets at most 10,000 characters
+    run = write_run(tmp_path / "run", [epoch(0, 0.5)], status="failed")
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps(dict(meta, error="ValueError: " + "x" * 1_000_000)))
+    r = read_run(run)
+    assert r.meta["error"] == "ValueError: " + "x" * 9_988 + "... (1,000,012 characters)"
+    assert r.problems[0].endswith("... (1,000,012 characters)")

@@ -108,6 +108,15 @@ class _Epoch:
         return False
 
 
+def _error_text(name, value):
+    """'Name: message', as Python prints it, however str(value) fails, and at most format.MAX_ERROR_CHARS long."""
+    try:
+        message = str(value)
+    except Exception:   # the program's own __str__: its exception must not stop the final status or the unhooking
+        message = "<exception str() failed>"
+    return fmt.capped_error(f"{name}: {message}")
+
+
 class Session:
     def __init__(self, run_dir, *, tracemalloc=False, meta=None, frames=8, every=1, window=4, cooldown=50,
                  budget=0.10, gc_event_threshold_s=0.001):
@@ -198,9 +207,9 @@ class Session:
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
         elif issubclass(exc_type, SystemExit):
-            status, error = "failed", f"SystemExit: {exc.code}"
+            status, error = "failed", _error_text("SystemExit", exc.code)
         else:
-            status, error = "failed", f"{exc_type.__name__}: {exc}"
+            status, error = "failed", _error_text(exc_type.__name__, exc)
         try:
             self._finish(status, error)
         except RunWriteError as e:

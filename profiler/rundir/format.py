@@ -57,3 +57,13 @@ def run_path(value, what):
     if "\0" in path:
         raise UsageError(f"{what} {value!r}: a path cannot hold a null byte")
     return Path(path)
+
+
+MAX_ERROR_CHARS = 10_000   # of meta.json's error: a message of 50 MB made `report` take over 10 minutes
+
+
+def capped_error(text):
+    """meta.json's error, cut to MAX_ERROR_CHARS (its length said); one cut already stays as it is."""
+    if len(text) <= MAX_ERROR_CHARS + 64:   # room for the length said
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}... ({len(text):,} characters)"

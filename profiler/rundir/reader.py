@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import RunDirError
 from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, STATUSES,
-                     STEP_DTYPE, STEP_RECORD, STEPS, run_path)
+                     STEP_DTYPE, STEP_RECORD, STEPS, capped_error, run_path)
 
 CHUNK = 1 << 18              # records checked at a time
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
@@ -113,7 +113,7 @@ def _step_layout(meta):
 
 def step_count(path):
     """Steps in the run directory `path`'s steps.bin, from its size (meta.json says the layout)."""
-    meta = json.loads((Path(path) / META).read_text(encoding="utf-8"))
+    meta = read_json(Path(path) / META)
     return len(_records(Path(path) / STEPS, _step_layout(meta)))
 
 
@@ -140,6 +140,8 @@ def _check_meta(meta, file):
             ("finished_unix", meta.get("finished_unix"), lambda v: v is None or _number(v), "a Unix time or null")):
         if not check(value):
             raise RunDirError(f"{file} has {key} {_shown(value)}, not {what}: not written by this profiler")
+    if meta.get("error") is not None:   # one written before it was capped: what reads it stays linear
+        meta["error"] = capped_error(meta["error"])
 
 
 def _check_times(block, fields, source, offset):
@@ -328,6 +330,8 @@ def _check_records(run, last_lined):
 
 def read_json(file):
     """The JSON value in `file`, or a RunDirError saying why it cannot be read."""
+    if file.exists() and not file.is_file():   # a directory, or a pipe or device (which would block, or never end)
+        raise RunDirError(unreadable(file))
     try:
         return json.loads(file.read_text(encoding="utf-8"))
     except OSError as e:
@@ -508,6 +512,8 @@ def _read_epochs(file, problems):
     if not file.exists():
         problems.append(f"{EPOCHS} is missing")
         return []
+    if not file.is_file():   # a directory, or a pipe or device (which would block, or never end)
+        raise RunDirError(unreadable(file))
     try:
         lines = file.read_bytes().split(b"\n")
     except OSError as e:
