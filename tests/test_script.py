@@ -214,6 +214,20 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
         "it (did you mean --epoch-fn train_epoch?)")
 
 
+def test_main_module_prefix_names_the_scripts_own_function_and_an_empty_name_is_refused(tmp_path):
+    from profiler.rundir import read_run
+    # --epoch-fn __main__:train_epoch said "module __main__ defines no 'train_epoch'" after the whole script
+    # ran, and --epoch-fn "" fell back to time windows without a word (a probe)
+    (tmp_path / "t.py").write_text("def train_epoch(): pass\nfor i in range(3):\n    train_epoch()\n")
+    profiler("run", "--quiet", "--epoch-fn", "__main__:train_epoch", "--out", tmp_path / "main", tmp_path / "t.py")
+    assert len(read_run(tmp_path / "main").epochs) == 3
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--step-fn", "__main__:train_epoch", "--out", tmp_path / "both",
+                    tmp_path / "t.py", check=False)
+    assert proc.returncode == 2 and "--epoch-fn and --step-fn both name train_epoch" in proc.stderr
+    proc = profiler("run", "--epoch-fn=", "--out", tmp_path / "empty", tmp_path / "t.py", check=False)
+    assert proc.returncode == 2 and proc.stderr == "profiler: error: --epoch-fn '': expected NAME, Class.NAME or module:qualname\n"
+
+
 def test_a_function_from_another_module_is_named_where_it_lives(tmp_path, monkeypatch):
     """The script imports its epoch function from its own module, whose fit() calls it by that
     module's name: --epoch-fn train_epoch wrapped the script's name, saw no call and said only

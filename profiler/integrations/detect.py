@@ -54,14 +54,15 @@ class Detection:
         self.policy = GcPolicy.parse(gc_policy)
         self.marks = marks = Marks(session)
         self.targets = []
-        if epoch_fn and epoch_fn == step_fn:
+        epoch_fn, step_fn = functions.in_script(epoch_fn), functions.in_script(step_fn)
+        if epoch_fn is not None and epoch_fn == step_fn:
             raise UsageError(f"--epoch-fn and --step-fn both name {epoch_fn}: a call is an epoch or a step, not "
                              f"both; give --step-fn the function that runs one step")
-        if epoch_fn:
+        if epoch_fn is not None:   # "" too: Target says it names nothing
             epochs = Source(marks, "epoch-fn")
             self.targets.append(functions.Target(epoch_fn, "--epoch-fn", lambda fn: functions.wrap_calls(
                 fn, epochs.begin_epoch, epochs.end_epoch, epochs.abandon_epoch)))
-        if step_fn:
+        if step_fn is not None:
             steps = Source(marks, "step-fn")
             self.targets.append(functions.Target(step_fn, "--step-fn", lambda fn: functions.wrap_calls(
                 fn, steps.begin_step, steps.end_step, lambda: marks.drop_step("step-fn")), taken=epoch_fn))

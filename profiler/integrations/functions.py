@@ -58,6 +58,12 @@ def wrap_calls(fn, begin, end, drop):
     return profiled
 
 
+def in_script(spec):
+    """A --epoch-fn or --step-fn spec with a "__main__:" prefix dropped (the script runs as __main__,
+    where its functions are found by their names); None stays None."""
+    return spec[len("__main__:"):] if spec is not None and spec.startswith("__main__:") else spec
+
+
 class Target:
     """One --epoch-fn or --step-fn: where the function is, and how to wrap it."""
 
