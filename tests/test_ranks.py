@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from profiler.analysis import analyze
+from profiler.analysis import analyze, compare
 from profiler.analysis import ranks as rank_analysis
 from profiler.analysis.ranks import analyze_ranks, rank_heatmap
 from profiler.report import rank_text, text
@@ -71,6 +71,10 @@ def test_a_directory_of_jobs_names_them(tmp_path, ids, starts, worlds):
                        origin_unix=ORIGIN_UNIX + start)
     with pytest.raises(RunDirError, match=r"runs is not a multi-rank run but holds several \(job-a, job-b\): give one"):
         rank_dirs(tmp_path / "runs")
+    # compared with a single run, it says the same (it said "is a multi-rank run and ... a single run": a probe)
+    write_rank(tmp_path / "single", 0, 1, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"runs is not a multi-rank run but holds several \(job-a, job-b\): give one"):
+        compare(tmp_path / "single", tmp_path / "runs")
 
 
 def test_a_directory_of_runs_and_a_job_names_them(tmp_path):

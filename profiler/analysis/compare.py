@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import rundir
 from ..errors import RunDirError
-from ..rundir.ranks import is_multi_rank
+from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
 from .load import load, timed, with_previous
 from .ops import op_series
@@ -166,6 +166,7 @@ def compare(run_a, run_b):
         return compare_ranks(run_a, run_b)
     if any(multi):
         job, single = (run_a, run_b) if multi[0] else (run_b, run_a)
+        rank_dirs(job)   # a directory of several jobs or runs says so, and names them
         raise RunDirError(f"{job} is a multi-rank run and {getattr(single, 'path', single)} a single run: compare two "
                           f"of a kind (or one rank's directory, rank-<RANK>/, with the single run)")
     la, lb = load(run_a, "compare"), load(run_b, "compare")
