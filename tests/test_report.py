@@ -188,7 +188,11 @@ def test_output_to_a_full_disk_is_one_line(tmp_path, monkeypatch, command):
     (["timeline", "{run}", "--out"], "{dir}", "--out {dir} is a directory: give a file name, e.g. --out {dir}/trace.json"),
     (["timeline", "{run}", "--out"], "{file}/x.json", "--out {file}/x.json: {file} is a file, not a directory"),
     (["report", "{run}", "--html"], "{file}/x.html", "{file} is a file, not a directory; choose another path"),
-], ids=["report-dir", "compare-dir", "timeline-dir", "timeline-under-file", "report-under-file"])
+    # a new path ending in a slash wrote a file of that name (a probe)
+    (["report", "{run}", "--html"], "{dir}/new/", "--html {dir}/new/ is a directory: give a file name, e.g. --html {dir}/new/report.html"),
+    (["timeline", "{run}", "--out"], "{dir}/new/", "--out {dir}/new/ is a directory"),
+], ids=["report-dir", "compare-dir", "timeline-dir", "timeline-under-file", "report-under-file", "report-slash",
+        "timeline-slash"])
 def test_output_path_in_the_way_is_one_clear_line(tmp_path, capsys, command, target, words):
     from profiler import cli
     names = {"run": str(write_run(tmp_path / "run", [epoch(i, 0.01) for i in range(3)])),

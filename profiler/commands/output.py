@@ -17,9 +17,11 @@ def output_file(path, flag, example, reads=()):
     is made of; of another run, a record of that run."""
     if not str(path).strip():
         raise UsageError(f"{flag} {str(path)!r}: give a file name, e.g. {flag} {example}")
+    named_a_directory = str(path).endswith(("/", os.sep))   # Path drops the slash: it would write a file there
     path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"{flag} {path} is a directory: give a file name, e.g. {flag} {path / example}")
+    if path.is_dir() or named_a_directory:
+        raise UsageError(f"{flag} {path}{os.sep if named_a_directory else ''} is a directory: give a file name, e.g. "
+                         f"{flag} {path / example}")
     _no_file_in_the_way(path, path.parents, flag)
     _not_a_record(path, flag, example, reads)
     try:
