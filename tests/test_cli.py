@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from .fixtures import epoch, write_run
+
 pytestmark = pytest.mark.slow   # every test here starts the command in a subprocess
 
 
@@ -113,6 +115,15 @@ def test_demo_refuses_to_replace_a_directory_that_is_none_of_its_runs(tmp_path, 
         f"profiler: error: --out {tmp_path / 'demo'}: {mine} exists and is no run of the demo's, which a rerun "
         f"replaces: move it or choose another --out"]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == kept
+
+
+def test_demo_refuses_a_run_directory_for_its_runs(tmp_path):
+    # it wrote its runs, figures and report.html inside a run directory given as --out (a probe)
+    run = write_run(tmp_path / "run", [epoch(0, 0.01)])
+    proc = profiler("demo", "--quick", "--out", run, check=False)
+    assert proc.returncode == 2 and proc.stderr == (f"profiler: error: --out {run} already holds a run (meta.json "
+                                                    f"exists); choose a new directory\n")
+    assert sorted(p.name for p in run.iterdir()) == ["epochs.jsonl", "meta.json"]
 
 
 @pytest.mark.parametrize("args,words", [

@@ -49,9 +49,14 @@ def _not_a_record(path, flag, example, runs):
 
 def output_dir(path, flag):
     """`path` (given with `flag`) as a directory for runs; UsageError when a file stands there or
-    where one of its parent directories belongs."""
+    where one of its parent directories belongs, or it is a run directory itself (runs written into
+    it would hide in it)."""
+    from ..rundir.format import EPOCHS, META   # numpy with it: not at the CLI's start
     path = Path(path)
     _no_file_in_the_way(path, (path, *path.parents), flag)
+    for name in (META, EPOCHS):
+        if (path / name).exists():
+            raise UsageError(f"{flag} {path} already holds a run ({name} exists); choose a new directory")
     return path
 
 
