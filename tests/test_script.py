@@ -216,6 +216,9 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
 
 def test_main_module_prefix_names_the_scripts_own_function_and_an_empty_name_is_refused(tmp_path):
     from profiler.rundir import read_run
+    # and the next command's path is quoted for a shell (a path with a space could not be pasted: a probe)
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--out", tmp_path / "a b", script("plain_loop.py"), "3")
+    assert proc.stderr.splitlines()[-1] == f"next: profiler report '{tmp_path / 'a b'}'"
     # --epoch-fn __main__:train_epoch said "module __main__ defines no 'train_epoch'" after the whole script
     # ran, and --epoch-fn "" fell back to time windows without a word (a probe)
     (tmp_path / "t.py").write_text("def train_epoch(): pass\nfor i in range(3):\n    train_epoch()\n")

@@ -13,6 +13,7 @@ OUT/rank-<RANK>/; --nproc-per-node N starts torchrun itself.
 
 import argparse
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -92,7 +93,7 @@ def _launch(args, argv, stem):
     out = output_dir(args.out, "--out") if args.out else _default_out(stem)
     launch(args.nproc_per_node, argv, out)
     if not args.quiet:
-        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {out}", file=sys.stderr)
+        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {shlex.quote(str(out))}", file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):
@@ -136,14 +137,14 @@ def _run_scenario(args, scenario, rest):
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
         lines = Path(out, "epochs.jsonl")
         if not args.quiet and lines.exists() and lines.stat().st_size:
-            print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {out}", file=sys.stderr)
+            print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {shlex.quote(str(out))}", file=sys.stderr)
         raise
     if not args.quiet:
         summary = f"wrote {out}: {_counted(len(state.times), 'epoch')}{' (halted)' if state.halted else ''}"
         if state.times:
             median = sorted(state.times)[len(state.times) // 2]
             summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
-        show(summary, f"next: profiler report {out}")
+        show(summary, f"next: profiler report {shlex.quote(str(out))}")
 
 
 def _script_argv(args, target, rest):
@@ -199,7 +200,7 @@ def _run_script(args, target, rest):
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
-              + (f"\nnext: profiler report {out}" if result.epochs else ""), file=sys.stderr)
+              + (f"\nnext: profiler report {shlex.quote(str(out))}" if result.epochs else ""), file=sys.stderr)
     if typo:
         raise UsageError("; ".join(result.misnamed))
     if isinstance(raised, ends):
