@@ -285,6 +285,11 @@ def test_a_file_where_the_run_directory_belongs_says_so(tmp_path):
     with pytest.raises(UsageError, match="afile/run: .*afile is a file, not a directory; choose another path"):
         with Session(tmp_path / "afile" / "run"):   # was a RunWriteError (exit 1) for what is bad input
             pass
+    # a directory the system refuses: its reason, not Python's "[Errno 2] ...: '/proc/x'" (a probe)
+    with pytest.raises(RunWriteError) as refused:
+        with Session("/proc/profiler-probe/run"):
+            pass
+    assert str(refused.value) == "cannot create the run directory /proc/profiler-probe/run: No such file or directory"
 
 
 def test_a_relative_run_directory_stays_put_when_the_program_changes_directory(tmp_path, monkeypatch):

@@ -73,13 +73,13 @@ class RunWriter:
             raise UsageError(f"cannot create the run directory {self.path}: {in_the_way} is a file, not a "
                              f"directory; choose another path") from None
         except OSError as e:
-            raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
+            raise RunWriteError(f"cannot create the run directory {self.path}: {e.strerror or e}") from e
         try:   # created exclusively: of two runs started on one directory, the second stops here
             self._files = {EPOCHS: open(self.path / EPOCHS, "xb", buffering=0)}
         except FileExistsError:
             raise _taken(self.path) from None
         except OSError as e:
-            raise RunWriteError(f"cannot create the run directory {self.path}: {e}") from e
+            raise RunWriteError(f"cannot create the run directory {self.path}: {e.strerror or e}") from e
         self._sizes = {EPOCHS: 0}   # bytes of whole appends in each file; a file whose failed write
                                     # could not be cut back stays in self._files as None
         self._next_check_ns = 0
