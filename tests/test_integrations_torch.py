@@ -269,12 +269,24 @@ def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):
 
 
 def test_flamegraph_from_the_first_epoch_of_a_script_with_none(tmp_path):
+    from profiler.report.flamegraph import read_folded
     (tmp_path / "idle.py").write_text("print('no training here')\n")
     proc = profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "f.svg", "--", sys.executable,
                     tmp_path / "idle.py", check=False)
     assert proc.returncode == 1 and "before its first epoch began" in proc.stderr
     proc = profiler("flamegraph", "--from-first-epoch", "--", "ls", check=False)
     assert proc.returncode == 2 and "records a Python script" in proc.stderr
+    # a plain loop's epochs are marked by --epoch-fn, passed to profiler run (it never attached: a probe)
+    (tmp_path / "loop.py").write_text("def train_epoch():\n    return sum(i * i for i in range(300_000))\n"
+                                      "for _ in range(4):\n    train_epoch()\n")
+    proc = profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "plain.svg", "--", sys.executable,
+                    tmp_path / "loop.py", check=False)
+    assert proc.returncode == 1 and "a plain loop's are marked by --epoch-fn NAME" in proc.stderr
+    profiler("flamegraph", "--from-first-epoch", "--epoch-fn", "train_epoch", "--out", tmp_path / "plain.svg", "--",
+             sys.executable, tmp_path / "loop.py")
+    assert any("train_epoch" in frame for stack in read_folded(tmp_path / "plain.folded") for frame in stack)
+    proc = profiler("flamegraph", "--epoch-fn", "train_epoch", "--", sys.executable, tmp_path / "loop.py", check=False)
+    assert proc.returncode == 2 and "--epoch-fn marks the epochs --from-first-epoch waits for" in proc.stderr
     other = tmp_path / "bin" / "python"   # a `python` on PATH that has no profiler
     other.parent.mkdir()
     other.write_text("#!/bin/sh\nexit 1\n")

@@ -63,7 +63,8 @@ def _record(program, command, folded_path, rate, env, pass_fds, wait):
         if wait is not None and not wait(target):
             code = target.wait()
             raise FlamegraphError(f"{' '.join(command)} exited with code {code} before its first epoch began; "
-                                  f"nothing was recorded (profiler run shows where its epochs come from)")
+                                  f"nothing was recorded (profiler run shows where its epochs come from; a plain "
+                                  f"loop's are marked by --epoch-fn NAME)")
         spy = subprocess.run([py_spy(), "record", "--pid", str(target.pid), "--format", "raw", "--rate", str(rate),
                               "--output", str(folded_path), "--nonblocking"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -21,9 +21,10 @@ def _folded_for(path):
     return folded
 
 
-def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
-    """Run `python [-m] SCRIPT args` as `python -m profiler run ... SCRIPT args`, which writes a
-    byte to a pipe when the first epoch begins (integrations/detect.py); py-spy attaches then."""
+def _record_from_first_epoch(pyspy, command, folded, rate, run_dir, epoch_fn=None):
+    """Run `python [-m] SCRIPT args` as `python -m profiler run [--epoch-fn NAME] ... SCRIPT args`,
+    which writes a byte to a pipe when the first epoch begins (integrations/detect.py); py-spy
+    attaches then."""
     from ..integrations.detect import EPOCH_SIGNAL_FD
     if len(command) < 2 or not Path(command[0]).name.startswith("python") or command[1].startswith("-") and \
             command[1] != "-m":
@@ -32,7 +33,8 @@ def _record_from_first_epoch(pyspy, command, folded, rate, run_dir):
     if command[1] != "-m" and not os.path.isfile(command[1]):
         raise UsageError(f"{command[1]!r} is not a script file: --from-first-epoch records -- python SCRIPT.py [args]")
     _imports_profiler(command)
-    command = [command[0], "-m", "profiler", "run", "--quiet", "--out", run_dir, *command[1:]]
+    marks = ["--epoch-fn", epoch_fn] if epoch_fn is not None else []
+    command = [command[0], "-m", "profiler", "run", "--quiet", *marks, "--out", run_dir, *command[1:]]
     read_end, write_end = os.pipe()
     open_fds = {read_end, write_end}
 
@@ -84,6 +86,9 @@ class FlamegraphCommand:
         p.add_argument("--from-first-epoch", action="store_true",
                        help="with -- python SCRIPT.py ... (or -m MODULE): run it under `profiler run` and record "
                             "from its first epoch on, leaving imports and set-up out")
+        p.add_argument("--epoch-fn", metavar="NAME",
+                       help="with --from-first-epoch: the script's function whose calls are its epochs, as for "
+                            "profiler run (a plain loop that no framework marks)")
 
     @staticmethod
     def run(args):
@@ -101,6 +106,8 @@ class FlamegraphCommand:
             return
         if bool(command) == bool(args.scenario):
             raise UsageError("give either a SCENARIO or -- COMMAND ... to record")
+        if args.epoch_fn is not None and not args.from_first_epoch:
+            raise UsageError("--epoch-fn marks the epochs --from-first-epoch waits for: give both, or neither")
         if not command and args.from_first_epoch:
             raise UsageError("--from-first-epoch records a script: -- python train.py ... (a scenario's "
                              "flamegraph is its training already)")
@@ -114,7 +121,7 @@ class FlamegraphCommand:
             if not command:
                 command = [sys.executable, "-m", "profiler", *scenario_argv(args, args.scenario, run_dir, args.epochs)]
             if args.from_first_epoch:
-                code = _record_from_first_epoch(pyspy, command, folded, args.rate, run_dir + "/run")
+                code = _record_from_first_epoch(pyspy, command, folded, args.rate, run_dir + "/run", args.epoch_fn)
             else:
                 code = pyspy.record(command, folded, rate=args.rate)
         title = " ".join(Path(c).name if i == 0 else c for i, c in enumerate(command))
