@@ -510,7 +510,7 @@ def diagnosis(d):
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
               f"   ratio {et.ratio:.2f}   trend {_trend(d)}",
-              f"GC share     overall {pct(g.share_total)}   early {pct(g.share_early)}   late {pct(g.share_late)}"
+              f"GC share     overall {pct(g.share_total)}   median epoch early {pct(g.share_early)}   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
