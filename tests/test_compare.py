@@ -282,7 +282,7 @@ def test_gc_between_the_epochs_is_compared_though_no_epoch_holds_it(tmp_path):
     # the epochs are alike, and the comparison said nothing of the 30 ms a gap it saved
     def run(path, pause):
         before = {"pause_s": [0.0, 0.0, pause], "collections": [0, 0, 1], "forced": [0, 0, 1], "forced_pause_s": [0.0, 0.0, pause]}
-        return write_run(path, [dict(epoch(i, 0.010, start_s=0.1 * i), gc_before=before) for i in range(8)], gc_before=True)
+        return write_run(path, [dict(epoch(i, 0.010, start_s=0.1 * i), gap_s=0.09, gc_before=before) for i in range(8)])
     c = compare(run(tmp_path / "a", 0.030), run(tmp_path / "b", 0.001))
     assert c.a.gc.between_s == pytest.approx(0.030) and c.b.gc.between_s == pytest.approx(0.001)
     assert ("Between two epochs, outside their time, GC paused 30.00 ms in a and 1.00 ms in b."

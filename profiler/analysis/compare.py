@@ -21,7 +21,7 @@ from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
-from .load import load, timed, with_previous
+from .load import load, timed
 from .ops import op_series
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -101,8 +101,8 @@ def _gc_side(loaded):
 
 
 def _between(loaded):
-    """The mean GC pause in a gap between two analysed epochs (None: not recorded, or no gap)."""
-    between = findings.between_epochs(with_previous(loaded), None) if loaded.run.gc_before else None
+    """The mean GC pause in a gap between two analysed epochs (None: not recorded)."""
+    between = findings.between_epochs(loaded.records)
     return between.pause_s / between.intervals if between else None
 
 

@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import load, timed as timed_epochs, with_previous
+from .load import load, timed as timed_epochs
 from .ops import op_series
 
 
@@ -45,8 +45,9 @@ class GcSummary:
     full_collections_per_epoch: float
     tracked: int | None         # GC-tracked objects at the end, when sampled
     forced_share: float | None = None   # of all GC pause, the program's own gc.collect() calls' (None: not recorded)
-    share_between: float | None = None  # GC pause between the epochs / the time from the first epoch's predecessor's
-                                        # end to the last one's end (findings.between_epochs; None: no start_s)
+    share_between: float | None = None  # GC pause between the epochs / their time and the gaps' (findings.
+                                        # between_epochs; None: no epoch after the run's first was analysed,
+                                        # or a run written before gaps were recorded)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Allocation:
     epochs: int                 # epochs the rates are fitted over (after the warm-up)...
     span_epochs: float          # ...from the first index to the last
     rss_limit_bytes: float      # RSS growth over the run that counts as growing memory
+    rss_rise_bytes: float = 0.0   # the rise of RSS's level, its last third's over its first (findings.level_rise)
 
 
 @dataclass
@@ -133,7 +135,7 @@ def _traced_slowdown(wall, timed):
     """The median epoch time left out of the trend (traced) over the median of the others', or None."""
     traced = np.delete(wall, timed)
     others = float(np.median(wall[timed]))
-    return float(np.median(traced)) / others if len(traced) and len(timed) < len(wall) and others > 0 else None
+    return float(np.median(traced)) / others if len(traced) and others > 0 else None
 
 
 def _workers(w):
@@ -192,7 +194,7 @@ def analyze(run_dir):
              fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
-    between = fnd.between_epochs(with_previous(loaded), objs, policy) if run.gc_before else None
+    between = fnd.between_epochs(records, objs, policy)
     found.append(fnd.gc_between_epochs(between))
     ranked = fnd.rank([f for f in found if f is not None])
 
@@ -219,7 +221,8 @@ def analyze(run_dir):
                               rss_start_bytes=float(records[0]["rss_bytes"]),
                               rss_end_bytes=float(records[-1]["rss_bytes"]), top_sites=sites,
                               epochs=len(records), span_epochs=float(idx[-1] - idx[0]),
-                              rss_limit_bytes=fnd.rss_limit(records)),
+                              rss_limit_bytes=fnd.rss_limit(records),
+                              rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records])),
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,

@@ -4,6 +4,8 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     gc-steady           GC pauses spread over the whole run (share of wall time outside spikes and growth)
     gc-spikes           steps or epochs far above the median whose excess GC pauses explain
     gc-growing-pauses   full collections that take longer as the run goes on (tracked objects pile up)
+    gc-between-epochs   collections in the gaps between epochs (a gc.collect() after each one), as a
+                        share of the epochs' time and the gaps' together
     allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
     compute-growth      a sustained slowdown that GC does not explain, by op
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
@@ -11,9 +13,9 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
                         started): reading shared Python objects, or the worker's own full
                         collection walking them, copies their pages
 
-The GC findings split the run's GC time between them (spike pauses; the growth above the first
+The first three split the epochs' GC time between them (spike pauses; the growth above the first
 full collection's duration, outside spikes; the rest), so their time fractions do not count a
-pause twice.
+pause twice; gc-between-epochs' pauses are in no epoch.
 """
 
 from dataclasses import dataclass, field, replace
@@ -36,6 +38,7 @@ MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory 
 TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
+LEVEL_NOISE = 4.0            # a rise of the last third over the first beyond this many mean moves is growth
 WORKER_SHARE = 0.5           # workers' private memory against the parent's RSS that suggests copy-on-read
 WORKER_GC_COPY_BYTES = 8 << 20   # a worker's collection's copy worth a remedy (a frozen parent's: under 1 MiB here)
 WORKER_GROWTH_BYTES = 16 << 20   # one worker's USS growth since it started that does
@@ -321,10 +324,10 @@ def gc_spikes(spikes, objs, site, policy=None, forced=None, growing=False):
 
 def training_clock(records, t=None):
     """Times `t` on the run's clock (each inside an epoch of `records`), or the epochs' ends when t is
-    None, as uptime counted in those epochs alone from the first one's start: the time between them
-    (an evaluation, a script's own gc.collect()) and the epochs left out (deep capture's traced
-    ones, 10-150x slower) would stretch the axis a trend in pauses is fitted on. Records without
-    start_s: t as it is, or the epochs' walls summed."""
+    None, as uptime: the first epoch's start on the run's clock plus the epochs' time since. The time
+    between them (an evaluation, a script's own gc.collect()) and the epochs left out (deep capture's
+    traced ones, 10-150x slower) would stretch the axis a trend in pauses is fitted on. Records
+    without start_s: t as it is, or the epochs' walls summed."""
     walls = np.array([r["wall_s"] for r in records], float)
     starts = [r.get("start_s") for r in records]
     if None in starts:
@@ -395,31 +398,33 @@ def gc_steady(records, spikes, growth_s, objs, site, policy=None, forced=None):
                             forced=forced))
 
 
-def between_epochs(pairs, objs, policy=None):
-    """GC pauses between epochs, from `pairs` of (the epoch before, an analysed epoch) and the
-    collections the latter's record holds from before its start (gc_before); None when no pair has
-    both epochs' start_s."""
-    timed = [(p, r) for p, r in pairs if p.get("start_s") is not None and r.get("start_s") is not None]
-    if not timed:
+def between_epochs(records, objs=None, policy=None):
+    """GC pauses between epochs: over the `records` that hold the program's time since the epoch
+    before (gap_s) and its collections then (gc_before, absent for none); None when none holds it
+    (the first epoch of a run, runs written before they were recorded)."""
+    gapped = [r for r in records if r.get("gap_s") is not None]
+    if not gapped:
         return None
-    before = [r["gc_before"] for _, r in timed if r.get("gc_before")]
+    before = [r["gc_before"] for r in gapped if r.get("gc_before")]
     pause_by_gen = np.sum([b["pause_s"] for b in before], axis=0) if before else np.zeros(3)
-    epochs_s = float(sum(r["wall_s"] for _, r in timed))
-    between_s = float(sum(max(r["start_s"] - p["start_s"] - p["wall_s"], 0.0) for p, r in timed))
+    epochs_s, between_s = float(sum(r["wall_s"] for r in gapped)), float(sum(r["gap_s"] for r in gapped))
     span, pause = epochs_s + between_s, float(pause_by_gen.sum())
     forced_between = forced([{"gc": b} for b in before])
-    if forced_between is not None:   # per gap between epochs, those without a collection too
+    if forced_between is not None:   # per gap, those without a collection too; "only": in the epochs as well
         counts = np.array(forced_between.collections, float)
-        forced_between = replace(forced_between, collections_per_epoch=(counts / len(timed)).tolist())
+        inside = forced(records)
+        forced_between = replace(forced_between, collections_per_epoch=(counts / len(gapped)).tolist(),
+                                 only=forced_between.only and (inside is None or inside.only or not any(
+                                     sum(r["gc"]["collections"]) for r in records)))
     collections = np.sum([b["collections"] for b in before], axis=0).tolist() if before else [0, 0, 0]
-    return GcBetweenEpochs(pause_s=pause, collections=collections, intervals=len(timed), epochs_s=epochs_s,
-                           between_s=between_s, share=pause / span if span > 0 else 0.0,
+    return GcBetweenEpochs(pause_s=pause, collections=collections, intervals=len(gapped), epochs_s=epochs_s,
+                           between_s=between_s, share=min(pause / span, 1.0) if span > 0 else 0.0,
                            generation=int(np.argmax(pause_by_gen)), objects=objs, policy=policy, forced=forced_between)
 
 
 def gc_between_epochs(between):
-    """A finding when GC pauses between the epochs take MEANINGFUL of the time from the first
-    analysed epoch's predecessor's end to the last one's end."""
+    """A finding when GC pauses between the epochs take MEANINGFUL of the epochs' time and the gaps'
+    together."""
     if between is None or between.share < MEANINGFUL:
         return None
     return Finding("gc", "gc-between-epochs", between.share, between)
@@ -433,11 +438,18 @@ def memory_series(records):
 
 
 def level_rise(values):
-    """How far the median of the last third of `values` lies above the median of the first three (0.0
-    with under six values): growth that a slope over every epoch misses when it stopped early, a cache
-    that filled in a few epochs and then held."""
+    """How far the median of the last third of `values` lies above the first third's, when that is
+    more than LEVEL_NOISE times their mean move from one epoch to the next, else 0.0 (also with
+    under six values): growth that a slope over every epoch misses when it stopped before the end, a
+    cache that filled and then held. Noise moves every epoch and a level that rose once or a few
+    times moves little: an RSS that jumps at random between two levels 20 MiB apart moves ~10 MiB an
+    epoch, and its thirds' medians are often those two levels."""
     third = len(values) // 3
-    return max(0.0, float(np.median(values[-third:]) - np.median(values[:3]))) if third >= 2 else 0.0
+    if third < 2:
+        return 0.0
+    values = np.asarray(values, float)
+    rise = float(np.median(values[-third:]) - np.median(values[:third]))
+    return rise if rise > LEVEL_NOISE * float(np.mean(np.abs(np.diff(values)))) else 0.0
 
 
 def memory_rates(records):

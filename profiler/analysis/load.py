@@ -36,13 +36,6 @@ def left_out(epochs):
     return setup, stats.warmup(len(epochs) - setup)
 
 
-def with_previous(loaded):
-    """Each analysed epoch record with the run's epoch before it: (previous, record) pairs, the first
-    record's only when an epoch went before it (set-up or warm-up)."""
-    previous = loaded.run.epochs[loaded.skipped - 1:loaded.skipped] if loaded.skipped else [None]
-    return [(p, r) for p, r in zip(previous + loaded.records[:-1], loaded.records) if p is not None]
-
-
 def timed(records):
     """Indices of the records whose time analysis weighs: deep capture's traced epochs, which
     tracemalloc slows 2-10x, are left out when the others are the majority."""

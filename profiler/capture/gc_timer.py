@@ -63,9 +63,31 @@ def _with_forced(record, forced, forced_pause_ns, forced_sites):
     if TELLS_FORCED:
         record.update(forced=forced, forced_pause_s=[ns / 1e9 for ns in forced_pause_ns])
     if forced_sites:
-        ranked = sorted(forced_sites.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
-        record["forced_sites"] = [{"site": site, **({"via": via} if via else {}), "collections": n,
-                                   "pause_s": ns / 1e9} for (site, via), (n, ns) in ranked]
+        record["forced_sites"] = _site_list({key: (n, ns / 1e9) for key, (n, ns) in forced_sites.items()})
+    return record
+
+
+def _site_list(totals):
+    """forced_sites from {(site, via): (collections, pause_s)}: the FORCED_SITES longest paused."""
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:FORCED_SITES]
+    return [{"site": site, **({"via": via} if via else {}), "collections": n, "pause_s": pause}
+            for (site, via), (n, pause) in ranked]
+
+
+def merged(a, b):
+    """Two records of collections (reset()'s, None for none) as one: counts and pauses added, the
+    program's lines joined (the longest paused first)."""
+    if a is None or b is None:
+        return a or b
+    record = {key: [x + y for x, y in zip(a[key], b[key])] for key in ("pause_s", "collections", "forced",
+                                                                       "forced_pause_s") if key in a and key in b}
+    sites = {}
+    for s in (*a.get("forced_sites", ()), *b.get("forced_sites", ())):
+        total = sites.setdefault((s["site"], s.get("via")), [0, 0.0])
+        total[0] += s["collections"]
+        total[1] += s["pause_s"]
+    if sites:
+        record["forced_sites"] = _site_list(sites)
     return record
 
 

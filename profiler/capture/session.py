@@ -34,7 +34,7 @@ from ..interrupts import interrupts_held
 from ..rundir import format as fmt
 from ..rundir.writer import RunWriter, RunWriteError
 from . import options, torchrun
-from .gc_timer import GcTimer
+from .gc_timer import GcTimer, merged
 from .memory import MemoryProbe
 from .objects import TrackedCounter
 from .ops import OpTimers
@@ -142,7 +142,10 @@ class Session:
         self._last = None            # index of the last epoch begun and finished
         self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
         self._start_ns = 0
-        self._gc_before = None       # the open epoch's record of the collections before it (since the last epoch)
+        self._ended_ns = 0           # when the last epoch written ended, the profiler's work for it done
+        self._gap_s = None           # the open epoch's gap_s: the program's time since then
+        self._gc_before = None       # the open epoch's gc_before: the collections in that time
+        self._gc_dropped = None      # the gc_before of an epoch dropped since (abandon_epoch)
         self._fields = {}
         self._field_begins = []
         self._tracked = TrackedCounter()
@@ -172,7 +175,6 @@ class Session:
                 "pid": os.getpid(), "cpu_count": os.cpu_count(), "gc_threshold": list(gc.get_threshold()),
                 **self.ranks, "clock_origin_unix": origin_unix, "clock_origin_ns": origin_ns,
                 "started": _now_iso(), "finished": None, "finished_unix": None, "options": self.options,
-                "gc_before": True,   # epoch records hold the collections before them (absent: none)
             }
             self._writer.write_meta(self._meta)
         except BaseException:
@@ -354,10 +356,16 @@ class Session:
         self._epoch = index
         self._steps.start_epoch(index)
         self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
+        entered = _now()
+        # the program's time since the last epoch ended (the profiler's own work for it left out), and its
+        # collections, with those before an epoch dropped meanwhile (a validation pass: the gap spans it)
+        self._gap_s = (entered - self._ended_ns) / 1e9 if self._ended_ns else None
+        self._gc_before = merged(self._gc_dropped, self.gc_timer.reset(entered))
+        self._gc_dropped = None
         for begin in self._field_begins:
             begin()
         self._start_ns = _now()
-        self._gc_before = self.gc_timer.reset(self._start_ns)
+        self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
         self.ops.take()   # discard what ran between epochs
         return index
 
@@ -382,6 +390,8 @@ class Session:
         record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
                   "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
                   "heap": heap, "ops": ops}
+        if self._gap_s is not None:
+            record["gap_s"] = self._gap_s
         if self._gc_before is not None:
             record["gc_before"] = self._gc_before
         for name, read in self._fields.items():
@@ -401,6 +411,8 @@ class Session:
             raise
         self._unlined = None
         self.epochs_written += 1
+        self._ended_ns = _now()
+        self.gc_timer.reset(self._ended_ns)   # collections of the profiler's own work for the epoch are nobody's
 
     def abandon_epoch(self):
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
@@ -409,6 +421,7 @@ class Session:
         stderr, not an exception in its place (see _cut_unwritten for the steps left on disk)."""
         if self._state != "open" or self._epoch is None:
             return
+        self._gc_dropped = self._gc_before   # still before the next epoch
         self._cut_unwritten()
         self._write_pending_gc_events()
 

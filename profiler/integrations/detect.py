@@ -55,7 +55,7 @@ class Detection:
         self.marks = marks = Marks(session)
         self.targets = []
         epoch_fn, step_fn = functions.in_script(epoch_fn), functions.in_script(step_fn)
-        if epoch_fn is not None and epoch_fn == step_fn:
+        if epoch_fn and epoch_fn == step_fn:   # "" is no name: Target says so
             raise UsageError(f"--epoch-fn and --step-fn both name {epoch_fn}: a call is an epoch or a step, not "
                              f"both; give --step-fn the function that runs one step")
         if epoch_fn is not None:   # "" too: Target says it names nothing

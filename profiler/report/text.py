@@ -108,12 +108,13 @@ def forced_lines(f):
             + (f" and {others} other line{'' if others == 1 else 's'}" if others > 0 else ""))
 
 
-def forced_clause(f, of="the pause"):
-    """The program's own collections, when they take a part of the pause worth saying."""
+def forced_clause(f, of="the pause", per="epoch"):
+    """The program's own collections, when they take a part of the pause worth saying (`per`: what
+    their count is of)."""
     if f is None or f.share < fnd.FORCED_SHOWN:
         return ""
     return (f"; {pct(f.share)} of {of} is the program's own gc.collect() calls "
-            f"({_per_epoch(sum(f.collections_per_epoch), 'call')}"
+            f"({_per_epoch(sum(f.collections_per_epoch), 'call', per)}"
             + (f", at {forced_lines(f)}" if f.site else "") + ")")
 
 
@@ -147,6 +148,12 @@ def _forced_remedy(f, policy=None, spikes=False):
     if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
         text += f"; if it is there to free memory, {_FREEZE_CALLS}"
     return text + "."
+
+
+def _gc_site(e):
+    """The line that keeps the objects a collection walks: where the type that grew most was
+    allocated (deep capture's object counts), else the Python line whose memory grew most."""
+    return (e.objects.top_type_site if e.objects else None) or e.site
 
 
 def _policy_remedy(e, how, instead, site=None):
@@ -200,10 +207,10 @@ def evidence(f):
                 + _objects(e.objects, e.site, full=e.collections_per_epoch[2] > 0))
     if f.pattern == "gc-between-epochs":
         return (f"Between the epochs, outside every epoch's time, {counted(sum(e.collections), 'collection')} "
-                f"({e.collections[2]:,} full) paused {ms(e.pause_s)}: {pct(e.share)} of the time from the first "
-                f"analysed epoch to the last (the epochs took {ms(e.epochs_s)}, the {counted(e.intervals, 'gap')} "
-                f"between them {ms(e.between_s)}), mostly in {_gen(e.generation)} collections"
-                + forced_clause(e.forced, "it").replace(" per epoch", " per gap")
+                f"({e.collections[2]:,} full) paused {ms(e.pause_s)}: {pct(e.share)} of the epochs' time and the "
+                f"gaps' together (the epochs took {ms(e.epochs_s)}, the {counted(e.intervals, 'gap')} before them "
+                f"{ms(e.between_s)}), mostly in {_gen(e.generation)} collections"
+                + forced_clause(e.forced, "it", per="gap")
                 + _objects(e.objects, None, full=e.collections[2] > 0))
     if f.pattern == "gc-spikes":
         s = e.spikes
@@ -289,25 +296,21 @@ def remedy(f):
                 "run leave the collected generations and no collection walks them again; or raise the thresholds "
                 "(gc.set_threshold) so full collections run less often")
         return text + (f"; or drop the references that keep what {e.site} allocates alive." if e.site else ".")
-    if f.pattern == "gc-spikes" and e.growing:
-        # a fixed N walks a growing heap more often than CPython's schedule, which waits for it to grow
-        site = e.site or (e.objects.top_type_site if e.objects else None)
-        return ("The heap these collections walk keeps growing (gc-growing-pauses): "
-                + (f"keep fewer objects alive at {site}" if site else
-                   f"keep fewer objects alive (run with {_DEEP} to name the line that keeps them)")
-                + ". Until it stops growing, leave the collector's own schedule: a gc.collect() every N steps would "
-                "walk the growing heap more often than CPython, whose full collections wait for it to grow by a "
-                "quarter.")
     if f.pattern == "gc-spikes":
+        site = _gc_site(e)
+        keep = (f"keep fewer objects alive at {site}" if site else
+                f"keep fewer small objects alive (a Dataset's cache of decoded samples is a common case): run with "
+                f"{_DEEP} to name the line that keeps them")
+        if e.growing:   # a fixed N walks a growing heap more often than CPython's schedule, which waits for it to grow
+            return (f"The heap these collections walk keeps growing (gc-growing-pauses): {keep}. Until it stops "
+                    f"growing, leave the collector's own schedule: a gc.collect() every N steps would walk the growing "
+                    f"heap more often than CPython, whose full collections wait for it to grow by a quarter.")
         every = e.spikes.unit if e.every < 1.5 else f"{round(e.every):,} {e.spikes.unit}s"
-        text = (f"After set-up call gc.freeze() and gc.disable(), then gc.collect() every {every} at the same point "
-                f"on every rank, so a pause lands where you chose it (and never makes one rank a straggler)")
-        site = e.site or (e.objects.top_type_site if e.objects else None)
-        return text + (f"; and keep fewer objects alive at {site} (e.g. numpy arrays instead of lists)." if site
-                       else f"; and keep fewer small objects alive (a Dataset's cache of decoded samples is a common "
-                            f"case): run with {_DEEP} to name the line that keeps them.")
+        return (f"After set-up call gc.freeze() and gc.disable(), then gc.collect() every {every} at the same point "
+                f"on every rank, so a pause lands where you chose it (and never makes one rank a straggler); and "
+                f"{keep}" + (" (e.g. numpy arrays instead of lists)." if site else "."))
     if f.pattern == "gc-growing-pauses":
-        site = (e.objects.top_type_site if e.objects else None) or e.site
+        site = _gc_site(e)
         if site:
             text = (f"Tracked objects pile up: drop the reference that keeps what {site} allocates alive (or bound "
                     f"the container it goes into); gc.freeze() after set-up takes what set-up made out of every "
@@ -391,10 +394,10 @@ def _trend(d):
     return "too few epochs to tell" if _analysed(d) < stats.MIN_POINTS else "none fitted"
 
 
-def _per_epoch(n, what):
+def _per_epoch(n, what, per="epoch"):
     """'2 full collections per epoch', '1 full collection per epoch', '0.4 ...', '0.04 ...', '1.4 ...'."""
     shown = f"{n:.0f}" if n == round(n) else f"{n:.2g}" if n < 1 else f"{n:.1f}"
-    return f"{shown} {what}{'' if shown == '1' else 's'} per epoch"
+    return f"{shown} {what}{'' if shown == '1' else 's'} per {per}"
 
 
 def counted(n, unit):
@@ -437,11 +440,15 @@ def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
     if rate is None:
         return "memory cannot show a trend in one epoch"
-    if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_end_bytes - a.rss_start_bytes < FLAT_BYTES:
-        return f"memory is flat (RSS {'+' if rate >= 0 else ''}{size(rate)} per epoch)"
+    per_epoch = f"{'+' if rate >= 0 else ''}{size(rate)} per epoch"
+    if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_rise_bytes < FLAT_BYTES:
+        if a.rss_end_bytes - a.rss_start_bytes >= FLAT_BYTES:   # a rise in the first epochs, then a level
+            return (f"memory held after it rose early in the run (RSS {size(a.rss_start_bytes)} -> "
+                    f"{size(a.rss_end_bytes)}, {per_epoch})")
+        return f"memory is flat (RSS {per_epoch})"
     if rate * max(a.span_epochs, 1) < FLAT_BYTES:   # a rise that stopped: a slope over every epoch misses it
-        return (f"RSS rose {size(a.rss_end_bytes - a.rss_start_bytes)} ({size(a.rss_start_bytes)} -> "
-                f"{size(a.rss_end_bytes)}) and then held, under the {size(a.rss_limit_bytes)} that counts as growing memory")
+        return (f"RSS's level rose {size(a.rss_rise_bytes)} from the first third of the run to the last, under the "
+                f"{size(a.rss_limit_bytes)} that counts as growing memory")
     text = f"RSS grew {size(rate)} per epoch"
     if a.epochs < fnd.MEMORY_MIN_EPOCHS:
         return text + f" over {a.epochs} epoch{'' if a.epochs == 1 else 's'}: too few epochs to call it a leak"
@@ -465,6 +472,9 @@ def _cost(finding):
     return f"{pct(finding.time_fraction)} of the run"
 
 
+TRACED_SHOWN = 1.1   # traced epochs this much slower than the others are worth a note
+
+
 def verdict(d):
     """The diagnosis in a few sentences: the trend, the costliest finding with its remedy, the others."""
     text = _headline(d) + " "
@@ -480,10 +490,10 @@ def verdict(d):
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     et = d.epoch_time
-    if et.traced_slowdown is not None:
+    if et.traced_slowdown is not None and et.traced_slowdown >= TRACED_SHOWN:
         text += (f" Note: the {counted(et.traced_epochs, 'epoch')} deep capture traced took {et.traced_slowdown:.1f}x "
                  f"the others' median time (tracemalloc's cost), and {'is' if et.traced_epochs == 1 else 'are'} left "
-                 f"out of the epoch-time trend and the steps.")
+                 f"out of the epoch-time trend{'' if d.steps is None else ' and the steps'}.")
     if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
         text += (" Note: these epochs are fixed time windows, so epoch time cannot change; mark real epochs "
                  "with profiler run --epoch-fn NAME (each call of NAME is an epoch) or session.epoch().")

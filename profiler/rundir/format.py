@@ -6,6 +6,7 @@ and a crash mid-write leaves at most one partial record at the end, which reader
 """
 
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -59,11 +60,12 @@ def run_path(value, what):
     return Path(path)
 
 
-MAX_ERROR_CHARS = 10_000   # of meta.json's error: a message of 50 MB made `report` take over 10 minutes
+MAX_ERROR_CHARS = 10_000   # of meta.json's error: what reads it (wrapping a verdict) takes time with its length
+_CUT = re.compile(rf"(?s).{{{MAX_ERROR_CHARS}}}\.\.\. \([\d,]+ characters\)")
 
 
 def capped_error(text):
-    """meta.json's error, cut to MAX_ERROR_CHARS (its length said); one cut already stays as it is."""
-    if len(text) <= MAX_ERROR_CHARS + 64:   # room for the length said
+    """meta.json's error, cut to MAX_ERROR_CHARS with its length said; one cut already stays as it is."""
+    if len(text) <= MAX_ERROR_CHARS or _CUT.fullmatch(text):
         return text
     return f"{text[:MAX_ERROR_CHARS]}... ({len(text):,} characters)"

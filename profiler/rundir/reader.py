@@ -47,12 +47,6 @@ class Run:
         return (self.meta.get("options") or {}).get("gc_policy")   # a string or None (_check_meta)
 
     @property
-    def gc_before(self):
-        """Whether epoch records hold the collections before each epoch (gc_before; absent: none): runs
-        written before they were recorded do not."""
-        return self.meta.get("gc_before") is True
-
-    @property
     def user_meta(self):
         meta = self.meta.get("meta")
         return meta if isinstance(meta, dict) else {}
@@ -136,11 +130,10 @@ def _check_meta(meta, file):
             ("epochs", meta.get("epochs"), lambda v: v is None or _count(v), "a count of epochs"),
             ("gc_events_dropped", meta.get("gc_events_dropped"), lambda v: v is None or _count(v),
              "a count of GC events"),
-            ("gc_before", meta.get("gc_before"), lambda v: v is None or type(v) is bool, "true, false or absent"),
             ("finished_unix", meta.get("finished_unix"), lambda v: v is None or _number(v), "a Unix time or null")):
         if not check(value):
             raise RunDirError(f"{file} has {key} {_shown(value)}, not {what}: not written by this profiler")
-    if meta.get("error") is not None:   # one written before it was capped: what reads it stays linear
+    if meta.get("error") is not None:   # cut as the Session cuts it, whoever wrote it
         meta["error"] = capped_error(meta["error"])
 
 
@@ -386,7 +379,7 @@ BYTES = "a number of bytes between 0 and 1 PiB"
 
 def _check_optional(record):
     """Why an optional field of `record` is unusable, or None (absent fields are fine)."""
-    for key, check, what in (("start_s", _seconds, SECONDS), ("malloc_bytes", _bytes, BYTES),
+    for key, check, what in (("start_s", _seconds, SECONDS), ("gap_s", _seconds, SECONDS), ("malloc_bytes", _bytes, BYTES),
                              ("steps", _number, "a non-negative number")):
         if record.get(key) is not None and not check(record[key]):
             return f"has {key} {_shown(record[key])}, not {what}"
