@@ -364,3 +364,15 @@ def test_a_second_run_started_on_a_directory_in_use_stops_before_writing(tmp_pat
             RunWriter(tmp_path / "run")
     finally:
         first.close()
+
+
+def test_the_epoch_encoder_writes_what_json_writes_and_refuses_what_it_refuses():
+    # built once from CPython's C encoder (JSONEncoder.encode builds one per call, ~1.3 us an epoch)
+    from profiler.rundir import writer
+    record = {"epoch": 3, "start_s": 1.25, "gap_s": 1e-5, "gc": {"pause_s": [0.0, 1.5e-3, 0.25], "tracked": None},
+              "ops": {"conv[NHWC]": {"name": "conv", "tags": {"layout": "NHWC", "k": 3, "ok": True}}}, "note": "é\n\""}
+    assert writer._ENCODE(record) == json.dumps(record, separators=(",", ":"), allow_nan=False)
+    for bad, error in (({"x": float("nan")}, ValueError), ({"x": float("inf")}, ValueError),
+                       ({"x": np.float32(1.0)}, TypeError), ({"x": object()}, TypeError)):
+        with pytest.raises(error):
+            writer._ENCODE(bad)

@@ -119,11 +119,12 @@ class GcTimer:
         counts are swapped for new ones first, so a collection meanwhile lands in the old ones
         (added here) or the new ones (counted on). One open in another thread, begun before, adds to
         the epoch only its pause from `since_ns` on (its GC event keeps the whole)."""
+        if not any(self.collections):   # most calls (three an epoch): nothing to forget, and no swap
+            self._since = since_ns
+            return None
         pause_ns, counted, _, _, _, forced, forced_pause_ns, forced_sites = self._swap()
         self._stats = [s + c for s, c in zip(self._stats, counted)]
         self._since = since_ns
-        if not sum(counted):
-            return None
         return _with_forced({"pause_s": [ns / 1e9 for ns in pause_ns], "collections": counted},
                             forced, forced_pause_ns, forced_sites)
 

@@ -360,12 +360,15 @@ class Session:
         # the program's time since the last epoch ended (the profiler's own work for it left out), and its
         # collections, with those before an epoch dropped meanwhile (a validation pass: the gap spans it)
         self._gap_s = (entered - self._ended_ns) / 1e9 if self._ended_ns else None
-        self._gc_before = merged(self._gc_dropped, self.gc_timer.reset(entered))
+        before = self.gc_timer.reset(entered)
+        self._gc_before = before if self._gc_dropped is None else merged(self._gc_dropped, before)
         self._gc_dropped = None
-        for begin in self._field_begins:
-            begin()
-        self._start_ns = _now()
-        self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
+        self._start_ns = entered
+        if self._field_begins:
+            for begin in self._field_begins:
+                begin()
+            self._start_ns = _now()
+            self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
         self.ops.take()   # discard what ran between epochs
         return index
 
