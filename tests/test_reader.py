@@ -502,3 +502,13 @@ def test_a_huge_error_written_before_errors_were_capped_is_read_cut(tmp_path):
     r = read_run(run)
     assert r.meta["error"] == "ValueError: " + "x" * 9_988 + "... (1,000,012 characters)"
     assert r.problems[0].endswith("... (1,000,012 characters)")
+
+
+def test_a_link_to_nothing_is_said_to_be_one(tmp_path):
+    # a symlink loop was "does not exist" (a probe)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(RunDirError, match=r"a is a symbolic link to nothing that exists \(a loop, or a target gone\)"):
+        read_run(tmp_path / "a")
+    with pytest.raises(RunDirError, match="none does not exist"):
+        read_run(tmp_path / "none")

@@ -208,7 +208,8 @@ def read_run(path):
     """Read a run directory; RunDirError when it is not one or is damaged beyond a torn last line."""
     path = run_path(path, "run directory")
     if not path.exists():
-        raise RunDirError(f"{path} does not exist")
+        raise RunDirError(f"{path} is a symbolic link to nothing that exists (a loop, or a target gone)"
+                          if path.is_symlink() else f"{path} does not exist")
     if not path.is_dir():
         raise RunDirError(f"{path} is not a directory (a run directory holds {META} and {EPOCHS})")
     meta_file = path / META
