@@ -135,6 +135,79 @@ def test_collections_before_an_epoch_that_was_dropped_count_before_the_next(tmp_
     assert b["gap_s"] >= 0.02   # the dropped pass is time between the epochs
 
 
+@pytest.mark.parametrize("fails", ["record", "write", "landed"])
+def test_an_epoch_whose_end_fails_leaves_its_collections_and_time_where_they_fell(tmp_path, monkeypatch, fails):
+    # a record JSON cannot hold, or a write that fails: the epoch is no epoch, its collections are in the
+    # gap its time is in (they vanished: a reviewer); a line that landed before an interrupt is an epoch,
+    # and the next gap starts at its end (it spanned the epoch too)
+    from profiler.errors import RunWriteError
+    from profiler.rundir.writer import RunWriter
+    bad = [False]
+    original = RunWriter.write_epoch_line
+
+    def write(self, line, index):
+        if bad[0] and fails == "write":
+            raise RunWriteError("disk full")
+        original(self, line, index)
+        if bad[0] and fails == "landed":
+            raise KeyboardInterrupt
+    monkeypatch.setattr(RunWriter, "write_epoch_line", write)
+    with Session(tmp_path / "run") as session:
+        session.add_epoch_field("x", lambda: float("nan") if bad[0] and fails == "record" else 1.0)
+        with session.epoch():
+            pass
+        gc.collect(2)                       # in the gap
+        bad[0] = True
+        session.begin_epoch()
+        gc.collect(2)                       # in the epoch whose end fails
+        time.sleep(0.05)
+        with pytest.raises((RunWriteError, KeyboardInterrupt)):
+            session.end_epoch()
+        session.abandon_epoch()
+        bad[0] = False
+        gc.collect(2)                       # in the gap after it
+        with session.epoch():
+            pass
+    last = records(tmp_path / "run")[-1]
+    if fails == "landed":
+        assert len(records(tmp_path / "run")) == 3
+        assert last["gc_before"]["collections"] == [0, 0, 1] and last["gap_s"] < 0.05
+    else:
+        assert len(records(tmp_path / "run")) == 2
+        assert last["gc_before"]["collections"] == [0, 0, 3] and last["gap_s"] >= 0.05
+
+
+def test_a_field_begin_that_raises_leaves_no_epoch_open(tmp_path):
+    # the next epoch failed with "epoch began inside epoch 0" (a reviewer)
+    calls = []
+
+    def begin():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("probe failed")
+    with Session(tmp_path / "run") as session:
+        session.add_epoch_field("x", lambda: 1, begin=begin)
+        with pytest.raises(RuntimeError, match="probe failed"):
+            session.begin_epoch()
+        with session.epoch():
+            pass
+    assert [r["epoch"] for r in records(tmp_path / "run")] == [0]
+
+
+def test_a_cycle_in_a_fields_value_is_one_clear_error(tmp_path):
+    # the epoch line's encoder, built once, still tells a cycle (without its check it recursed, and
+    # crashed the process under a high recursion limit: a reviewer)
+    from profiler.errors import RunWriteError
+    cycle = {}
+    cycle["self"] = cycle
+    with Session(tmp_path / "run") as session:
+        session.add_epoch_field("state", lambda: cycle)
+        for _ in range(2):   # the second: a failed call leaves nothing behind in the check
+            with pytest.raises(RunWriteError, match="cannot record epoch 0 .*Circular reference detected"):
+                with session.epoch(0):
+                    pass
+
+
 def test_collections_hidden_from_the_callback_are_counted_and_the_callback_comes_back(tmp_path):
     others = list(gc.callbacks)
     try:

@@ -113,13 +113,15 @@ class GcTimer:
         self._zero()
 
     def reset(self, since_ns):
-        """The collections counted since the last take() (those between two epochs, or before the
-        first: the epoch record's 'gc_before', None when there were none), forgotten as an epoch
-        begins at `since_ns`: the collector's count they are compared with moves on by them. Our
-        counts are swapped for new ones first, so a collection meanwhile lands in the old ones
-        (added here) or the new ones (counted on). One open in another thread, begun before, adds to
-        the epoch only its pause from `since_ns` on (its GC event keeps the whole)."""
-        if not any(self.collections):   # most calls (three an epoch): nothing to forget, and no swap
+        """The collections counted since the last take() or reset (between two epochs, or before the
+        first: the epoch record's 'gc_before'; None when there were none), forgotten as what follows
+        begins at `since_ns`: the collector's count they are compared with moves on by them. The
+        counts are swapped for new ones first, so a collection meanwhile lands in the old ones (added
+        here) or the new ones (counted on); with nothing counted (most calls, three an epoch) there
+        is nothing to swap, and one ending meanwhile counts in what follows. One open in another
+        thread, begun before, adds to what follows only its pause from `since_ns` on (its GC event
+        keeps the whole)."""
+        if not any(self.collections):
             self._since = since_ns
             return None
         pause_ns, counted, _, _, _, forced, forced_pause_ns, forced_sites = self._swap()
@@ -270,8 +272,8 @@ class GcTimer:
         enabled = _isenabled()
         gc.disable()
         try:
-            while True:
-                since = self.collections[:]
+            while True:   # the open collection read with the counts: it may end the moment after
+                since, open_, thread = self.collections[:], self._open, self._open_thread
                 now = _collections()
                 if self.collections == since:
                     break
@@ -283,7 +285,7 @@ class GcTimer:
                                "max_pause_s": max_pause_ns / 1e9}, forced, forced_pause_ns, forced_sites)
         if sum(now) > sum(self._stats) + sum(collections) + sum(since):   # the callback was out for a while, or...
             # ...one open in another thread is in the collector's count and not yet in ours
-            elsewhere = self._open if self._open_thread != _get_ident() else None   # else one whose stop never came
+            elsewhere = open_ if thread != _get_ident() else None   # else one whose stop never came
             missed = [max(n - then - old - new - (g == elsewhere), 0)
                       for g, (n, then, old, new) in enumerate(zip(now, self._stats, collections, since))]
             if any(missed):

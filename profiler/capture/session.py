@@ -145,7 +145,7 @@ class Session:
         self._ended_ns = 0           # when the last epoch written ended, the profiler's work for it done
         self._gap_s = None           # the open epoch's gap_s: the program's time since then
         self._gc_before = None       # the open epoch's gc_before: the collections in that time
-        self._gc_dropped = None      # the gc_before of an epoch dropped since (abandon_epoch)
+        self._gc_dropped = None      # the collections of epochs since dropped or failed, and before them
         self._fields = {}
         self._field_begins = []
         self._tracked = TrackedCounter()
@@ -365,8 +365,12 @@ class Session:
         self._gc_dropped = None
         self._start_ns = entered
         if self._field_begins:
-            for begin in self._field_begins:
-                begin()
+            try:
+                for begin in self._field_begins:
+                    begin()
+            except BaseException:   # the epoch never began: not left open for the next one to trip on
+                self.abandon_epoch()
+                raise
             self._start_ns = _now()
             self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
         self.ops.take()   # discard what ran between epochs
@@ -383,6 +387,9 @@ class Session:
             self._steps.abandon()
         wall = (end - self._start_ns) / 1e9
         gc_record = self.gc_timer.take()
+        # before the next epoch, unless this one's line lands (_ended): a record that fails, or a line
+        # that does not land, leaves its collections in the gap its time is in
+        self._gc_dropped = merged(self._gc_before, gc_record)
         self.gc_timer.rehook()
         gc_record["tracked"] = self._tracked.sample()
         ops = self.ops.take()
@@ -414,8 +421,14 @@ class Session:
             raise
         self._unlined = None
         self.epochs_written += 1
+        self._ended()
+
+    def _ended(self):
+        """An epoch's line landed: the next gap starts now, and the collections of the profiler's own
+        work for the epoch are nobody's."""
+        self._gc_dropped = None
         self._ended_ns = _now()
-        self.gc_timer.reset(self._ended_ns)   # collections of the profiler's own work for the epoch are nobody's
+        self.gc_timer.reset(self._ended_ns)
 
     def abandon_epoch(self):
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
@@ -424,7 +437,8 @@ class Session:
         stderr, not an exception in its place (see _cut_unwritten for the steps left on disk)."""
         if self._state != "open" or self._epoch is None:
             return
-        self._gc_dropped = self._gc_before   # still before the next epoch
+        if self._gc_dropped is None:   # else end_epoch failed and kept this epoch's own collections too
+            self._gc_dropped = self._gc_before   # still before the next epoch
         self._cut_unwritten()
         self._write_pending_gc_events()
 
@@ -446,6 +460,7 @@ class Session:
                 (n, line_end), self._unlined = self._unlined, None
                 if self._writer.holds(fmt.EPOCHS, line_end):
                     self.epochs_written += 1
+                    self._ended()
                 else:
                     self._drop_steps(n)
         except RunWriteError as e:

@@ -20,14 +20,20 @@ from .reader import listed
 
 def _epoch_encoder():
     """Strict compact JSON of an epoch record. CPython's C encoder, built once: JSONEncoder.encode
-    builds one on every call, ~1.3 us of each epoch's bookkeeping (records hold no cycles, so
-    there is no circle check). JSONEncoder where there is no C encoder."""
+    builds one on every call, ~1.3 us of each epoch's bookkeeping. Its table of the containers
+    being encoded (which tells a cycle in a field's value, as JSONEncoder does) is emptied before
+    each call: a failed call leaves entries in it. JSONEncoder where there is no C encoder."""
     strict = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
     c_encoder = getattr(json.encoder, "c_make_encoder", None)
     if c_encoder is None:
         return strict.encode
-    made = c_encoder(None, strict.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
-    return lambda record: "".join(made(record, 0))
+    markers = {}
+    made = c_encoder(markers, strict.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False)
+
+    def encode(record):
+        markers.clear()
+        return "".join(made(record, 0))
+    return encode
 
 
 _ENCODE = _epoch_encoder()
@@ -133,7 +139,7 @@ class RunWriter:
         RunWriteError here, before anything of the epoch is written."""
         try:
             return (_ENCODE(record) + "\n").encode("ascii")   # the encoder escapes all else
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, RecursionError) as e:   # RecursionError: a field's value nested too deep
             raise RunWriteError(f"cannot record epoch {record.get('epoch')} in {self.path / EPOCHS}: {e}") from e
 
     def append_epoch(self, record):
