@@ -107,14 +107,19 @@ def test_collections_between_epochs_are_kept_with_the_next_epoch(tmp_path):
     assert rs[0]["gc_before"]["collections"][1] >= 1 and rs[0]["gc_before"]["forced"][1] >= 1 and "gap_s" not in rs[0]
     for r in rs[1:]:
         b = r["gc_before"]
-        assert b["collections"] == [0, 0, 2] and b["forced"] == [0, 0, 2] and r["gc"]["collections"] == [0, 0, 0]
+        # the full collections are the test's (young ones CPython may add anywhere)
+        assert b["collections"][2] == 2 and b["forced"] == [0, 0, 2] and r["gc"]["collections"][2] == 0
         assert 0 < b["forced_pause_s"][2] == b["pause_s"][2] and 0.02 + b["pause_s"][2] <= r["gap_s"] < 1.0
         assert sorted(x["site"] for x in b["forced_sites"]) == [f"{__file__}:{line}", f"{__file__}:{line + 1}"]
         assert sum(x["pause_s"] for x in b["forced_sites"]) == pytest.approx(b["pause_s"][2])
-    with Session(tmp_path / "quiet") as session:   # no collection between epochs: no field
-        for e in range(2):
-            with session.epoch(e):
-                pass
+    gc.disable()   # no collection between epochs (none of CPython's either): no field
+    try:
+        with Session(tmp_path / "quiet") as session:
+            for e in range(2):
+                with session.epoch(e):
+                    pass
+    finally:
+        gc.enable()
     assert "gc_before" not in records(tmp_path / "quiet")[1] and records(tmp_path / "quiet")[1]["gap_s"] < 0.1
 
 
@@ -131,7 +136,7 @@ def test_collections_before_an_epoch_that_was_dropped_count_before_the_next(tmp_
             time.sleep(0.02)
             session.abandon_epoch()
     b = records(tmp_path / "run")[1]
-    assert b["gc_before"]["collections"] == [0, 0, 2] and b["gc_before"]["forced"] == [0, 0, 2]
+    assert b["gc_before"]["collections"][2] == 2 and b["gc_before"]["forced"] == [0, 0, 2]
     assert b["gap_s"] >= 0.02   # the dropped pass is time between the epochs
 
 
@@ -168,13 +173,13 @@ def test_an_epoch_whose_end_fails_leaves_its_collections_and_time_where_they_fel
         gc.collect(2)                       # in the gap after it
         with session.epoch():
             pass
-    last = records(tmp_path / "run")[-1]
+    last = records(tmp_path / "run")[-1]   # the full collections are the test's (young ones CPython may add)
     if fails == "landed":
         assert len(records(tmp_path / "run")) == 3
-        assert last["gc_before"]["collections"] == [0, 0, 1] and last["gap_s"] < 0.05
+        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 1 and last["gap_s"] < 0.05
     else:
         assert len(records(tmp_path / "run")) == 2
-        assert last["gc_before"]["collections"] == [0, 0, 3] and last["gap_s"] >= 0.05
+        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 3 and last["gap_s"] >= 0.05
 
 
 def test_a_field_begin_that_raises_leaves_no_epoch_open(tmp_path):
