@@ -174,12 +174,13 @@ def test_an_epoch_whose_end_fails_leaves_its_collections_and_time_where_they_fel
         with session.epoch():
             pass
     last = records(tmp_path / "run")[-1]   # the full collections are the test's (young ones CPython may add)
+    besides = last["gap_s"] - sum(last["gc_before"]["pause_s"])   # a full collection of a big heap takes a while
     if fails == "landed":
         assert len(records(tmp_path / "run")) == 3
-        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 1 and last["gap_s"] < 0.05
+        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 1 and besides < 0.05
     else:
         assert len(records(tmp_path / "run")) == 2
-        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 3 and last["gap_s"] >= 0.05
+        assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 3 and besides >= 0.05
 
 
 def test_a_field_begin_that_raises_leaves_no_epoch_open(tmp_path):
