@@ -175,6 +175,7 @@ def test_an_epoch_whose_end_fails_leaves_its_collections_and_time_where_they_fel
             pass
     last = records(tmp_path / "run")[-1]   # the full collections are the test's (young ones CPython may add)
     besides = last["gap_s"] - sum(last["gc_before"]["pause_s"])   # a full collection of a big heap takes a while
+    assert set(last["gc_before"]) <= {"pause_s", "collections", "forced", "forced_pause_s", "forced_sites"}
     if fails == "landed":
         assert len(records(tmp_path / "run")) == 3
         assert last["gc_before"]["collections"][2] == last["gc_before"]["forced"][2] == 1 and besides < 0.05

@@ -75,14 +75,15 @@ def _site_list(totals):
 
 
 def merged(a, b):
-    """Two records of collections (reset()'s, None for none) as one: counts and pauses added, the
-    program's lines joined (the longest paused first)."""
-    if a is None or b is None:
-        return a or b
-    record = {key: [x + y for x, y in zip(a[key], b[key])] for key in ("pause_s", "collections", "forced",
-                                                                       "forced_pause_s") if key in a and key in b}
+    """Two records of collections (reset()'s or take()'s, None for none) as one of reset()'s: counts
+    and pauses added, the program's lines joined (the longest paused first); None for none."""
+    records = [r for r in (a, b) if r is not None]
+    if not records:
+        return None
+    keys = [k for k in ("pause_s", "collections", "forced", "forced_pause_s") if all(k in r for r in records)]
+    record = {k: [sum(values) for values in zip(*(r[k] for r in records))] for k in keys}
     sites = {}
-    for s in (*a.get("forced_sites", ()), *b.get("forced_sites", ())):
+    for s in (site for r in records for site in r.get("forced_sites", ())):
         total = sites.setdefault((s["site"], s.get("via")), [0, 0.0])
         total[0] += s["collections"]
         total[1] += s["pause_s"]

@@ -146,6 +146,7 @@ class Session:
         self._gap_s = None           # the open epoch's gap_s: the program's time since then
         self._gc_before = None       # the open epoch's gc_before: the collections in that time
         self._gc_dropped = None      # the collections of epochs since dropped or failed, and before them
+        self._gc_ending = None       # the ending epoch's own, until its line lands
         self._fields = {}
         self._field_begins = []
         self._tracked = TrackedCounter()
@@ -362,7 +363,7 @@ class Session:
         self._gap_s = (entered - self._ended_ns) / 1e9 if self._ended_ns else None
         before = self.gc_timer.reset(entered)
         self._gc_before = before if self._gc_dropped is None else merged(self._gc_dropped, before)
-        self._gc_dropped = None
+        self._gc_dropped = self._gc_ending = None
         self._start_ns = entered
         if self._field_begins:
             try:
@@ -386,10 +387,7 @@ class Session:
         if self._steps.open_ns:
             self._steps.abandon()
         wall = (end - self._start_ns) / 1e9
-        gc_record = self.gc_timer.take()
-        # before the next epoch, unless this one's line lands (_ended): a record that fails, or a line
-        # that does not land, leaves its collections in the gap its time is in
-        self._gc_dropped = merged(self._gc_before, gc_record)
+        gc_record = self._gc_ending = self.gc_timer.take()   # the gap's, should its line not land (_dropped)
         self.gc_timer.rehook()
         gc_record["tracked"] = self._tracked.sample()
         ops = self.ops.take()
@@ -417,7 +415,9 @@ class Session:
             self._write_gc_events(self.gc_timer.take_events())
             self._writer.write_epoch_line(line, index)
         except BaseException:
-            self._cut_unwritten()
+            self._cut_unwritten()   # _ended() if the line landed after all
+            if self._gc_ending is not None:
+                self._dropped()
             raise
         self._unlined = None
         self.epochs_written += 1
@@ -426,9 +426,15 @@ class Session:
     def _ended(self):
         """An epoch's line landed: the next gap starts now, and the collections of the profiler's own
         work for the epoch are nobody's."""
-        self._gc_dropped = None
+        self._gc_dropped = self._gc_ending = None
         self._ended_ns = _now()
         self.gc_timer.reset(self._ended_ns)
+
+    def _dropped(self):
+        """An epoch that has no line is part of the gap its time is in: so are its collections (those
+        its end took, if it got that far) and those before it."""
+        self._gc_dropped = merged(self._gc_before, self._gc_ending)
+        self._gc_ending = None
 
     def abandon_epoch(self):
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
@@ -437,8 +443,7 @@ class Session:
         stderr, not an exception in its place (see _cut_unwritten for the steps left on disk)."""
         if self._state != "open" or self._epoch is None:
             return
-        if self._gc_dropped is None:   # else end_epoch failed and kept this epoch's own collections too
-            self._gc_dropped = self._gc_before   # still before the next epoch
+        self._dropped()
         self._cut_unwritten()
         self._write_pending_gc_events()
 
