@@ -74,6 +74,11 @@ class RunCommand:
         return _run_script(args, name, rest)
 
 
+def _next(out):
+    """The command that reports the run in `out`, quoted for a shell."""
+    return f"next: profiler report {shlex.quote(str(out))}"
+
+
 def _check_out(out):
     if out is not None and not out.strip():   # not the default name in its place
         raise UsageError("--out '': give a run directory, e.g. --out runs/mine")
@@ -93,7 +98,7 @@ def _launch(args, argv, stem):
     out = output_dir(args.out, "--out") if args.out else _default_out(stem)
     launch(args.nproc_per_node, argv, out)
     if not args.quiet:
-        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\nnext: profiler report {shlex.quote(str(out))}", file=sys.stderr)
+        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\n{_next(out)}", file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):
@@ -137,14 +142,14 @@ def _run_scenario(args, scenario, rest):
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
         lines = Path(out, "epochs.jsonl")
         if not args.quiet and lines.exists() and lines.stat().st_size:
-            print(f"profiler: wrote {out} (interrupted)\nnext: profiler report {shlex.quote(str(out))}", file=sys.stderr)
+            print(f"profiler: wrote {out} (interrupted)\n{_next(out)}", file=sys.stderr)
         raise
     if not args.quiet:
         summary = f"wrote {out}: {_counted(len(state.times), 'epoch')}{' (halted)' if state.halted else ''}"
         if state.times:
             median = sorted(state.times)[len(state.times) // 2]
             summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
-        show(summary, f"next: profiler report {shlex.quote(str(out))}")
+        show(summary, _next(out))
 
 
 def _script_argv(args, target, rest):
@@ -200,7 +205,7 @@ def _run_script(args, target, rest):
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
         print(f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
-              + (f"\nnext: profiler report {shlex.quote(str(out))}" if result.epochs else ""), file=sys.stderr)
+              + (f"\n{_next(out)}" if result.epochs else ""), file=sys.stderr)
     if typo:
         raise UsageError("; ".join(result.misnamed))
     if isinstance(raised, ends):

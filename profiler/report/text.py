@@ -175,7 +175,8 @@ def _gen(g):
 
 def _memory(e):
     name = e.measure.upper() if e.measure == "rss" else e.measure
-    grows = f"grew {size(e.end_bytes - e.start_bytes)}" if e.levels_off else f"grows {size(e.growth_bytes_per_epoch)} per epoch"
+    grows = (f"grew {size(e.end_bytes - e.start_bytes)}" if e.levels_off
+             else f"grows {size(e.growth_bytes_per_epoch)} per epoch")
     text = f"{name} memory {grows} ({size(e.start_bytes)} -> {size(e.end_bytes)})"
     others = [(name, rate) for name, rate in (("RSS", e.rss_growth_bytes_per_epoch),
                                               ("malloc", e.malloc_growth_bytes_per_epoch),
@@ -520,7 +521,8 @@ def diagnosis(d):
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
               f"   ratio {et.ratio:.2f}   trend {_trend(d)}",
-              f"GC share     overall {pct(g.share_total)}   median epoch early {pct(g.share_early)}   late {pct(g.share_late)}"
+              f"GC share     overall {pct(g.share_total)}   median epoch early {pct(g.share_early)}"
+              f"   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),

@@ -380,8 +380,8 @@ BYTES = "a number of bytes between 0 and 1 PiB"
 
 def _check_optional(record):
     """Why an optional field of `record` is unusable, or None (absent fields are fine)."""
-    for key, check, what in (("start_s", _seconds, SECONDS), ("gap_s", _seconds, SECONDS), ("malloc_bytes", _bytes, BYTES),
-                             ("steps", _number, "a non-negative number")):
+    for key, check, what in (("start_s", _seconds, SECONDS), ("gap_s", _seconds, SECONDS),
+                             ("malloc_bytes", _bytes, BYTES), ("steps", _number, "a non-negative number")):
         if record.get(key) is not None and not check(record[key]):
             return f"has {key} {_shown(record[key])}, not {what}"
     gc = record["gc"]
