@@ -363,7 +363,7 @@ class Session:
         self._gap_s = (entered - self._ended_ns) / 1e9 if self._ended_ns else None
         before = self.gc_timer.reset(entered)
         self._gc_before = before if self._gc_dropped is None else merged(self._gc_dropped, before)
-        self._gc_dropped = self._gc_ending = None
+        self._gc_dropped = None
         self._start_ns = entered
         if self._field_begins:
             try:

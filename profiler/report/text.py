@@ -34,6 +34,11 @@ def size(n):
     return f"{n:.0f} B"
 
 
+def signed_size(n):
+    """'+1.2 MiB', '-300 B', '+0 B': a change in bytes."""
+    return f"{'+' if n >= 0 else ''}{size(n)}"
+
+
 def count(n):
     n = float(n)
     if abs(n) >= 1e6:
@@ -183,7 +188,7 @@ def _memory(e):
                                               ("traced", e.traced_growth_bytes_per_epoch))
               if rate is not None and name.lower() != e.measure]
     if others:
-        text += "; " + ", ".join(f"{name} {'+' if rate >= 0 else ''}{size(rate)} per epoch" for name, rate in others)
+        text += "; " + ", ".join(f"{name} {signed_size(rate)} per epoch" for name, rate in others)
     text += ("; it levelled off by the last third of the run" if e.levels_off else "; it keeps growing to the end")
     if e.top_sites:
         text += ". The lines whose memory grew most: " + "; ".join(
@@ -434,14 +439,14 @@ FLAT_BYTES = 1 << 20   # RSS growth over the run that reads as flat memory
 def _rss_rate(a):
     """'+1.2 MiB', or '-' for one epoch after the warm-up, which has no growth to fit."""
     rate = a.rss_growth_bytes_per_epoch
-    return "-" if rate is None else f"{'+' if rate >= 0 else ''}{size(rate)}"
+    return "-" if rate is None else signed_size(rate)
 
 
 def _memory_not_found(a):
     rate = a.rss_growth_bytes_per_epoch
     if rate is None:
         return "memory cannot show a trend in one epoch"
-    per_epoch = f"{'+' if rate >= 0 else ''}{size(rate)} per epoch"
+    per_epoch = f"{signed_size(rate)} per epoch"
     if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_rise_bytes < FLAT_BYTES:
         if a.rss_end_bytes - a.rss_start_bytes >= FLAT_BYTES:   # a rise in the first epochs, then a level
             return (f"memory held after it rose early in the run (RSS {size(a.rss_start_bytes)} -> "
