@@ -149,6 +149,8 @@ def test_demo_refuses_a_run_directory_for_its_runs(tmp_path):
     (["scaling", "mlp", "--max-epochs", "10,20", "--out", __file__], ["--out", "is a file, not a directory"]),
     (["report", "x", "--html", ""], ["--html ''", "give a file name, e.g. --html report.html"]),
     (["timeline", "x", "--out", ""], ["--out ''", "give a file name, e.g. --out trace.json"]),
+    (["timeline", "x", "--out", "-"], ["--out -: writing to standard output is not supported"]),
+    (["compare", "x", "y", "--html", "-"], ["--html -: writing to standard output is not supported"]),
     (["run", "--", "python", "train.py"], ["'python' is neither", "profiler run train.py"]),
     (["run", "--epochs", "3", "train.py"], ["unrecognized arguments: --epochs", "go before the script"]),
     (["run", "--out", "", "train.py"], ["--out ''", "give a run directory"]),

@@ -90,7 +90,7 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
     # the collector off (gc.disable()), the program collecting by itself: no "not at all"
     d = run("off", forced=(20, 1, 37), forced_pause=(0.001, 0.0, 0.040), forced_sites={site: (58, 0.041)})
     assert d.findings[0].evidence.forced.only
-    assert "CPython ran none of its own. If the collector is off (gc.disable()), collect less often, or call " \
+    assert "CPython ran none of its own. Call it less often (once an epoch, or every few hundred steps), or call " \
            "gc.freeze()" in text.remedy(d.findings[0])
     # one call an epoch: less often is every few epochs
     d = run("once", forced=(0, 0, 1), forced_pause=(0.0, 0.0, 0.030), forced_sites={site: (1, 0.030)})
@@ -106,8 +106,9 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
                                                     for i in range(30)]))
     remedy = text.remedy(d.findings[0])
     assert d.findings[0].evidence.forced.only and "gc.freeze()" not in remedy and "would collect" not in remedy
-    assert remedy.endswith("collect less often; if it is on, the calls reset its count before the threshold is "
-                           "reached, and without them collecting is left to CPython.")
+    assert remedy.endswith("every few hundred steps). With the collector on, CPython then collects at its own "
+                           "threshold; with it off (gc.disable()), keep some calls: they are the only collections "
+                           "there are.")
     # none asked for: the automatic collections' remedy, and no word of gc.collect() in the evidence
     d = run("automatic", forced=(0, 0, 0), forced_pause=(0.0, 0.0, 0.0))
     f = d.findings[0]

@@ -151,13 +151,17 @@ def test_peak_rss_is_the_process_own_high_water_mark_not_its_parents():
 
 
 @pytest.mark.slow
-def test_a_leaking_test_fails_with_the_finding_and_a_clean_one_passes(pytester):
+def test_a_leaking_test_fails_with_the_finding_and_a_clean_one_passes(pytester, monkeypatch, tmp_path):
     pytester.makepyfile(test_loops=LOOPS)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
     result.assert_outcomes(failed=1, passed=2)
     out = result.stdout.str()
     assert "FAILED test_loops.py::test_leaks" in out
     assert "profile_epochs: memory grows" in out and "allocation-growth" in out
+    # the passing test's temporary run directory is removed; the failing one's, named in its message, kept
+    kept = list(tmp_path.glob("profile-epochs-*"))
+    assert len(kept) == 1 and f"(run directory: {kept[0] / 'run'};" in out.replace("\n", "")
 
 
 @pytest.mark.slow
@@ -210,6 +214,10 @@ def test_one_epoch(profile_session):
     with profile_session.epoch():
         pass
 
+@pytest.mark.profile_epochs(max_slowdown=0.2)
+def test_windows_only():   # no fixture and nothing to find: one time window, not three
+    pass
+
 @pytest.mark.profile_epochs(max_growth_bytes_per_epoch=1_000_000)
 def test_python_objects_leak(profile_session):
     for epoch in range(8):
@@ -224,13 +232,16 @@ def test_bad_markers_and_no_epochs_fail_with_one_line_and_a_python_object_leak_f
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error::pytest.PytestWarning",
                                            "-rA", timeout=300)
     out = result.stdout.str()
-    result.assert_outcomes(failed=3, errors=4)
+    result.assert_outcomes(failed=4, errors=4)
     for test, words in (("test_no_limits", "give max_slowdown"), ("test_misspelt", "unknown argument 'max_slow'"),
                         ("test_min_epochs_text", "min_epochs='x'"), ("test_nan", "max_slowdown=nan")):
         assert f"ERROR test_markers.py::{test} - Failed: " in out and words in out
     assert "FAILED test_markers.py::test_no_epochs - Failed: profile_epochs: nothing to" in out
     assert "profile_epochs: nothing to judge" in out
     assert "FAILED test_markers.py::test_python_objects_leak" in out and "profile_epochs: memory grows" in out
-    assert "FAILED test_markers.py::test_one_epoch" in out and "only 1 epoch was found (at least 3" in out
+    assert "FAILED test_markers.py::test_one_epoch" in out and "FAILED test_markers.py::test_windows_only" in out
+    # too few epochs is one line, not the report of one epoch
+    assert out.count("only 1 epoch was found (at least 3 are needed to judge: mark epochs with") >= 2
+    assert out.count("(run directory: ") == 1
     assert "Traceback" not in out and "pytest_plugin.py" not in out and "PluggyTeardownRaisedWarning" not in out
     assert "During handling of the above exception" not in out

@@ -107,6 +107,25 @@ def test_two_directories_recording_one_rank_say_it_appears_twice_not_rename(tmp_
     assert "rename" not in str(info.value)
 
 
+@pytest.mark.parametrize("extra,words", [
+    ("rank-0b", r"rank-0b holds a run beside the job's rank-<RANK> directories but is not named for a rank"),
+    ("host-b/rank-0", r"holds rank-<RANK> directories at two levels \(.*host-b/rank-0 and beside it"),
+], ids=["renamed-copy", "two-levels"])
+def test_a_rank_beside_the_job_under_another_name_or_level_is_no_silent_omission(tmp_path, extra, words):
+    for rank in range(2):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(10, 0.01))
+    write_rank(tmp_path / extra, 0, 2, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=words):
+        rank_dirs(tmp_path)
+
+
+def test_ranks_split_over_two_levels_say_so_not_that_one_is_missing(tmp_path):
+    write_rank(tmp_path / "rank-0", 0, 2, np.full(10, 0.01))
+    write_rank(tmp_path / "host-b" / "rank-1", 1, 2, np.full(10, 0.01))
+    with pytest.raises(RunDirError, match=r"at two levels"):
+        rank_dirs(tmp_path)
+
+
 def test_clock_origin_that_is_no_unix_time_is_an_error(tmp_path):
     write_rank(tmp_path / "rank-0", 0, 1, np.full(10, 0.01))
     meta = tmp_path / "rank-0" / "meta.json"
@@ -637,3 +656,13 @@ def test_a_rank_that_finished_one_epoch_of_a_long_job_leaves_too_few_steps_for_a
     # the whole job: the straggler as before, and no caution
     whole = synthetic_job(tmp_path / "whole", 4, 200, straggler=2)
     assert analyze_ranks(whole).stragglers.rank == 2 and analyze(whole).cautions == []
+
+
+def test_a_comparison_of_two_jobs_with_stragglers_says_whose_share_is_whose(tmp_path):
+    synthetic_job(tmp_path / "a", 2, 200, straggler=1, pause_s=0.012)
+    synthetic_job(tmp_path / "b", 2, 200, straggler=0, pause_s=0.006)
+    words = rank_text.comparison_verdict(rank_analysis.compare_ranks(tmp_path / "a", tmp_path / "b"))
+    assert re.search(r"Rank 0's stalls cost \d+\.\d% of the job in b, against rank 1's \d+\.\d% in a\.", words), words
+    synthetic_job(tmp_path / "c", 2, 200, straggler=1, pause_s=0.006)
+    words = rank_text.comparison_verdict(rank_analysis.compare_ranks(tmp_path / "a", tmp_path / "c"))
+    assert re.search(r"Rank 1's stalls cost \d+\.\d% of the job in c, against its \d+\.\d% in a\.", words), words

@@ -61,7 +61,7 @@ def test_html_has_findings_table_and_step_figure(spiky):
     assert "<th>finding</th>" in page and "gc-spikes" in page and "<h2>extra section</h2>" in page
     assert page.count("data:image/png;base64") == 3     # step time, epoch time, memory
     assert "Ranks: none" in page and "<h2>Verdicts</h2>" in page   # two results: their verdicts first
-    alone = html.render(title="t", diagnoses=[(d, series(spiky), step_series(read_run(spiky)))])
+    alone = html.render(title="t", diagnoses=[(d, series(spiky), step_series(spiky))])   # a path, as series takes
     assert "<h2>Verdicts</h2>" not in alone and alone.count(html_escape(text.verdict(d))) == 1   # said once
 
 

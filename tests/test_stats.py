@@ -71,3 +71,11 @@ def test_false_alarms_and_detection_on_a_seeded_simulation():
     r = rates(runs=200, seed=3)
     assert r["false_slower"] <= 0.01 and r["false_faster"] <= 0.02
     assert r["detected"] >= 0.95 and r["faster"] >= 0.95
+
+
+def test_a_fall_is_never_more_than_all_of_it():
+    # epochs that shrink from 50 ms to ~1 ms with noise: the fitted line, and its interval, pass below zero
+    x = np.arange(12)
+    y = np.array([50, 48, 30, 44, 20, 25, 9, 12, 2, 4, 1, 1], float) * 1e-3
+    c = stats.change(x, y)
+    assert c.fitted and -1.0 <= c.relative_low <= c.relative <= c.relative_high <= 0.0

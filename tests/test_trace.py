@@ -38,6 +38,16 @@ def test_trace_of_a_stepped_run(tmp_path):
     assert steps[5]["ts"] <= gcs[0]["ts"] <= steps[5]["ts"] + steps[5]["dur"]
     counters = [e for e in events if e["ph"] == "C"]
     assert [c["args"]["gen2"] for c in counters] == [pytest.approx(50.0), 0.0]
+    assert {c["name"] for c in counters} == {"GC pause in steps (ms)"}
+
+
+def test_a_run_without_steps_counts_the_pause_in_epochs(tmp_path):
+    run = write_run(tmp_path / "run", [epoch(i, 0.010, start_s=0.010 * i, pause=(0.001, 0.0, 0.002)) for i in range(2)])
+    trace.write_run(run, tmp_path / "t.json")
+    counters = [e for e in load(tmp_path / "t.json")["traceEvents"] if e["ph"] == "C"]
+    assert {c["name"] for c in counters} == {"GC pause in epochs (ms)"}
+    assert [(c["ts"], c["args"]["gen2"]) for c in counters] == [(0, pytest.approx(2.0)), (10_000, 0.0),
+                                                                (10_000, pytest.approx(2.0)), (20_000, 0.0)]
 
 
 def test_ops_are_placed_inside_their_epoch(tmp_path):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import rundir
 from . import spikes as spk
 from .load import load
 
@@ -61,9 +62,9 @@ def series(run_dir, max_points=1000):
         epochs=n, downsampled=n > max_points)
 
 
-def step_series(run, max_points=2000):
-    """StepSeries of a Run's steps, or None when it recorded none."""
-    steps = run.steps()
+def step_series(run_dir, max_points=2000):
+    """StepSeries of a run's steps (a run directory, or a Run read already), or None when it recorded none."""
+    steps = (run_dir if isinstance(run_dir, rundir.Run) else rundir.read_run(run_dir)).steps()
     n = len(steps)
     if n == 0:
         return None

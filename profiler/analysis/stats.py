@@ -130,8 +130,8 @@ def change(x, y):
     base = trend.start - trend.slope * (bx[0] - x[0])
     if base <= 0:   # a line that starts at or below zero has no relative change (a step up from ~0 fits one)
         return Change(0.0, 0.0, 0.0, early, late, False, fitted=False)
-    relative = trend.slope * span / base
-    low, high = trend.slope_low * span / base, trend.slope_high * span / base
+    # a time or a size falls by 100% at most: a steep line's end, or its interval's, may pass below zero
+    relative, low, high = (max(slope * span / base, -1.0) for slope in (trend.slope, trend.slope_low, trend.slope_high))
     tail = float(np.quantile(y[-max(3, len(y) // 10):], QUANTILE)) / base - 1
     short = len(y) < 2 * TREND_BINS   # too few epochs for bins to tame the noise: the interval must agree
     if relative > 0:

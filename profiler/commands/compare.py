@@ -9,6 +9,9 @@ class CompareCommand:
 
     @staticmethod
     def add_arguments(p):
+        p.description = ("Two runs side by side: epoch time, GC pause and the program's gc.collect() calls, then each op "
+                         "(matched by name and tags) with its ratio and what-if: A's epoch if the op ran at B's speed. "
+                         "Two multi-rank directories compare as jobs: step time, time lost waiting, straggler.")
         p.add_argument("run_a")
         p.add_argument("run_b")
         p.add_argument("--json", action="store_true", help="print the comparison as JSON")

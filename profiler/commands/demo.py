@@ -9,8 +9,11 @@ class DemoCommand:
 
     @staticmethod
     def add_arguments(p):
-        p.add_argument("--out", default="runs/demo", help="directory for the demo's runs and report")
-        p.add_argument("--quick", action="store_true", help="smaller still (for tests)")
+        p.description = ("Reproduce the Axon report (epoch time that depends on max_epochs) under scaling, the "
+                         "Keras-MXNet report (NCHW vs NHWC) under compare, and, with torch installed, a 2-rank GC "
+                         "straggler with and without --gc-policy freeze; write OUT/report.html.")
+        p.add_argument("--out", default="runs/demo", help="directory for the demo's runs and report (default runs/demo)")
+        p.add_argument("--quick", action="store_true", help="fewer epochs and samples (a smoke test)")
 
     @staticmethod
     def run(args):

@@ -17,6 +17,9 @@ def output_file(path, flag, example, reads=()):
     is made of; of another run, a record of that run."""
     if not str(path).strip():
         raise UsageError(f"{flag} {str(path)!r}: give a file name, e.g. {flag} {example}")
+    if str(path) == "-":   # not standard output: a file named "-" would surprise
+        raise UsageError(f"{flag} -: writing to standard output is not supported; give a file name, e.g. "
+                         f"{flag} {example}")
     named_a_directory = str(path).endswith(("/", os.sep))   # Path drops the slash: it would write a file there
     path = Path(path)
     if path.is_dir() or named_a_directory:

@@ -19,14 +19,16 @@ reached before the test (tests share one process, and pages an earlier test free
 again when reused: the footprint grows back, nothing leaks), so its rate is fitted to the
 epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail the test, since
 nothing can be judged from them. tracemalloc (False, True or "auto", as for a Session): deep
-capture, which names the lines that allocate what grows. Bad marker arguments and a test with no
-epoch fail the test with one line. Run directories go to --profile-runs DIR (default: a temporary
-directory, named in the failure message).
+capture, which names the lines that allocate what grows. Bad marker arguments and a test with
+fewer epochs than min_epochs fail the test with one line. Run directories go to --profile-runs DIR;
+without it, to a temporary directory that is removed unless a failure message names it.
 
 Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
 """
 
 import contextlib
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -35,6 +37,7 @@ import pytest
 MARKER = "profile_epochs"
 _session_key = pytest.StashKey()
 _peak_key = pytest.StashKey()
+_HINT = "mark epochs with profile_session.epoch(), or train with PyTorch, Keras or Lightning"
 
 
 def pytest_addoption(parser):
@@ -81,9 +84,6 @@ class Limits:
         """What went past the limits, as lines; empty when the run is within them. rss_rate: RSS
         growth per epoch to judge (default the diagnosis's; see rss_growth_past)."""
         out = []
-        if diagnosis.epochs < self.min_epochs:
-            found = f"{diagnosis.epochs} epoch was" if diagnosis.epochs == 1 else f"{diagnosis.epochs} epochs were"
-            return [f"only {found} found (at least {self.min_epochs} are needed to judge)"]
         et = diagnosis.epoch_time
         if self.max_slowdown is not None and et.slowdown and et.change.relative > self.max_slowdown:
             out.append(f"epochs slow down by {100 * et.change.relative:.0f}% "
@@ -198,10 +198,12 @@ def pytest_runtest_call(item):
             stack.enter_context(Detection(session))
             outcome = yield
             stack.__exit__(*(outcome.excinfo or (None, None, None)))
-    if outcome.excinfo is None:        # a test that failed on its own is not judged
-        message = _breaches(limits, session.run_dir, item.stash.get(_peak_key, None))
-        if message:
-            outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
+    # a test that failed on its own is not judged
+    message = None if outcome.excinfo else _breaches(limits, session.run_dir, item.stash.get(_peak_key, None))
+    if not item.config.getoption("profile_runs") and not (message and str(session.run_dir) in message):
+        shutil.rmtree(os.path.dirname(session.run_dir), ignore_errors=True)   # the temporary directory no one is told of
+    if message:
+        outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
 
 
 def _breaches(limits, run_dir, rss_peak_before):
@@ -211,8 +213,11 @@ def _breaches(limits, run_dir, rss_peak_before):
     try:
         diagnosis = analyze(run_dir)
     except ProfilerError as e:   # no epoch written: nothing to judge
-        return (f"profile_epochs: nothing to judge: {e} (mark epochs with profile_session.epoch(), or train with "
-                f"PyTorch, Keras or Lightning)")
+        return f"profile_epochs: nothing to judge: {e} ({_HINT})"
+    if diagnosis.epochs < limits.min_epochs:
+        found = f"{diagnosis.epochs} epoch was" if diagnosis.epochs == 1 else f"{diagnosis.epochs} epochs were"
+        return (f"profile_epochs: only {found} found (at least {limits.min_epochs} are needed to judge: "
+                f"{_HINT})")
     rss_rate = None if rss_peak_before is None else rss_growth_past(run_dir, rss_peak_before)
     breaches = limits.breaches(diagnosis, rss_rate)
     if not breaches:

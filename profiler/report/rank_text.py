@@ -206,8 +206,9 @@ def comparison_verdict(c):
     if sa is not None and sb is None:
         text_ += f" Rank {sa.rank} no longer straggles."
     elif sa is not None and sb is not None:
-        text_ += (f" Rank {sb.rank}'s stalls cost {text.pct(sb.time_fraction)} of the job against "
-                  f"{text.pct(sa.time_fraction)} (rank {sa.rank}).")
+        before = f"rank {sa.rank}'s" if sa.rank != sb.rank else "its"
+        text_ += (f" Rank {sb.rank}'s stalls cost {text.pct(sb.time_fraction)} of the job in {c.b.label}, against "
+                  f"{before} {text.pct(sa.time_fraction)} in {c.a.label}.")
     elif sb is not None:
         text_ += f" Rank {sb.rank} straggles in {c.b.label} only."
     return (text_ + text.cautions_note(c.a) + text.cautions_note(c.b)

@@ -144,11 +144,11 @@ def _forced_remedy(f, policy=None, spikes=False):
         return (text + f", the only collections with --gc-policy off: call it less often ({often})"
                 + (f", or {_FREEZE_CALLS}" if f.generation == 2 else "") + ".")
     if f.only:   # these are all the collections there are: the collector is off, or they keep its threshold unmet
-        return (text + ", and CPython ran none of its own. If the collector is off (gc.disable()), collect less "
-                "often" + (", or call gc.freeze() once set-up is done so each collection walks only what training "
-                           "keeps" if f.generation == 2 else "")
-                + "; if it is on, the calls reset its count before the threshold is reached, and without them "
-                "collecting is left to CPython.")
+        return (text + f", and CPython ran none of its own. Call it less often ({often})"
+                + (", or call gc.freeze() once set-up is done so each collection walks only what training keeps"
+                   if f.generation == 2 else "")
+                + ". With the collector on, CPython then collects at its own threshold; with it off (gc.disable()), "
+                "keep some calls: they are the only collections there are.")
     text += f": call it less often ({often}) or not at all, since CPython collects on its own"
     if f.generation == 2:   # a young collection walks only what is new: freezing the old spares it nothing
         text += f"; if it is there to free memory, {_FREEZE_CALLS}"

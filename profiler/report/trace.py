@@ -10,8 +10,8 @@ the tracks:
              long each op took per epoch, not when it ran: the slices show how the epoch divides)
     GC gen 0, GC gen 1, GC gen 2
              one slice per collection in gc_events.bin (every full collection and every long one)
-    GC pause in steps (counter)
-             the GC pause inside each step by generation, from steps.bin (or per epoch without steps)
+    GC pause in steps / GC pause in epochs (counter)
+             the GC pause inside each step by generation, from steps.bin (each epoch's without steps)
 
 `events(run, pid)` yields the events of one run; `write(path, streams)` writes any number of
 them as one file, streaming, so a million steps never sit in memory as Python objects.
@@ -61,12 +61,12 @@ def _epochs(run, pid, offset_s):
                             "placement": "per-epoch total, not when the op ran"}}
             at += dur
         if not has_steps and sum(r["gc"]["pause_s"]):
-            yield _gc_counter(pid, start, offset_s, [p * 1e3 for p in r["gc"]["pause_s"]])
-            yield _gc_counter(pid, clock, offset_s, [0.0, 0.0, 0.0])
+            yield _gc_counter(pid, start, offset_s, [p * 1e3 for p in r["gc"]["pause_s"]], "epochs")
+            yield _gc_counter(pid, clock, offset_s, [0.0, 0.0, 0.0], "epochs")
 
 
-def _gc_counter(pid, at, offset_s, values_ms):
-    return {"name": "GC pause in steps (ms)", "cat": "gc", "ph": "C", "pid": pid, "tid": 0, "ts": _us(at, offset_s),
+def _gc_counter(pid, at, offset_s, values_ms, items="steps"):
+    return {"name": f"GC pause in {items} (ms)", "cat": "gc", "ph": "C", "pid": pid, "tid": 0, "ts": _us(at, offset_s),
             "args": {f"gen{g}": round(float(v), 6) for g, v in enumerate(values_ms)}}
 
 

@@ -96,6 +96,23 @@ def _complete(path):
     return all((path / f"{RANK_PREFIX}{r}" / META).exists() for r in range(world))
 
 
+def _nothing_beside(path):
+    """RunDirError when a directory beside a job's top-level rank-N directories holds rank-N
+    directories of its own (ranks at two levels) or a run under another name (a copy of a rank):
+    either would be left out of the job without a word."""
+    others = [p for p in path.iterdir() if p.is_dir() and not _NAME.match(p.name)]
+    nested = [q for p in others for q in p.iterdir() if q.is_dir() and _NAME.match(q.name)]
+    if nested:
+        raise RunDirError(f"{path} holds {RANK_PREFIX}<RANK> directories at two levels ({nested[0]} and beside it "
+                          f"{path / (RANK_PREFIX + '...')}): keep them all directly under {path}, or one directory per "
+                          f"host")
+    for p in others:
+        if (p / META).is_file():
+            raise RunDirError(f"{p} holds a run beside the job's {RANK_PREFIX}<RANK> directories but is not named "
+                              f"for a rank: rename it to the {RANK_PREFIX}<RANK> its {META} records, or move it out "
+                              f"of {path}")
+
+
 def rank_dirs(path):
     """The rank directories of a multi-rank run, sorted by rank; RunDirError when they do not form one job."""
     path = Path(path)
@@ -105,6 +122,8 @@ def rank_dirs(path):
     if not candidates:
         raise RunDirError(f"{path} holds no {RANK_PREFIX}<RANK> directories: not a multi-rank run")
     parents = sorted({p.parent for p in candidates})
+    if parents == [path]:
+        _nothing_beside(path)
     whole = [p for p in parents if p != path and _complete(p)]
     # one level down, a run directory beside the rank directories' parents makes `path` a directory of
     # runs (runs/job/rank-*, runs/run-a), as two whole jobs do (runs/job-a/rank-*, runs/job-b/rank-*),

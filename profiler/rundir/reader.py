@@ -248,7 +248,7 @@ def read_run(path):
         cautions.append(f"{n:,} collection{'s' if n > 1 else ''} in epoch{'s' if len(missed) > 1 else ''} "
                         f"{listed(missed, 3)} {'were' if n > 1 else 'was'} not timed: the program took the profiler's callback out of "
                         f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
-                        f"was imported), and the GC pauses leave them out")
+                        f"was imported), so the GC pauses leave {'them' if n > 1 else 'it'} out")
     cautions += _short_tracebacks(meta, epochs)
     run = Run(path, meta, epochs, problems, cautions)
     lined = {r["epoch"] for r in epochs}
