@@ -51,6 +51,24 @@ def test_plain_python_loop_records_every_epoch(tmp_path):
         assert r["ops"]["forward[NHWC]"]["total_s"] + r["ops"]["backward"]["total_s"] <= r["wall_s"]
 
 
+def test_the_profilers_own_op_bookkeeping_stays_out_of_the_epochs_time(tmp_path, monkeypatch):
+    from profiler.capture.ops import OpTimers
+    take = OpTimers.take
+
+    def slow_take(self):   # a take over many ops, made long enough to see
+        time.sleep(0.05)
+        return take(self)
+    monkeypatch.setattr(OpTimers, "take", slow_take)
+    with Session(tmp_path / "run") as session:
+        for epoch in range(2):
+            with session.epoch():
+                with session.op("work"):
+                    pass
+    run = read_run(tmp_path / "run")
+    assert [r["ops"]["work"]["calls"] for r in run.epochs] == [1, 1]
+    assert all(r["wall_s"] < 0.05 for r in run.epochs), [r["wall_s"] for r in run.epochs]
+
+
 def test_gc_counts_agree_with_gc_get_stats(tmp_path):
     with Session(tmp_path / "run") as session:
         with session.epoch(0):

@@ -397,3 +397,15 @@ def test_collections_a_run_did_not_time_are_noted_without_calling_it_incomplete(
     words = text.comparison_verdict(c)
     assert "incomplete" not in words and "Note: in hidden, 2 collections in epoch 5 were not timed" in words
     assert json_out.to_plain(c)["a"]["cautions"] == c.a.cautions
+
+
+def test_only_the_ops_with_the_most_time_are_followed(tmp_path):
+    # a tag with a value per call (seqlen=...) makes an op per value: analysis follows the costliest 200
+    from profiler.analysis import analyze
+    from profiler.analysis.ops import MAX_OPS
+    ops = {("attn", (("seqlen", n),)): 1e-6 * (n + 1) for n in range(MAX_OPS + 50)}
+    a = run_with_ops(tmp_path / "a", ops, 0.5)
+    c = compare(a, a)
+    kept = {r.tags["seqlen"] for r in c.rows}
+    assert kept == set(range(50, MAX_OPS + 50))
+    assert {o.tags["seqlen"] for o in analyze(a).ops} == kept

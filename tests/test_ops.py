@@ -115,3 +115,35 @@ def test_a_recursive_short_op_is_timed_in_full_so_its_total_stays_exact(clock):
         assert record["calls"] == 80 and record["timed"] == 40
         true, estimated = true + 80e-6, estimated + record["total_s"]
     assert estimated == pytest.approx(true)
+
+
+def test_a_take_visits_only_the_ops_that_ran_since_the_last(clock):
+    timers = OpTimers()
+    for value in range(2_000):   # a tag with a value per call (seqlen=...): an op per value
+        with timers.op("attn", seqlen=value):
+            clock.ns += 1000
+    assert len(timers.take()) == 2_000 and timers._active == []
+    for op in (timers.op("work"), timers.op("work"), timers.op("attn", seqlen=7)):
+        with op:
+            clock.ns += 1000
+    assert len(timers._active) == 2
+    record = timers.take()
+    assert record.keys() == {"work", "attn[7]"} and record["attn[7]"]["calls"] == 1 and timers._active == []
+
+
+def test_a_call_open_across_a_take_counts_in_the_next(clock):
+    timers = OpTimers()
+    with timers.op("work"):
+        clock.ns += 1000
+        assert timers.take() == {}
+        clock.ns += 1000
+    assert timers.take()["work"]["total_s"] == pytest.approx(2e-6)
+    assert timers.take() == {}
+
+
+def test_a_sampled_op_whose_first_call_after_a_take_is_skipped_is_still_counted(clock):
+    timers = OpTimers()
+    run_epoch(timers, clock, [100] * 50)           # short: the next epochs sample it
+    for _ in range(30):
+        record = run_epoch(timers, clock, [100] * 3)["work"]   # often all three calls skipped
+        assert record["calls"] == 3

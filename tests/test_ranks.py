@@ -666,3 +666,22 @@ def test_a_comparison_of_two_jobs_with_stragglers_says_whose_share_is_whose(tmp_
     synthetic_job(tmp_path / "c", 2, 200, straggler=1, pause_s=0.006)
     words = rank_text.comparison_verdict(rank_analysis.compare_ranks(tmp_path / "a", tmp_path / "c"))
     assert re.search(r"Rank 1's stalls cost \d+\.\d% of the job in c, against its \d+\.\d% in a\.", words), words
+
+
+def test_two_slow_steps_that_no_gc_explains_name_no_straggler_but_two_full_collections_do(tmp_path):
+    # a worker's slow first batch, twice in 200 steps, is noise; two collections that stall the job are not
+    synthetic_job(tmp_path / "noise", 2, 200, straggler=1, every=100, cause="compute", where="load", pause_s=0.05)
+    d = analyze(tmp_path / "noise")
+    assert d.stragglers is None and d.findings == [] and d.rank_analysis.per_rank[1].straggled == 2
+    synthetic_job(tmp_path / "gc", 2, 200, straggler=1, every=100, cause="gc", pause_s=0.05)
+    d = analyze(tmp_path / "gc")
+    assert d.stragglers.rank == 1 and d.stragglers.steps == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_ranks_that_stall_in_turn_as_often_are_no_straggler(tmp_path, seed):
+    # of two ranks one always holds half the lost time or more: it must lead the other clearly
+    synthetic_job(tmp_path / "job", 2, 200, spread=0.05, pause_s=0.008, seed=seed)
+    d = analyze(tmp_path / "job")
+    assert d.stragglers is None and d.findings[0].pattern == "rank-stalls"
+    assert all(s.straggled >= 5 for s in d.rank_analysis.per_rank)

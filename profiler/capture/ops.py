@@ -22,6 +22,11 @@ the op's call durations (e.g. 36 calls, 5 timed, CV 0.2: ~8% for that epoch, shr
 mean. Longer ops are timed on every call, and so is an op once a timed call of it is seen inside
 itself (recursion: its inner calls count as calls, their time is the outer call's, and sampling
 could not tell them from outer calls).
+
+A take costs as much as the ops that ran since the last, not as all the ops the session has seen
+(tags with a value per call, `seqlen=...`, make thousands): a timer that was taken is switched to
+the class _Idle, whose first `__enter__` puts it on its OpTimers' list of active timers and
+switches it back, so the hot path of an active timer holds no extra test.
 """
 
 import math
@@ -38,10 +43,12 @@ _GAPS = tuple(int(math.log(1 - random.Random(n).random()) / math.log(1 - 1 / SAM
 
 class _Timer:
     __slots__ = ("timed", "total_ns", "_t0", "_depth", "_inner", "_skip", "_untimed", "_gap", "sampled",
-                 "recursive", "identity", "mean_ns")
+                 "recursive", "identity", "label", "mean_ns", "_active")
 
-    def __init__(self, identity, offset):
+    def __init__(self, identity, label, offset, active):
         self.identity = identity   # {"name": str, "tags": {...}}
+        self.label = label         # the epoch record's key
+        self._active = active      # its OpTimers' list of the timers entered since the last take
         self.timed = self.total_ns = self._t0 = self._depth = self._inner = self._skip = self._untimed = 0
         self._gap = offset % len(_GAPS)   # where this op starts in the gap table
         self.sampled = False       # this epoch: time a random 1 in SAMPLE_EVERY calls (else every call)
@@ -98,6 +105,16 @@ class _Timer:
         return calls, (total_ns + skipped * self.mean_ns) / 1e9, timed
 
 
+class _Idle(_Timer):
+    """A timer not entered since the last take: its first entry makes it active again."""
+    __slots__ = ()
+
+    def __enter__(self):
+        self.__class__ = _Timer
+        self._active.append(self)
+        return _Timer.__enter__(self)
+
+
 def _check_identity(name, tags):
     if not isinstance(name, str) or not name:
         raise UsageError(f"session.op() needs a non-empty string name, got {name!r}")
@@ -113,6 +130,7 @@ class OpTimers:
         self._timers = {}     # lookup key (name, or (name, *tags.items()) in call order) -> timer
         self._labels = {}     # label -> timer, in creation order
         self._by_identity = {}
+        self._active = []     # the timers entered since the last take (the others are _Idle)
 
     def op(self, name, **tags):
         """The timer of op `name` with `tags`; use it as a context manager."""
@@ -127,13 +145,14 @@ class OpTimers:
         identity = (name, tuple(sorted(tags.items())))
         timer = self._by_identity.get(identity)
         if timer is None:
-            timer = self._by_identity[identity] = _Timer({"name": name, "tags": dict(sorted(tags.items()))},
-                                                              len(self._labels))
-            base = f"{name}[{','.join(map(str, timer.identity['tags'].values()))}]" if tags else name
+            tags = dict(sorted(tags.items()))
+            base = f"{name}[{','.join(map(str, tags.values()))}]" if tags else name
             label, n = base, 1
             while label in self._labels:
                 n += 1
                 label = f"{base}#{n}"
+            timer = self._by_identity[identity] = _Idle({"name": name, "tags": tags}, label, len(self._labels),
+                                                         self._active)
             self._labels[label] = timer
         self._timers[key] = timer
         return timer
@@ -141,9 +160,12 @@ class OpTimers:
     def take(self):
         """{label: {"name", "tags", "calls", "total_s", "timed"}} for ops that ran since the last take,
         and reset."""
-        out = {}
-        for label, timer in self._labels.items():
+        out, active = {}, self._active
+        for timer in active:
             if timer.calls:
                 calls, total_s, timed = timer.take()
-                out[label] = {**timer.identity, "calls": calls, "total_s": total_s, "timed": timed}
+                out[timer.label] = {**timer.identity, "calls": calls, "total_s": total_s, "timed": timed}
+            if not timer._t0:   # a call still open keeps its timer active: its end counts in the next take
+                timer.__class__ = _Idle
+        active[:] = [timer for timer in active if timer._t0]
         return out

@@ -357,6 +357,7 @@ class Session:
         self._epoch = index
         self._steps.start_epoch(index)
         self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
+        self.ops.take()   # discard what ran between epochs, before the epoch's clock starts
         entered = _now()
         # the program's time since the last epoch ended (the profiler's own work for it left out), and its
         # collections, with those before an epoch dropped meanwhile (a validation pass: the gap spans it)
@@ -374,7 +375,6 @@ class Session:
                 raise
             self._start_ns = _now()
             self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
-        self.ops.take()   # discard what ran between epochs
         return index
 
     def end_epoch(self):
