@@ -87,6 +87,12 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
     assert d.findings[0].evidence.forced.sites == [site, "/home/u/eval.py:5", "/home/u/log.py:9"]
     assert "(36 calls per epoch, at /home/u/train.py:88 and 2 other lines)" in text.evidence(d.findings[0])
     assert "gc.collect() calls (at /home/u/train.py:88 and 2 other lines): call it" in text.remedy(d.findings[0])
+    assert not d.findings[0].evidence.forced.more_sites
+    # asked for from more lines than an epoch's record keeps (the 3 longest paused): "at least"
+    d = run("many", forced=(0, 0, 37), forced_pause=(0.0, 0.0, 0.037),
+            forced_sites={site: (12, 0.013), "/home/u/eval.py:5": (12, 0.012), "/home/u/log.py:9": (12, 0.011)})
+    assert d.findings[0].evidence.forced.more_sites
+    assert "at /home/u/train.py:88 and at least 2 other lines)" in text.evidence(d.findings[0])
     # the collector off (gc.disable()), the program collecting by itself: no "not at all"
     d = run("off", forced=(20, 1, 37), forced_pause=(0.001, 0.0, 0.040), forced_sites={site: (58, 0.041)})
     assert d.findings[0].evidence.forced.only

@@ -361,6 +361,10 @@ def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
                                "collective fails) (ValueError: boom)") and lines[0].endswith("it stopped first: look at "
                                                                                                 "its error first")
     assert "first" not in lines[1] and "(RuntimeError: Connection reset by peer)" in lines[1]
+    # when a rank that finished is diagnosed, the verdict's note still leads with the first to stop
+    d = analyze(tmp_path)
+    assert d.rank_analysis.diagnosed == 2 and d.problems[0] == "rank 1 stopped first (failed: ValueError: boom)"
+    assert "Note: the run is incomplete (rank 1 stopped first (failed: ValueError: boom)" in text.verdict(d)
     # the diagnosed rank, when none finished, is the first to stop (its error leads the verdict)
     write_rank(tmp_path / "n" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
                error="RuntimeError: Connection reset by peer")

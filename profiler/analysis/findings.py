@@ -82,6 +82,8 @@ class Forced:
     generation: int = 2             # the generation with the most of their pause
     only: bool = False              # CPython made no collection of its own (the collector off, or the calls keep
                                     # its threshold from being reached)
+    more_sites: bool = False        # an epoch had more lines than its record keeps (the 3 longest paused):
+                                    # `sites` names only some
 
 
 @dataclass
@@ -287,7 +289,9 @@ def forced(records):
                   collections_per_epoch=(counts / len(gcs)).tolist(), site=ranked[0] if ranked else None,
                   sites=ranked, via=via.get(ranked[0]) if ranked else None, collections=counts.tolist(),
                   generation=int(np.argmax(pause)),
-                  only=bool(counts.sum() > 0 and counts.sum() == sum(sum(g["collections"]) for g in gcs)))
+                  only=bool(counts.sum() > 0 and counts.sum() == sum(sum(g["collections"]) for g in gcs)),
+                  more_sites=any(sum(s["collections"] for s in g.get("forced_sites") or []) < sum(g["forced"])
+                                 for g in gcs if g.get("forced_sites")))
 
 
 def forced_leads(evidence):

@@ -52,9 +52,10 @@ STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job'
 STRAGGLER_SHARE = 0.5    # a straggler causes at least this share of the lost time...
 STRAGGLER_MIN = 0.02     # ...and its stalls cost at least this share of the job's time...
 STRAGGLER_LEAD = 2.0     # ...at least this many times the next rank's (of two ranks, one always has half)
-# stalls a finding needs, a straggler's own or the ranks' in turn, unless the stalling ranks' own GC
-# explains them: one slow step (a worker's first batch of an epoch, a page fault) is no rank holding
-# the others back, while two full collections that cost a tenth of the job are
+# stalls a finding needs, a straggler's own or the ranks' in turn, unless the stalling ranks' own full
+# collections explain them: one slow step (a worker's first batch of an epoch, a page fault, a long
+# young collection) is no rank holding the others back, while two full collections that cost a tenth
+# of the job are
 MIN_STALLS = 3
 # aligned units after the warm-up below which no rank is called a straggler, as epoch time tells no
 # trend from fewer: a rank that finished one epoch of a long job left one step to judge, and its stall
@@ -465,7 +466,7 @@ def analyze_ranks(run_dir):
     by_gen = gc_explained(mine)
     if (n_used >= MIN_ALIGNED and lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
             and stall_by_rank[worst] >= STRAGGLER_MIN * job_time and stall_by_rank[worst] >= STRAGGLER_LEAD * runner_up
-            and (counts_by_rank[worst] >= MIN_STALLS or by_gen.sum() >= findings.GC_EXPLAINS)):
+            and (counts_by_rank[worst] >= MIN_STALLS or by_gen[2] >= findings.GC_EXPLAINS)):
         others = [s.rss_growth_bytes_per_epoch for s in per_rank
                   if s.rank != worst and s.rss_growth_bytes_per_epoch is not None]
         half = len(np.flatnonzero(mine)) // 2
@@ -559,13 +560,18 @@ def diagnose_ranks(run_dir):
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
     elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN
-          and (merged.straggled_steps >= MIN_STALLS or sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS)):
+          and (merged.straggled_steps >= MIN_STALLS or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
         # stalls spread over the ranks: every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
         stalls = RankStalls(merged.ranks, merged.ranks_stalling, merged.unit, merged.straggled_steps, merged.lost_s,
                             merged.lost_fraction, merged.lost_gc_by_generation)
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
+    head = merged.unfinished[0] if merged.unfinished else None
+    if head is not None and head["first"] and head["rank"] != base:   # its error is the job's, the others' follow
+        d.problems = [f"rank {head['rank']} stopped first ({head['status']}"
+                      + (f": {head['error']}" if head["error"] else "") + ")",
+                      *(f"rank {base}: {p}" for p in d.problems)]
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
     d.cautions = _cautions(merged)   # the diagnosed rank's too
     return d

@@ -33,7 +33,8 @@ def _collective(ra):
 
 STOPPED = {"running": "killed, crashed, or still running",
            "failed": "an error; when a rank dies, the others' next collective fails",
-           "terminated": "SIGTERM, as torchrun stops the other ranks when one fails", "interrupted": "Ctrl-C"}
+           "terminated": "SIGTERM: torchrun stops the other ranks when one fails, or the job was stopped",
+           "interrupted": "Ctrl-C"}
 
 
 def _generations(by_gen):

@@ -19,6 +19,9 @@ def _wrap(text):
 
 
 def ms(seconds):
+    """A duration in the unit that shows its digits: a step of a few microseconds is no "0.00 ms"."""
+    if 0 < abs(seconds) < 1e-4:
+        return f"{seconds * 1e6:.1f} µs"
     return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
@@ -108,9 +111,10 @@ def _objects(o, site, full=True):
 
 def forced_lines(f):
     """'train.py:42', 'train.py:42 (through trainer.py:9) and 2 other lines': the longest paused first."""
-    others = len(f.sites) - 1
+    others = max(len(f.sites) - 1, 1 if f.more_sites else 0)   # more_sites: the records name only some
     return (f.site + (f" (through {f.via})" if f.via else "")
-            + (f" and {others} other line{'' if others == 1 else 's'}" if others > 0 else ""))
+            + (f" and {'at least ' if f.more_sites else ''}{others} other line{'' if others == 1 else 's'}"
+               if others > 0 else ""))
 
 
 def forced_clause(f, of="the pause", per="epoch"):
