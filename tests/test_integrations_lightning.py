@@ -29,6 +29,17 @@ def test_a_strategy_that_spawns_its_ranks_runs_as_without_the_profiler_and_says_
     assert meta(tmp_path / "spawn")["status"] == "completed"
 
 
+def test_ddp_started_by_lightning_itself_says_only_rank_0_was_recorded(tmp_path):
+    """strategy="ddp" runs the script anew for rank 1, unprofiled: a probe's report of such a job blamed
+    the machine for step spikes that were rank 0 waiting for rank 1, and never said there were two ranks."""
+    proc = profiler("run", "--out", tmp_path / "ddp", script("lightning_fit.py"), 2, "ddp",
+                    env={"MASTER_ADDR": "127.0.0.1"}, timeout=240)
+    assert "Lightning trained on 2 ranks, starting the others itself: only this process, rank 0, was recorded" \
+        in proc.stderr and "--nproc-per-node 2" in proc.stderr
+    assert [r["steps"] for r in records(tmp_path / "ddp")][-2:] == [4, 4]   # rank 0's half of each epoch
+    assert meta(tmp_path / "ddp")["status"] == "completed"
+
+
 def test_a_pickled_callback_does_nothing_where_it_lands():
     import pickle
 

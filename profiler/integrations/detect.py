@@ -163,6 +163,11 @@ class Detection:
             notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the "
                          "profiler does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or "
                          "run every rank under torchrun with -m profiler run (docs/multi-rank.md)")
+        if marks.world_size:
+            notes.append(f"Lightning trained on {marks.world_size} ranks, starting the others itself: only this "
+                         f"process, rank 0, was recorded, and the other ranks count as its child processes; to "
+                         f"record every rank and find the one that holds the others back, run "
+                         f"profiler run --nproc-per-node {marks.world_size} (docs/multi-rank.md)")
         if marks.elsewhere:
             what = "epoch or step" if marks.elsewhere == 1 else "epochs or steps"
             notes.append(f"{marks.elsewhere:,} {what} began in threads other than the one that runs the code, "

@@ -14,7 +14,9 @@ is in no step. Works with `pytorch_lightning` and `lightning.pytorch`;
 
 A strategy that spawns its processes (ddp_spawn) pickles the Trainer and its callbacks to train in
 them: the callback goes as a Callback that does nothing, since the session it marks is this
-process's, and `profiler run` notes that the training ran where it was not followed.
+process's, and `profiler run` notes that the training ran where it was not followed. Under
+strategy="ddp" this process is rank 0 and the others run the script anew, unprofiled: `profiler
+run` notes that only rank 0 was recorded.
 """
 
 import functools
@@ -32,6 +34,10 @@ def callback_class(package):
         class ProfilerCallback(package.Callback):
             def __init__(self, session):
                 self.session = session
+
+            def on_train_start(self, trainer, pl_module):
+                if trainer.world_size > 1:   # strategy="ddp" started the other ranks itself
+                    getattr(self.session, "ranks_elsewhere", lambda n: None)(trainer.world_size)
 
             def on_train_epoch_start(self, trainer, pl_module):
                 self.session.begin_epoch()

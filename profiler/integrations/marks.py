@@ -45,6 +45,7 @@ class Marks:
         self._thread, self._pid = threading.get_ident(), os.getpid()
         self.elsewhere = 0         # epochs and steps begun in another thread of this process, unrecorded
         self.spawned = set()       # sources whose training went to processes they spawned, not followed
+        self.world_size = None     # ranks a framework trained on beside this process, which it started itself
         self.stepless = 0          # DataLoader passes with no optimizer step, dropped (no epoch)
         self.unmarked_steps = 0    # optimizer steps outside torch's passes once they marked epochs
         self.owner = None          # the source whose epochs are being written
@@ -232,3 +233,10 @@ class Source:
     def trains_elsewhere(self):
         """The source's framework sent its training to processes it spawned (the run's notes say so)."""
         self.marks.spawned.add(self.name)
+
+    def ranks_elsewhere(self, world_size):
+        """The source's framework trains on `world_size` ranks, this process one of them, and started
+        the others itself (Lightning's strategy="ddp"): only this one is recorded, unless every rank
+        runs under the profiler (torchrun's environment says so)."""
+        if self.marks.session.ranks["world_size"] is None:
+            self.marks.world_size = world_size

@@ -28,7 +28,7 @@ class Classifier(pl.LightningModule):
 
 if __name__ == "__main__":
     epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    strategy = sys.argv[2] if len(sys.argv) > 2 else "auto"   # ddp_spawn: two processes that train, spawned
+    strategy = sys.argv[2] if len(sys.argv) > 2 else "auto"   # ddp_spawn, ddp: two processes that train
     torch.manual_seed(0)
     x = torch.randn(256, 16)
     y = (x[:, :4].sum(dim=1) > 0).long()
@@ -36,5 +36,5 @@ if __name__ == "__main__":
     val = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=32)             # 2 batches
     trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", strategy=strategy,
-                         devices=2 if strategy == "ddp_spawn" else "auto")
+                         devices=2 if strategy.startswith("ddp") else "auto")
     trainer.fit(Classifier(), train, val)
