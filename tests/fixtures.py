@@ -75,9 +75,10 @@ def from_walls(path, walls, **kwargs):
     return write_run(path, [epoch(i, float(w)) for i, w in enumerate(walls)], **kwargs)
 
 
-def stepped_run(path, epochs, steps_per_epoch, step_s, pause_at):
+def stepped_run(path, epochs, steps_per_epoch, step_s, pause_at, rss=lambda epoch: 200 * MIB):
     """A run of `epochs` x `steps_per_epoch` steps of `step_s` seconds; pause_at(step_index) ->
-    (generation, pause seconds) or None puts a GC pause inside that step (and a GC event)."""
+    (generation, pause seconds) or None puts a GC pause inside that step (and a GC event); rss(epoch)
+    the epoch's RSS."""
     records, steps, events, clock, n = [], [], [], 0.0, 0
     for e in range(epochs):
         start, pause = clock, [0.0, 0.0, 0.0]
@@ -96,5 +97,5 @@ def stepped_run(path, epochs, steps_per_epoch, step_s, pause_at):
             clock += wall
             n += 1
         records.append(epoch(e, clock - start, pause=pause, collections=collections, start_s=start,
-                             steps=steps_per_epoch))
+                             steps=steps_per_epoch, rss=rss(e)))
     return write_run(path, records, steps=steps, gc_events=events)

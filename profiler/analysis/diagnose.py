@@ -189,9 +189,13 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growth is not None), growth,
-             fnd.memory_growth(records, sites, sited), fnd.compute_growth(records, change, explained, ops, timed),
-             fnd.worker_memory(records)]
+    memory = fnd.memory_growth(records, sites, sited)
+    # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with
+    # CPython's full collections ever further apart (a quarter more objects each time), too few to fit
+    growing = ("gc-growing-pauses" if growth else "allocation-growth"
+               if memory and not memory.evidence.levels_off and spikes.generation == 2 else None)
+    found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growing), growth,
+             memory, fnd.compute_growth(records, change, explained, ops, timed), fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
     between = fnd.between_epochs(records, objs, policy)

@@ -124,7 +124,8 @@ class GcSpikes:
     site: str | None
     policy: str | None = None
     forced: Forced | None = None
-    growing: bool = False           # full collections take longer with uptime (gc-growing-pauses holds)
+    growing: str | None = None      # the finding that shows the heap its full collections walk growing:
+                                    # gc-growing-pauses, or allocation-growth to the end (None: neither)
 
 
 @dataclass
@@ -318,7 +319,7 @@ def spike_counted(spikes):
             and spikes.gc_explained_fraction >= SPIKE_GC_EXPLAINS)
 
 
-def gc_spikes(spikes, objs, site, policy=None, forced=None, growing=False):
+def gc_spikes(spikes, objs, site, policy=None, forced=None, growing=None):
     if not spike_counted(spikes):
         return None
     paused = spikes.count_by_generation[spikes.generation] or spikes.count

@@ -312,7 +312,7 @@ def remedy(f):
                 f"keep fewer small objects alive (a Dataset's cache of decoded samples is a common case): run with "
                 f"{_DEEP} to name the line that keeps them")
         if e.growing:   # a fixed N walks a growing heap more often than CPython's schedule, which waits for it to grow
-            return (f"The heap these collections walk keeps growing (gc-growing-pauses): {keep}. Until it stops "
+            return (f"The heap these collections walk keeps growing ({e.growing}): {keep}. Until it stops "
                     f"growing, leave the collector's own schedule: a gc.collect() every N steps would walk the growing "
                     f"heap more often than CPython, whose full collections wait for it to grow by a quarter.")
         every = e.spikes.unit if e.every < 1.5 else f"{round(e.every):,} {e.spikes.unit}s"
