@@ -54,13 +54,14 @@ def step_records(epoch, start_s, wall_s, gc_s=None):
     return records
 
 
-def write_run(path, epochs, *, steps=(), gc_events=(), meta=None, status="completed"):
+def write_run(path, epochs, *, steps=(), gc_events=(), meta=None, status="completed", options=None):
     """A run directory at `path`: epochs (records), steps ((epoch, start_s, wall_s, g0, g1, g2), ...),
-    gc_events ((start_s, duration_s, generation, collected), ...)."""
+    gc_events ((start_s, duration_s, generation, collected), ...); options: meta.json's (the Session's)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / META).write_text(json.dumps({"format": FORMAT, "status": status, "error": None, "meta": meta or {},
-                                         "clock_origin_unix": 1.7e9, "clock_origin_ns": 0}), encoding="utf-8")
+                                         "clock_origin_unix": 1.7e9, "clock_origin_ns": 0,
+                                         **({"options": options} if options else {})}), encoding="utf-8")
     (path / EPOCHS).write_text("".join(json.dumps(r) + "\n" for r in epochs), encoding="utf-8")
     if len(steps):
         columns = np.asarray(steps, float).T

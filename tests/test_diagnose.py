@@ -488,6 +488,36 @@ def test_a_cache_that_filled_and_then_held_is_growth_that_levelled_off(tmp_path)
     assert patterns(d) == [] and "memory held after it rose early in the run (RSS 100.0 MiB -> 120.0 MiB" in text.verdict(d)
 
 
+@pytest.mark.parametrize("deep,words", [
+    ("auto", "Deep capture (auto) traced no epoch: it waits for several epochs of growth first"),
+    (False, "Run with tracemalloc on (profiler run --tracemalloc auto"),
+])
+def test_malloc_growth_with_no_line_says_what_to_run_next(tmp_path, deep, words):
+    # 8 epochs of a tensor leak under --tracemalloc auto: the fix said "run with --tracemalloc auto" (a probe)
+    records = [epoch(i, 0.01, malloc=100 * MIB + 20 * MIB * i) for i in range(8)]
+    d = analyze(write_run(tmp_path / "run", records, options={"tracemalloc": deep}))
+    assert patterns(d) == ["allocation-growth"] and text.remedy(d.findings[0]).startswith(words)
+    # traced from the start, no line grew: untraced memory, said as such
+    traced = [dict(r, heap={"traced_bytes": 1 * MIB, "peak_bytes": 1 * MIB, "top_growth": []}) for r in records]
+    d = analyze(write_run(tmp_path / "traced", traced, options={"tracemalloc": True}))
+    assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs and saw no line grow: the growth is "
+                                                 "memory it does not trace")
+
+
+def test_two_traced_epochs_give_no_traced_rate(tmp_path):
+    # auto capture traced two epochs, the first holding 13 MiB more at its end: "traced -13.0 MiB per
+    # epoch" beside malloc's 12.5 MiB of growth (a probe); three epochs make a rate
+    heaps = {8: 30 * MIB, 9: 17 * MIB}
+    records = [epoch(i, 0.01, heap={"traced_bytes": heaps[i], "peak_bytes": 0} if i in heaps else None)
+               for i in range(12)]
+    d = analyze(write_run(tmp_path / "two", records))
+    assert d.allocation.traced_growth_bytes_per_epoch is None and "traced" not in text.diagnosis(d).split("memory")[-1]
+    heaps[10] = 19 * MIB
+    records = [epoch(i, 0.01, heap={"traced_bytes": heaps[i], "peak_bytes": 0} if i in heaps else None)
+               for i in range(12)]
+    assert analyze(write_run(tmp_path / "three", records)).allocation.traced_growth_bytes_per_epoch is not None
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_a_flat_rss_that_jumps_between_two_levels_is_no_growth(tmp_path, seed):
     # RSS drawn at random from 300 and 320 MiB each epoch: the median of the first three epochs under the

@@ -189,7 +189,7 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    memory = fnd.memory_growth(records, sites, sited)
+    memory = fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with
     # CPython's full collections ever further apart (a quarter more objects each time), too few to fit
     growing = ("gc-growing-pauses" if growth else "allocation-growth"

@@ -158,6 +158,8 @@ class MemoryGrowth:
     traced_growth_bytes_per_epoch: float | None
     top_sites: list = field(default_factory=list)
     sites_share: float | None = None   # of the growth per epoch, the share the sites' growth per traced epoch is
+    traced_epochs: int = 0          # the epochs deep capture traced (the sites' source)
+    deep: object = None             # the run's tracemalloc setting: False, True or "auto" (None: not recorded)
 
 
 @dataclass
@@ -467,7 +469,9 @@ def memory_rates(records):
 def window_growth_rate(x, y):
     """growth_rate of traced memory, within the runs of consecutive traced epochs: auto capture
     starts tracemalloc afresh for each window, so traced bytes fall back between windows. Each
-    window's points are moved to start at (0, 0) and all are fitted together."""
+    window's points are moved to start at (0, 0) and all are fitted together; None from fewer than
+    three points, since two traced epochs differ by what each held at its end (a probe's two read
+    "traced -13.0 MiB per epoch" beside malloc growing 12.5)."""
     shifted, first, last = [], None, None
     for a, b in zip(x, y):
         if b is None:
@@ -476,7 +480,7 @@ def window_growth_rate(x, y):
             first = (a, b)
         shifted.append((a - first[0], b - first[1]))
         last = a
-    return growth_rate(*zip(*sorted(shifted))) if shifted else None   # in x order, as the fit bins them
+    return growth_rate(*zip(*sorted(shifted))) if len(shifted) >= 3 else None   # in x order, as the fit bins them
 
 
 def rss_limit(records):
@@ -484,9 +488,10 @@ def rss_limit(records):
     return max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(records[0]["rss_bytes"]))
 
 
-def memory_growth(records, sites, sited):
+def memory_growth(records, sites, sited, deep=None):
     """Growing RSS, malloc or traced memory (the first that grows past its threshold); `sites` are
-    the growth of the snapshots in the records `sited` (the warm-up's when it holds them all)."""
+    the growth of the snapshots in the records `sited` (the warm-up's when it holds them all); deep:
+    the run's tracemalloc setting."""
     idx = np.array([r["epoch"] for r in records], float)
     if len(idx) < MEMORY_MIN_EPOCHS:
         return None
@@ -513,7 +518,7 @@ def memory_growth(records, sites, sited):
             levels_off=bool(late_rate is not None and late_rate < LEVELS_OFF * rate),
             rss_growth_bytes_per_epoch=rates["rss"], malloc_growth_bytes_per_epoch=rates["malloc"],
             traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites,
-            sites_share=None if share is None else float(share)))
+            sites_share=None if share is None else float(share), traced_epochs=traced, deep=deep))
     return None
 
 

@@ -343,6 +343,14 @@ def remedy(f):
                     f"kept with its graph: keep loss.item()).")
         if site:
             return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
+        if e.deep == "auto" and not e.traced_epochs:   # auto capture watches 8 epochs of growth before it traces
+            return ("Deep capture (auto) traced no epoch: it waits for several epochs of growth first, and the run "
+                    "ended before. Run with tracemalloc on from the start (profiler run --tracemalloc on; "
+                    "Session(..., tracemalloc=True)), or for more epochs, to name the lines that allocate it.")
+        if e.deep and e.traced_epochs:
+            return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and saw no line grow: the growth is memory "
+                    f"it does not trace, tensor storage or native buffers. Look for tensors kept from step to step (a "
+                    f"loss kept with its graph: keep loss.item()).")
         return f"Run with {_DEEP} to name the lines that allocate it."
     if f.pattern == "compute-growth":
         if e.ops:
