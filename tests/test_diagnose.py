@@ -1052,3 +1052,33 @@ def test_no_fitted_trend_is_neither_steady_nor_a_confident_zero(tmp_path):
     assert "trend too few epochs to tell" in text.diagnosis(short)
     flat = analyze(from_walls(tmp_path / "flat", [0.01] * 30))
     assert flat.epoch_time.change.fitted and flat.epoch_time.steady
+
+
+def one_long_epoch(path, walls, rng=None):
+    """A run of one epoch whose steps take `walls` seconds, back to back."""
+    starts = np.concatenate([[0.0], np.cumsum(walls)[:-1]])
+    steps = [(0, s, w, 0.0, 0.0, 0.0) for s, w in zip(starts, walls)]
+    return write_run(path, [epoch(0, float(np.sum(walls)), steps=len(walls))], steps=steps)
+
+
+def test_one_long_epoch_tells_its_slowdown_by_its_steps(tmp_path):
+    # an LLM's one long epoch (or --epoch-fn train): 63x slower steps read "1 epoch: too few to tell ... Nothing
+    # to fix" (a probe)
+    rng = np.random.default_rng(0)
+    n = 3000
+    d = analyze(one_long_epoch(tmp_path / "slower", 0.001 * (1 + 2 * np.arange(n) / n) * rng.lognormal(0, 0.05, n)))
+    t = d.epoch_time.step_trend
+    assert t.steps == n and t.change.sustained and t.change.relative == pytest.approx(2.0, rel=0.15)
+    assert patterns(d) == ["compute-growth"] and d.findings[0].evidence.unit == "step"
+    assert "1 epoch: too few to fit an epoch-time trend, but the steps get slower: median step" in text.verdict(d)
+    assert "Step time grows" in text.evidence(d.findings[0]) and "mark shorter epochs" in text.remedy(d.findings[0])
+    # steps that grow from a few microseconds: the line fitted to them starts below zero
+    grows = 1e-6 + 3e-5 * (np.arange(n) / n) ** 1.3
+    d = analyze(one_long_epoch(tmp_path / "from-zero", grows))
+    assert d.epoch_time.step_trend.change.relative > 10 and patterns(d) == ["compute-growth"]
+    # flat noisy steps: no trend, no finding, and the verdict says so
+    d = analyze(one_long_epoch(tmp_path / "flat", 0.001 * rng.lognormal(0, 0.2, n)))
+    assert not d.epoch_time.step_trend.change.sustained and patterns(d) == []
+    assert f"Its {n:,} steps show no sustained trend" in text.verdict(d)
+    # a few steps tell nothing: no step trend at all
+    assert analyze(one_long_epoch(tmp_path / "few", np.full(50, 0.001))).epoch_time.step_trend is None

@@ -33,6 +33,17 @@ class EpochTime:
     swings: bool = False        # neither, but late / early outside STEADY_BAND: too noisy to tell a trend
     traced_epochs: int = 0      # deep capture's traced epochs left out of the trend (load.timed)...
     traced_slowdown: float | None = None   # ...and their median time over the others' (what tracemalloc cost)
+    step_trend: object = None   # StepTrend: the steps' trend, when the epochs are too few to fit one
+
+
+@dataclass
+class StepTrend:
+    """The trend of step time over a run's steps, fitted as epochs' is, each point the median of a run
+    of consecutive steps: a run of one long epoch (an LLM's, a --epoch-fn train) tells its slowdown."""
+    change: stats.Change        # of the median step
+    steps: int
+    excess_s: float             # step time above the early median over the run
+    gc_explained: float         # of the late - early difference of the mean step, its GC's share
 
 
 @dataclass
@@ -138,6 +149,33 @@ def _traced_slowdown(wall, timed):
     return float(np.median(traced)) / others if len(traced) and others > 0 else None
 
 
+STEP_TREND_STEPS = 200   # steps in the analysed epochs that tell a trend where the epochs are too few
+
+
+def _step_trend(steps, epochs):
+    """StepTrend over the steps of `epochs` (their indices), None with fewer than STEP_TREND_STEPS;
+    read in chunks, steps' times as float32 (a 10-million-step epoch: 40 MB)."""
+    walls, gcs = [], []
+    for a in range(0, len(steps), spk.CHUNK):
+        block = steps[a:a + spk.CHUNK]
+        mine = np.isin(np.asarray(block["epoch"]), epochs)
+        walls.append(np.asarray(block["wall_s"], np.float32)[mine])
+        gcs.append((np.asarray(block["gc0_s"], np.float32) + np.asarray(block["gc1_s"], np.float32)
+                    + np.asarray(block["gc2_s"], np.float32))[mine])
+    wall = np.concatenate(walls) if walls else np.empty(0, np.float32)
+    if len(wall) < STEP_TREND_STEPS:
+        return None
+    size = -(-len(wall) // (10 * stats.MAX_POINTS))
+    whole = len(wall) // size * size   # a last run shorter than the others is left out
+    groups = wall[:whole].reshape(-1, size).astype(float)
+    change = stats.change(np.arange(len(groups)) * size, np.median(groups, axis=1), early_floor=True)
+    mean_wall = stats.early_late(groups.mean(axis=1))
+    mean_gc = stats.early_late(np.concatenate(gcs)[:whole].reshape(-1, size).astype(float).mean(axis=1))
+    delta = mean_wall[1] - mean_wall[0]
+    return StepTrend(change, int(len(wall)), float(np.clip(wall - change.early, 0, None).sum()),
+                     float(np.clip((mean_gc[1] - mean_gc[0]) / delta, 0.0, 1.0)) if delta > 0 else 0.0)
+
+
 def _workers(w):
     spawned = w.get("spawned", 0)
     return Workers(int(w["count"] + spawned), int(w["uss_bytes"] + w.get("spawned_uss_bytes", 0)), int(spawned))
@@ -194,8 +232,12 @@ def analyze(run_dir):
     # CPython's full collections ever further apart (a quarter more objects each time), too few to fit
     growing = ("gc-growing-pauses" if growth else "allocation-growth"
                if memory and not memory.evidence.levels_off and spikes.generation == 2 else None)
+    step_trend = (_step_trend(steps, [r["epoch"] for r in kept])
+                  if len(steps) and not change.fitted and len(records) < stats.MIN_POINTS else None)
+    computing = (fnd.compute_growth(records, change, explained, ops, timed) if step_trend is None else
+                 fnd.step_compute_growth(step_trend, float(wall[timed].sum()), ops))
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growing), growth,
-             memory, fnd.compute_growth(records, change, explained, ops, timed), fnd.worker_memory(records)]
+             memory, computing, fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
     between = fnd.between_epochs(records, objs, policy)
@@ -211,7 +253,7 @@ def analyze(run_dir):
                              steady=change.fitted and trendless and _within(ratio)
                              and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
                              swings=trendless and not _within(ratio), traced_epochs=len(records) - len(timed),
-                             traced_slowdown=_traced_slowdown(wall, timed)),
+                             traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

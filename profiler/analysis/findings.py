@@ -175,11 +175,12 @@ class OpGrowth:
 
 @dataclass
 class ComputeGrowth:
-    change: stats.Change            # of epoch time
+    change: stats.Change            # of epoch time (of step time when unit is "step")
     excess_s: float                 # time above the early median over the run
     gc_explained_fraction: float
     ops: list                       # OpGrowth that grew, most first
     ops_recorded: bool
+    unit: str = "epoch"             # "step": epochs too few to fit a trend, the steps' trend instead
 
 
 @dataclass
@@ -551,6 +552,16 @@ def compute_growth(records, epoch_change, explained, ops, timed):
     grown = [o for o in ops if o.growth_s > 0 and o.change.sustained and o.change.relative > 0]
     return Finding("compute", "compute-growth", excess * (1 - explained) / wall.sum(),
                    ComputeGrowth(epoch_change, excess, explained, grown[:3], bool(ops)))
+
+
+def step_compute_growth(trend, wall_s, ops):
+    """compute-growth from the steps' trend (a StepTrend), for a run whose epochs are too few to fit one;
+    `wall_s` the analysed epochs' time."""
+    change = trend.change
+    if not (change.sustained and change.relative > 0) or trend.gc_explained >= GC_EXPLAINS or wall_s <= 0:
+        return None
+    return Finding("compute", "compute-growth", trend.excess_s * (1 - trend.gc_explained) / wall_s,
+                   ComputeGrowth(change, trend.excess_s, trend.gc_explained, [], bool(ops), unit="step"))
 
 
 def worker_memory(records):

@@ -240,13 +240,17 @@ def evidence(f):
     if f.pattern == "allocation-growth":
         return _memory(e)
     if f.pattern == "compute-growth":
-        text = (f"Epoch time grows {change(e.change)} over the run ({ms(e.change.early)} -> {ms(e.change.late)} "
-                f"median), and GC explains {pct(e.gc_explained_fraction)} of it")
+        text = (f"{e.unit.capitalize()} time grows {change(e.change)} over the run ({ms(e.change.early)} -> "
+                f"{ms(e.change.late)} median{'' if e.unit == 'epoch' else ' step'}), and GC explains "
+                f"{pct(e.gc_explained_fraction)} of it")
         delta = e.change.late - e.change.early
         for o in e.ops:
             text += (f"; {op_label(o.name, o.tags)} went from {ms(o.early_s)} to {ms(o.late_s)} per epoch"
                      + (f", {pct(min(o.growth_s / delta, 1.0))} of the increase" if delta > 0 else ""))
-        if not e.ops:
+        if not e.ops and e.unit == "step":
+            text += ("; op times are recorded per epoch, and the epochs are too few to say which op grew"
+                     if e.ops_recorded else "; no op timers were recorded, so it cannot say which part")
+        elif not e.ops:
             text += ("; no op's time grew with it" if e.ops_recorded
                      else "; no op timers were recorded, so it cannot say which part")
         return text
@@ -356,9 +360,11 @@ def remedy(f):
         if e.ops:
             return (f"Look at what {op_label(e.ops[0].name, e.ops[0].tags)} works on that grows with the epoch: "
                     f"its inputs' size, a list it scans, a cache it searches.")
-        return ("Name the part whose time grows: wrap parts of the step in session.op() (with a Session); for a "
-                "script run as it is, `profiler flamegraph --out f.svg -- python SCRIPT` (py-spy) shows where its "
-                "time goes.")
+        shorter = ("mark shorter epochs (session.epoch() around every few hundred steps, or --epoch-fn on a function "
+                   "called per chunk of them) and " if e.unit == "step" else "")
+        return (f"Name the part whose time grows: {shorter}wrap parts of the step in session.op() (with a Session); "
+                f"for a script run as it is, `profiler flamegraph --out f.svg -- python SCRIPT` (py-spy) shows where "
+                f"its time goes.")
     if f.pattern == "worker-copy-on-read":
         freeze = ("Call gc.freeze() just before the DataLoader starts its workers (once, with persistent_workers=True): "
                   "a worker's full collection then skips the parent's objects and leaves their pages shared. To try it "
@@ -382,8 +388,16 @@ def _headline(d):
     analysed = _analysed(d)
     if analysed < stats.MIN_POINTS:
         after = " after the warm-up" if et.warmup_epochs_skipped else ""
-        return (f"{analysed} epoch{'' if analysed == 1 else 's'}{after}: too few to tell whether epoch "
-                f"time changes ({times}).")
+        few = f"{analysed} epoch{'' if analysed == 1 else 's'}{after}"
+        t = et.step_trend
+        if t is not None and t.change.sustained:   # one long epoch: its steps tell the trend
+            how = "slower" if t.change.relative > 0 else "faster"
+            return (f"{few}: too few to fit an epoch-time trend, but the steps get {how}: median step "
+                    f"{ms(t.change.early)} early, {ms(t.change.late)} late; the trend is {change(t.change)} over "
+                    f"{t.steps:,} steps.")
+        steps = (f" Its {t.steps:,} steps show no sustained trend (median step {ms(t.change.early)} early, "
+                 f"{ms(t.change.late)} late)." if t is not None else "")
+        return f"{few}: too few to tell whether epoch time changes ({times}).{steps}"
     if et.slowdown and et.change.relative_low <= 0:
         return (f"Epochs may be getting slower: {times}; the trend adds {change(et.change)} over the run "
                 f"(its 95% interval includes no change).")
@@ -409,6 +423,9 @@ def _trend(d):
     """The epoch-time trend for the report's table: the fitted change, or why there is none."""
     if d.epoch_time.change.fitted:
         return change(d.epoch_time.change)
+    t = d.epoch_time.step_trend
+    if t is not None and t.change.fitted:
+        return f"too few epochs; steps {change(t.change)}"
     return "too few epochs to tell" if _analysed(d) < stats.MIN_POINTS else "none fitted"
 
 
