@@ -150,6 +150,7 @@ def test_demo_refuses_a_run_directory_for_its_runs(tmp_path):
     (["report", "x", "--html", ""], ["--html ''", "give a file name, e.g. --html report.html"]),
     (["timeline", "x", "--out", ""], ["--out ''", "give a file name, e.g. --out trace.json"]),
     (["timeline", "x", "--out", "-"], ["--out -: writing to standard output is not supported"]),
+    (["timeline", "x", "--steps", "100"], ["--steps", "expected a range of step indices A:B", "'100'"]),
     (["compare", "x", "y", "--html", "-"], ["--html -: writing to standard output is not supported"]),
     (["run", "--", "python", "train.py"], ["'python' is neither", "profiler run train.py"]),
     (["run", "--epochs", "3", "train.py"], ["unrecognized arguments: --epochs", "go before the script"]),

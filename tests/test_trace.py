@@ -17,10 +17,10 @@ def load(path):
 def test_trace_of_a_stepped_run(tmp_path):
     run = stepped_run(tmp_path / "run", 3, 4, 0.010, lambda n: (2, 0.05) if n == 5 else None)
     out = tmp_path / "trace.json"
-    n = trace.write_run(run, out)
+    n, recorded = trace.write_run(run, out)
     doc = load(out)
     events = doc["traceEvents"]
-    assert n == len(events) and doc["displayTimeUnit"] == "ms"
+    assert n == len(events) and recorded == 12 and doc["displayTimeUnit"] == "ms"
     for e in events:
         assert {"name", "ph", "pid", "tid"} <= set(e)
         if e["ph"] in ("X", "C"):
@@ -60,7 +60,8 @@ def test_ops_are_placed_inside_their_epoch(tmp_path):
     first_b, first_a = ops[0], ops[1]
     assert first_b["ts"] == 0 and first_b["dur"] == pytest.approx(8000)
     assert first_a["dur"] == pytest.approx(2000)           # clipped at the epoch's end
-    assert "not when the op ran" in first_a["args"]["placement"]
+    names = {e["args"]["name"] for e in load(out)["traceEvents"] if e["name"] == "thread_name"}
+    assert "ops (per-epoch totals, back to back)" in names   # said once, not in every op's args
 
 
 def test_runs_side_by_side_as_processes(tmp_path):
@@ -133,3 +134,17 @@ def test_a_symlinked_trace_path_is_written_through_the_link(tmp_path):
     link.symlink_to(out)
     trace.write_run(write_run(tmp_path / "run", [epoch(0, 0.01)]), link)
     assert link.is_symlink() and load(out)["traceEvents"] and not list(tmp_path.glob("*.part"))
+
+
+def test_the_steps_drawn_are_a_window_of_indices(tmp_path, capsys):
+    run = stepped_run(tmp_path / "run", 4, 25, 0.010, lambda n: None)
+    out = tmp_path / "t.json"
+    n, recorded = trace.write_run(run, out, steps=slice(30, 40))
+    steps = [e["args"]["step"] for e in load(out)["traceEvents"] if e.get("cat") == "step"]
+    assert recorded == 100 and steps == list(range(30, 40))
+    assert len([e for e in load(out)["traceEvents"] if e.get("cat") == "epoch"]) == 4   # epochs stay whole
+    from profiler.cli import main
+    assert main(["timeline", str(run), "--out", str(out), "--steps", "90:"]) in (0, None)
+    assert "; steps 90 to 99 of 100 (--steps A:B for others)" in capsys.readouterr().out
+    assert main(["timeline", str(run), "--out", str(out)]) in (0, None)
+    assert "of 100" not in capsys.readouterr().out   # all drawn: nothing to say

@@ -37,6 +37,19 @@ def int_list(text):
     return values
 
 
+def step_range(text):
+    """'A:B' (either may be left out) as a slice of step indices."""
+    first, colon, last = text.partition(":")
+    try:
+        bounds = [int(v) if v.strip() else None for v in (first, last)]
+    except ValueError:
+        bounds = None
+    if not colon or bounds is None or any(b is not None and b < 0 for b in bounds):
+        raise argparse.ArgumentTypeError(f"expected a range of step indices A:B (e.g. 0:100000, or 500000:), "
+                                         f"got {text!r}")
+    return slice(*bounds)
+
+
 TRACEMALLOC = {"off": False, "on": True, "auto": "auto"}
 
 

@@ -14,7 +14,9 @@ the tracks:
              the GC pause inside each step by generation, from steps.bin (each epoch's without steps)
 
 `events(run, pid)` yields the events of one run; `write(path, streams)` writes any number of
-them as one file, streaming, so a million steps never sit in memory as Python objects.
+them as one file, streaming, so a million steps never sit in memory as Python objects. The steps
+track holds the steps in `steps` (a range of step indices, by default the first MAX_STEPS: a
+million steps make a ~140 MB file, about what Perfetto UI opens with ease; ten million made 1.4 GB).
 """
 
 import json
@@ -26,9 +28,11 @@ from .. import rundir
 from ..errors import RunDirError, RunWriteError
 from ..replaced import replaced
 from ..rundir import ranks
+from ..rundir.reader import step_count
 
 EPOCHS_TID, STEPS_TID, OPS_TID, GC_TID = 1, 2, 3, 10   # GC generation g is thread GC_TID + g
 CHUNK = 1 << 16
+MAX_STEPS = 1_000_000
 
 
 def _us(seconds, offset_s):
@@ -55,10 +59,10 @@ def _epochs(run, pid, offset_s):
         at = start
         for key, op in sorted(r.get("ops", {}).items(), key=lambda kv: -kv[1]["total_s"]):
             dur = min(op["total_s"], max(clock - at, 0.0))
+            # placed back to back, not when the op ran: the track's name says so, once
             yield {"name": op.get("name", key), "cat": "op", "ph": "X", "pid": pid, "tid": OPS_TID,
                    "ts": _us(at, offset_s), "dur": _us(dur, 0.0),
-                   "args": {"key": key, "tags": op.get("tags", {}), "calls": op["calls"], "total_s": op["total_s"],
-                            "placement": "per-epoch total, not when the op ran"}}
+                   "args": {"key": key, "tags": op.get("tags", {}), "calls": op["calls"], "total_s": op["total_s"]}}
             at += dur
         if not has_steps and sum(r["gc"]["pause_s"]):
             yield _gc_counter(pid, start, offset_s, [p * 1e3 for p in r["gc"]["pause_s"]], "epochs")
@@ -70,10 +74,11 @@ def _gc_counter(pid, at, offset_s, values_ms, items="steps"):
             "args": {f"gen{g}": round(float(v), 6) for g, v in enumerate(values_ms)}}
 
 
-def _steps(run, pid, offset_s):
+def _steps(run, pid, offset_s, shown):
     steps = run.steps()
-    for a in range(0, len(steps), CHUNK):
-        block = np.array(steps[a:a + CHUNK])
+    first, last = shown.indices(len(steps))[:2]
+    for a in range(first, last, CHUNK):
+        block = np.array(steps[a:min(a + CHUNK, last)])
         for i, s in enumerate(block.tolist(), start=a):
             epoch, start, wall, g0, g1, g2 = s
             yield {"name": "step", "cat": "step", "ph": "X", "pid": pid, "tid": STEPS_TID, "ts": _us(start, offset_s),
@@ -92,11 +97,12 @@ def _gc_events(run, pid, offset_s):
                    "ts": _us(start, offset_s), "dur": _us(duration, 0.0), "args": {"collected": collected}}
 
 
-def events(run, pid=0, offset_s=0.0, name=None):
-    """Every trace event of one Run, as dicts, in track order (viewers sort by time themselves)."""
+def events(run, pid=0, offset_s=0.0, name=None, steps=slice(0, MAX_STEPS)):
+    """Every trace event of one Run, as dicts, in track order (viewers sort by time themselves);
+    of its steps, those in the slice `steps`."""
     yield from _meta(pid, name or str(run.path))
     yield from _epochs(run, pid, offset_s)
-    yield from _steps(run, pid, offset_s)
+    yield from _steps(run, pid, offset_s, steps)
     yield from _gc_events(run, pid, offset_s)
 
 
@@ -122,21 +128,23 @@ def write(path, streams):
     return n
 
 
-def _rank_events(rank_dir, offset_s):
+def _rank_events(rank_dir, offset_s, steps):
     run = rundir.read_run(rank_dir.path)   # one rank at a time, as the trace is written
     yield from events(run, pid=rank_dir.rank, offset_s=offset_s,
-                      name=f"rank {rank_dir.rank}" + (f" ({rank_dir.host})" if rank_dir.host else ""))
+                      name=f"rank {rank_dir.rank}" + (f" ({rank_dir.host})" if rank_dir.host else ""), steps=steps)
 
 
-def write_run(run_dir, path):
+def write_run(run_dir, path, steps=slice(0, MAX_STEPS)):
     """The trace of a run directory, or of a multi-rank run (one pid per rank, side by side on the
-    ranks' aligned clocks: clock_origin_unix); returns the event count."""
+    ranks' aligned clocks: clock_origin_unix), with the steps in the slice `steps` (of each rank);
+    returns (events written, the most steps any run recorded)."""
     if not ranks.is_multi_rank(run_dir):
         run = rundir.read_run(run_dir)
         if not run.epochs:   # as report and compare say: a trace of its metadata alone shows nothing
             raise RunDirError(f"{run.path} has no finished epochs to draw"
                               + (f" ({'; '.join(run.problems)})" if run.problems else ""))
-        return write(path, [events(run, name=run.path.name)])
+        return write(path, [events(run, name=run.path.name, steps=steps)]), len(run.steps())
     dirs = ranks.rank_dirs(run_dir)
     origins = [d.clock_origin_unix or 0.0 for d in dirs]
-    return write(path, [_rank_events(d, origin - min(origins)) for d, origin in zip(dirs, origins)])
+    recorded = max(step_count(d.path) for d in dirs)
+    return write(path, [_rank_events(d, origin - min(origins), steps) for d, origin in zip(dirs, origins)]), recorded
