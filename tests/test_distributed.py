@@ -218,10 +218,15 @@ def test_ddp_script_on_four_ranks_over_two_nodes_names_the_gc_straggler(tmp_path
          "-m", "profiler", "run", "--out", str(tmp_path / f"node{node}"), str(SCRIPTS / "ddp_train.py"), "--epochs", "4"],
         cwd=ROOT, env={**os.environ, **ENV, "STRAGGLER_RANK": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True) for node in range(2)]
+    outs = []
     for node in nodes:
         out, _ = node.communicate(timeout=TIMEOUT)
         assert node.returncode == 0, out[-3000:]
+        outs.append(out)
     assert sorted(p.name for p in (tmp_path / "node1").iterdir()) == ["rank-2", "rank-3"]
+    # the next command names the job's directory, once: rank 0's, not every rank's own rank-N
+    nexts = [[line for line in out.splitlines() if line.startswith("next:")] for out in outs]
+    assert nexts == [[f"next: profiler report {tmp_path / 'node0'}"], []], nexts
     merged = tmp_path / "merged"
     for node in range(2):
         shutil.copytree(tmp_path / f"node{node}", merged / f"host-{node}")

@@ -75,8 +75,15 @@ class RunCommand:
 
 
 def _next(out):
-    """The command that reports the run in `out`, quoted for a shell."""
-    return f"next: profiler report {shlex.quote(str(out))}"
+    """The lines that say which command reports the run in `out`, quoted for a shell: under torchrun,
+    its job's directory (rank 0 says it, the other ranks nothing)."""
+    from ..integrations.launch import rank_env
+    env = rank_env()
+    if env is not None:
+        if env["rank"] != 0:
+            return []
+        out = Path(out).parent
+    return [f"next: profiler report {shlex.quote(str(out))}"]
 
 
 def _check_out(out):
@@ -98,7 +105,7 @@ def _launch(args, argv, stem):
     out = output_dir(args.out, "--out") if args.out else _default_out(stem)
     launch(args.nproc_per_node, argv, out)
     if not args.quiet:
-        print(f"profiler: wrote {out} ({args.nproc_per_node} ranks)\n{_next(out)}", file=sys.stderr)
+        print("\n".join([f"profiler: wrote {out} ({args.nproc_per_node} ranks)", *_next(out)]), file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):
@@ -142,14 +149,14 @@ def _run_scenario(args, scenario, rest):
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
         lines = Path(out, "epochs.jsonl")
         if not args.quiet and lines.exists() and lines.stat().st_size:
-            print(f"profiler: wrote {out} (interrupted)\n{_next(out)}", file=sys.stderr)
+            print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
         raise
     if not args.quiet:
         summary = f"wrote {out}: {_counted(len(state.times), 'epoch')}{' (halted)' if state.halted else ''}"
         if state.times:
             median = sorted(state.times)[len(state.times) // 2]
             summary += f", median {median * 1e3:.2f} ms per epoch, last loss {state.metrics['loss']:.4f}"
-        show(summary, _next(out))
+        show(summary, *_next(out))
 
 
 def _script_argv(args, target, rest):
@@ -204,8 +211,8 @@ def _run_script(args, target, rest):
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
-        print(f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
-              + (f"\n{_next(out)}" if result.epochs else ""), file=sys.stderr)
+        print("\n".join([f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, "
+                         f"{_counted(result.steps, 'step')}", *(_next(out) if result.epochs else [])]), file=sys.stderr)
     if typo:
         raise UsageError("; ".join(result.misnamed))
     if isinstance(raised, ends):
