@@ -417,6 +417,23 @@ def test_windows_when_nothing_marks_epochs(tmp_path):
 
 
 @pytest.mark.slow
+def test_windows_before_a_frameworks_first_epoch_are_counted_apart(tmp_path):
+    # a Lightning DDP job's ranks took 5 s to start; the summary said "6 epochs from lightning" of 5 (a probe)
+    script = tmp_path / "slow_start.py"
+    script.write_text("import time, torch\nfrom torch.utils.data import DataLoader\n"
+                      "end = time.time() + 1.6\nwhile time.time() < end: sum(range(1000))\n"   # set-up, after torch
+                      "model = torch.nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+                      "for epoch in range(2):\n    for x in DataLoader(torch.randn(8, 4), batch_size=4):\n"
+                      "        opt.zero_grad(); model(x).sum().backward(); opt.step()\n")
+    proc = profiler("run", "--window", "0.25", "--out", tmp_path / "run", script)
+    windows = [r for r in records(tmp_path / "run") if not r["steps"]]
+    assert windows and len(records(tmp_path / "run")) == len(windows) + 2
+    assert (f"epochs from torch ({len(windows)} of them {'a time window' if len(windows) == 1 else 'time windows'} "
+            f"before its first: set-up), 4 steps") in proc.stderr, proc.stderr
+    assert report(tmp_path / "run")["epoch_time"]["warmup_epochs_skipped"] == len(windows)
+
+
+@pytest.mark.slow
 def test_cli_prints_the_scripts_own_traceback_and_exits_with_its_code(plain, tmp_path):
     proc = profiler("run", "--out", tmp_path / "boom", "--epoch-fn", "train_epoch", plain, 1, tmp_path / "s", "boom",
                     check=False)

@@ -211,6 +211,9 @@ def _run_script(args, target, rest):
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
+        if result.epochs_from != "windows" and result.windows:   # set-up before the framework's first epoch
+            source += (f" ({result.windows} of them {'a time window' if result.windows == 1 else 'time windows'} "
+                       f"before its first: set-up)")
         print("\n".join([f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, "
                          f"{_counted(result.steps, 'step')}", *(_next(out) if result.epochs else [])]), file=sys.stderr)
     if typo:

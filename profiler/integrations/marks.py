@@ -53,6 +53,7 @@ class Marks:
         self.step_open = False
         self.steps_in_epoch = 0
         self.epochs = 0            # written
+        self.windows = 0           # of them, time windows (before a framework's first epoch: set-up)
         self.steps = 0             # written, or in the open epoch
         self.training_started = False
         self.begun = None          # the source of the last epoch begun (finished or not)
@@ -124,6 +125,7 @@ class Marks:
             return False
         self.open = None
         self.epochs += 1
+        self.windows += source == "windows"
         if self.owner is None or STRENGTH[source] > STRENGTH[self.owner]:
             self.owner = source
         for listener in self.on_epoch_written:

@@ -162,6 +162,7 @@ class Result:
     epochs: int
     steps: int
     epochs_from: str | None
+    windows: int         # of the epochs, time windows (set-up, when a framework marked the others)
     raised: BaseException | None
     code: types.CodeType
     notes: list          # lines for the user: what was not found or not applied
@@ -197,5 +198,6 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
         if raised is None:   # the profiler's own failure (the run directory), not the script's
             raise
     marks = detection.marks
-    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], raised, main.code,
+    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], marks.windows,
+                  raised, main.code,
                   detection.notes(), os.getpid() != pid, detection.misnamed())
