@@ -172,6 +172,17 @@ def test_usage_errors_exit_2_with_one_line(args, words):
         assert word in lines[0]
 
 
+@pytest.mark.slow
+def test_a_script_refused_under_a_first_epoch_flamegraph_is_a_usage_error(tmp_path):
+    # `profiler run -m nosuchmod` exits 2; under flamegraph --from-first-epoch it exited 1
+    proc = profiler("flamegraph", "--from-first-epoch", "--out", tmp_path / "f.svg", "--", sys.executable, "-m",
+                    "nosuchmod", check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and "no module named 'nosuchmod'" in lines[0], proc.stderr
+    assert lines[-1].endswith("stopped on the usage error above before its first epoch began; nothing was recorded")
+    assert not any(tmp_path.iterdir())
+
+
 def test_a_diff_of_files_that_hold_no_stacks_is_a_usage_error(tmp_path):
     (tmp_path / "empty.folded").write_text("")
     (tmp_path / "bad.folded").write_text("main;work lots\n")

@@ -62,6 +62,9 @@ def _record(program, command, folded_path, rate, env, pass_fds, wait):
     try:
         if wait is not None and not wait(target):
             code = target.wait()
+            if code == 2:   # `profiler run` refused its arguments, in its own line: the mistake is the user's
+                raise UsageError(f"{' '.join(command)} stopped on the usage error above before its first epoch "
+                                 f"began; nothing was recorded")
             raise FlamegraphError(f"{' '.join(command)} exited with code {code} before its first epoch began; "
                                   f"nothing was recorded (profiler run shows where its epochs come from; a plain "
                                   f"loop's are marked by --epoch-fn NAME)")
