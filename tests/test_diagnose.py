@@ -348,12 +348,19 @@ def test_collections_between_the_epochs_that_cost_little_are_no_finding(tmp_path
     d = analyze(write_run(tmp_path / "run", records))
     assert d.findings == [] and d.gc.share_between == pytest.approx(0.001 / 0.3)
     assert "between epochs 0.3%" in text.diagnosis(d)
+    # most of the time passed between the epochs (a rank-0 evaluation the others wait for): said, as time
+    assert d.epoch_time.between_share == pytest.approx(0.25 / 0.3)
+    assert "Note: 83.3% of the time passed between the epochs, outside them" in text.verdict(d)
+    assert "ratio 1.00   trend" in text.diagnosis(d) and "between epochs 83.3% of the time" in text.diagnosis(d)
+    short = analyze(write_run(tmp_path / "short", [dict(r, gap_s=0.01) for r in records]))
+    assert short.epoch_time.between_share == pytest.approx(0.01 / 0.06) and "passed between" not in text.verdict(short)
     # gaps without a collection count for their time (no gc_before is none)
     quiet = analyze(write_run(tmp_path / "quiet", [dict(r, gc_before=None) if r["epoch"] % 2 else r for r in records]))
     assert quiet.gc.share_between == pytest.approx(0.001 * 15 / (0.3 * 30), rel=0.1)
     # a run written before they were recorded cannot say: None, and no share shown
     old = analyze(write_run(tmp_path / "old", [epoch(i, 0.050, start_s=0.3 * i) for i in range(30)]))
     assert old.gc.share_between is None and "between epochs" not in text.diagnosis(old)
+    assert old.epoch_time.between_share is None
 
 
 def test_growing_pauses_share_is_of_the_epochs_they_fall_in(tmp_path):

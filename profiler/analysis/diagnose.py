@@ -34,6 +34,8 @@ class EpochTime:
     traced_epochs: int = 0      # deep capture's traced epochs left out of the trend (load.timed)...
     traced_slowdown: float | None = None   # ...and their median time over the others' (what tracemalloc cost)
     step_trend: object = None   # StepTrend: the steps' trend, when the epochs are too few to fit one
+    between_share: float | None = None   # of the analysed epochs' time and the gaps before them, the gaps'
+                                         # (an evaluation, a checkpoint, waiting for other ranks); None: no gap_s
 
 
 @dataclass
@@ -253,7 +255,9 @@ def analyze(run_dir):
                              steady=change.fitted and trendless and _within(ratio)
                              and -STEADY_BAND <= change.relative_low and change.relative_high <= STEADY_BAND,
                              swings=trendless and not _within(ratio), traced_epochs=len(records) - len(timed),
-                             traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend),
+                             traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend,
+                             between_share=(between.between_s / (between.between_s + between.epochs_s)
+                                            if between and between.between_s + between.epochs_s > 0 else None)),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

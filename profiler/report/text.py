@@ -377,6 +377,7 @@ def remedy(f):
 
 
 CAUSES = {"gc": "Garbage collection", "allocation": "Memory", "compute": "Compute"}
+BETWEEN_SHOWN = 0.25   # the time between epochs worth a note in the verdict
 WHAT_IF_MIN = 0.995   # a what-if is worth a sentence when it saves at least 0.5% of the slower epoch
 
 
@@ -520,6 +521,9 @@ def verdict(d):
             text += " Also: " + "; ".join(f"{f.pattern} ({_cost(f)})" for f in d.findings[1:]) + "."
     else:
         text += _no_finding(d)
+    if d.epoch_time.between_share is not None and d.epoch_time.between_share >= BETWEEN_SHOWN:
+        text += (f" Note: {pct(d.epoch_time.between_share)} of the time passed between the epochs, outside them (an "
+                 f"evaluation, a checkpoint, logging, or waiting for other ranks), which epoch times leave out.")
     if d.problems:
         text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
     if d.cautions:
@@ -554,7 +558,8 @@ def diagnosis(d):
         lines += [f"finding {i}: {f.pattern} ({f.cause}, {_cost(f)})",
                   textwrap.indent(_wrap(evidence(f) + "."), "  "), textwrap.indent(_wrap("Fix: " + remedy(f)), "  "), ""]
     lines += [f"epoch time   early {ms(et.early_median_s):>10s}   late {ms(et.late_median_s):>10s}"
-              f"   ratio {et.ratio:.2f}   trend {_trend(d)}",
+              f"   ratio {et.ratio:.2f}   trend {_trend(d)}"
+              + (f"   between epochs {pct(et.between_share)} of the time" if et.between_share is not None else ""),
               f"GC share     overall {pct(g.share_total)}   median epoch early {pct(g.share_early)}"
               f"   late {pct(g.share_late)}"
               f"   explains {100 * g.explained_fraction:.0f}% of the change"
