@@ -435,13 +435,27 @@ def test_stalls_spread_over_every_rank_name_no_straggler(tmp_path):
     assert a.stragglers is None
 
 
+def test_a_rank_that_ran_on_long_past_its_last_step_says_so(tmp_path):
+    # a hang: rank 1 stopped recording at step 69 and was terminated 20 s later; the report said nothing of it
+    for rank in (0, 1):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(70, 0.01), steps_per_epoch=35, status="terminated",
+                   error="SIGTERM", finished_unix=ORIGIN_UNIX + 0.7 + 20.0)
+    line = rank_text.unfinished(analyze_ranks(tmp_path))[0]
+    assert "its last finished step is 69, and it ran on 20 s past that step's end before it stopped" in line
+    # stopped promptly: nothing said
+    for rank in (0, 1):
+        write_rank(tmp_path / "b" / f"rank-{rank}", rank, 2, np.full(70, 0.01), steps_per_epoch=35,
+                   status="terminated", error="SIGTERM", finished_unix=ORIGIN_UNIX + 0.75)
+    assert "ran on" not in " ".join(rank_text.unfinished(analyze_ranks(tmp_path / "b")))
+
+
 def test_killed_rank_is_named_with_its_last_step_and_the_others_are_intact(tmp_path):
     for rank in (0, 2):
         write_rank(tmp_path / f"rank-{rank}", rank, 3, np.full(200, 0.01), steps_per_epoch=20)
     write_rank(tmp_path / "rank-1", 1, 3, np.full(73, 0.01), status="running", steps_per_epoch=20)
     a = analyze_ranks(tmp_path)
     assert a.unfinished == [{"rank": 1, "status": "running", "last_step": 72, "steps": 73, "epochs": 4, "error": None,
-                            "first": False, "killed_before": []}]
+                            "first": False, "killed_before": [], "silent_s": None, "median_s": 0.01}]
     assert a.aligned == 73
     assert [r.steps for r in a.per_rank] == [200, 73, 200]
 
@@ -518,7 +532,7 @@ def test_rank_killed_before_its_first_epoch_is_reported_and_the_others_aligned(t
     a = analyze_ranks(tmp_path)
     assert a.aligned == 200 and a.stragglers.rank == 2
     assert a.unfinished == [{"rank": 1, "status": "running", "last_step": None, "steps": 0, "epochs": 0, "error": None,
-                            "first": False, "killed_before": []}]
+                            "first": False, "killed_before": [], "silent_s": None, "median_s": 0.0}]
     assert rank_heatmap(tmp_path, bins=9).ranks == [0, 2]
 
 

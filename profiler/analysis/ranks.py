@@ -97,6 +97,8 @@ class RankSummary:
     complete: bool = True        # its run as read is whole (Run.complete): a final status, no line lost or torn
     cautions: list = field(default_factory=list)   # what its records leave out (Run.cautions)
     forced: object = None        # findings.Forced over its epochs after the warm-up (None: not recorded)
+    silent_s: float | None = None   # from its last recorded step's (epoch's) end to its final status (a hang,
+                                    # or an epoch cut short); None when not known
 
 
 @dataclass
@@ -252,6 +254,7 @@ def _rank(rank_dir, unit):
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error"),   # a string or None (the reader checks it)
         stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete,
+        silent_s=_silent(run, steps, rank_dir.clock_origin_unix),
         cautions=list(run.cautions), forced=findings.forced(used))
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
@@ -269,6 +272,18 @@ def _stopped(run, steps, origin):
         return origin + float(steps[-1]["start_s"] + steps[-1]["wall_s"])
     ends = [e["start_s"] + e["wall_s"] for e in run.epochs if e.get("start_s") is not None]
     return origin + ends[-1] if ends else origin
+
+
+def _silent(run, steps, origin):
+    """Seconds from the end of the rank's last recorded step (or epoch) to its final status, or None
+    (no final status time, no clock origin, nothing recorded)."""
+    finished = run.meta.get("finished_unix")
+    if origin is None or type(finished) not in (int, float) or not 0 <= finished <= MAX_UNIX:
+        return None
+    if len(steps):
+        return max(float(finished) - origin - float(steps[-1]["start_s"] + steps[-1]["wall_s"]), 0.0)
+    ends = [e["start_s"] + e["wall_s"] for e in run.epochs if e.get("start_s") is not None]
+    return max(float(finished) - origin - ends[-1], 0.0) if ends else None
 
 
 def _blocks(sources, first, stop_at):
@@ -482,7 +497,8 @@ def analyze_ranks(run_dir):
             others_rss_growth_bytes_per_epoch=float(np.median(others)) if others else 0.0, forced=per_rank[worst].forced)
     stopped = sorted((s for s in per_rank if s.status not in FINISHED), key=_stop_order)
     unfinished = [{"rank": s.rank, "status": s.status, "last_step": s.last_step, "steps": s.steps,
-                   "epochs": s.epochs, "error": s.error, "first": False, "killed_before": []} for s in stopped]
+                   "epochs": s.epochs, "error": s.error, "first": False, "killed_before": [],
+                   "silent_s": s.silent_s, "median_s": s.median_s} for s in stopped]
     if len(stopped) > 1:
         _first_to_stop(stopped, unfinished[0])
     return RankAnalysis(

@@ -31,6 +31,8 @@ def _collective(ra):
             "wall time")
 
 
+# the time a rank ran on past its last recorded step before it stopped that is worth a word: a hang
+SILENT_STEPS, SILENT_S = 20, 1.0
 STOPPED = {"running": "killed, crashed, or still running",
            "failed": "an error; when a rank dies, the others' next collective fails",
            "terminated": "SIGTERM: torchrun stops the other ranks when one fails, or the job was stopped",
@@ -129,6 +131,10 @@ def unfinished(ra):
             first = "; it stopped first: look at its error first"
         said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")   # in `why`
         error = f" ({u['error']})" if said else ""
+        silent = u.get("silent_s")
+        if silent is not None and silent >= max(SILENT_STEPS * u.get("median_s", 0.0), SILENT_S):
+            last += (f", and it ran on {text.duration(silent)} past that {ra.unit}'s end before it stopped, recording "
+                     f"nothing (a hang, or an epoch cut short)")
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "
                      f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")
     return lines
