@@ -509,21 +509,25 @@ def _read_epochs(file, problems):
     if not file.is_file():   # a directory, or a pipe or device (which would block, or never end)
         raise RunDirError(unreadable(file))
     try:
-        lines = file.read_bytes().split(b"\n")
+        with open(file, "rb") as f:   # line by line: a file of 10^7 op entries is a gigabyte
+            return _parse_epochs(f, file, problems)
     except OSError as e:
         raise RunDirError(unreadable(file, e)) from None
-    torn = lines[-1] != b""   # a complete file ends with a newline
-    lines = lines if torn else lines[:-1]
-    epochs = []
+
+
+def _parse_epochs(lines, file, problems):
+    epochs, blank = [], None   # blank: the number of a blank line not yet known to be the last
     for number, line in enumerate(lines, start=1):
+        if blank is not None:   # the profiler writes none: a line blanked after the run
+            problems.append(f"{EPOCHS} line {blank} is blank (not written by this profiler); it was skipped")
+            blank = None
         if not line.strip():
-            if number < len(lines):   # the profiler writes none: a line blanked after the run
-                problems.append(f"{EPOCHS} line {number} is blank (not written by this profiler); it was skipped")
+            blank = number
             continue
         try:
             record = json.loads(line.decode("utf-8"))
         except (ValueError, RecursionError) as e:
-            if number == len(lines) and torn:
+            if not line.endswith(b"\n"):   # the last line, with no newline: a complete file ends with one
                 problems.append(f"{EPOCHS} line {number} is truncated (a crash mid-write); it was skipped")
                 break
             raise RunDirError(f"{file} line {number} is not valid JSON ({why_not_json(e)})") from None
