@@ -671,6 +671,9 @@ def test_a_rank_that_finished_one_epoch_of_a_long_job_leaves_too_few_steps_for_a
     assert caution in d.cautions and caution in text.verdict(d)
     side = rank_analysis.compare_ranks(job, job).a
     assert side.straggler is None and caution in side.cautions
+    # a short job that every rank finished says so, not "the others up to" the same count (a probe)
+    short = synthetic_job(tmp_path / "short", 2, 6, epochs=3)
+    assert any("aligned across the ranks (every rank finished 6): too few" in c for c in analyze(short).cautions)
     # the whole job: the straggler as before, and no caution
     whole = synthetic_job(tmp_path / "whole", 4, 200, straggler=2)
     assert analyze_ranks(whole).stragglers.rank == 2 and analyze(whole).cautions == []

@@ -606,9 +606,10 @@ def _cautions(merged):
     if n < MIN_ALIGNED:
         done = {s.rank: s.steps if merged.unit == "step" else s.epochs for s in merged.per_rank}
         shortest = min((r for r in done if done[r]), key=done.get)
+        cut = (f"rank {shortest} finished {done[shortest]:,}, the others up to {max(done.values()):,}"
+               if done[shortest] < max(done.values()) else f"every rank finished {done[shortest]:,}")
         cautions.append(f"only {n} {merged.unit}{'' if n == 1 else 's'} after the warm-up {'is' if n == 1 else 'are'} "
-                        f"aligned across the ranks (rank {shortest} finished {done[shortest]:,}, the others up to "
-                        f"{max(done.values()):,}): too few to tell a straggler")
+                        f"aligned across the ranks ({cut}): too few to tell a straggler")
     return cautions
 
 
