@@ -169,10 +169,10 @@ def _step_trend(steps, epochs):
         return None
     size = -(-len(wall) // (10 * stats.MAX_POINTS))
     whole = len(wall) // size * size   # a last run shorter than the others is left out
-    groups = wall[:whole].reshape(-1, size).astype(float)
-    change = stats.change(np.arange(len(groups)) * size, np.median(groups, axis=1), early_floor=True)
-    mean_wall = stats.early_late(groups.mean(axis=1))
-    mean_gc = stats.early_late(np.concatenate(gcs)[:whole].reshape(-1, size).astype(float).mean(axis=1))
+    groups = wall[:whole].reshape(-1, size)
+    change = stats.change(np.arange(len(groups)) * size, np.median(groups, axis=1).astype(float), early_floor=True)
+    mean_wall = stats.early_late(groups.mean(axis=1, dtype=float))
+    mean_gc = stats.early_late(np.concatenate(gcs)[:whole].reshape(-1, size).mean(axis=1, dtype=float))
     delta = mean_wall[1] - mean_wall[0]
     return StepTrend(change, int(len(wall)), float(np.clip(wall - change.early, 0, None).sum()),
                      float(np.clip((mean_gc[1] - mean_gc[0]) / delta, 0.0, 1.0)) if delta > 0 else 0.0)
