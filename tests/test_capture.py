@@ -69,6 +69,18 @@ def test_the_profilers_own_op_bookkeeping_stays_out_of_the_epochs_time(tmp_path,
     assert all(r["wall_s"] < 0.05 for r in run.epochs), [r["wall_s"] for r in run.epochs]
 
 
+
+def test_ops_a_field_begin_runs_are_not_the_epochs(tmp_path):
+    # a field's begin that times an op of its own: outside the epoch's time, so outside its ops too
+    with Session(tmp_path / "run") as session:
+        session.add_epoch_field("x", lambda: 1, begin=lambda: session.op("reset").__enter__().__exit__(None, None, None))
+        for epoch in range(2):
+            with session.epoch():
+                with session.op("work"):
+                    pass
+    assert [sorted(r["ops"]) for r in read_run(tmp_path / "run").epochs] == [["work"], ["work"]]
+
+
 def test_gc_counts_agree_with_gc_get_stats(tmp_path):
     with Session(tmp_path / "run") as session:
         with session.epoch(0):

@@ -26,11 +26,15 @@ could not tell them from outer calls).
 A take costs as much as the ops that ran since the last, not as all the ops the session has seen
 (tags with a value per call, `seqlen=...`, make thousands): a timer that was taken is switched to
 the class _Idle, whose first `__enter__` puts it on its OpTimers' list of active timers and
-switches it back, so the hot path of an active timer holds no extra test.
+switches it back, so the hot path of an active timer holds no extra test. Every timer of class
+_Timer is on that list: the switches both ways happen under the OpTimers' lock (reentrant: a
+finalizer that enters an op may run inside a take), so an op entered by another thread while a
+take runs is never left off it.
 """
 
 import math
 import random
+import threading
 import time
 
 from ..errors import UsageError
@@ -43,12 +47,12 @@ _GAPS = tuple(int(math.log(1 - random.Random(n).random()) / math.log(1 - 1 / SAM
 
 class _Timer:
     __slots__ = ("timed", "total_ns", "_t0", "_depth", "_inner", "_skip", "_untimed", "_gap", "sampled",
-                 "recursive", "identity", "label", "mean_ns", "_active")
+                 "recursive", "identity", "label", "mean_ns", "_timers")
 
-    def __init__(self, identity, label, offset, active):
+    def __init__(self, identity, label, offset, timers):
         self.identity = identity   # {"name": str, "tags": {...}}
         self.label = label         # the epoch record's key
-        self._active = active      # its OpTimers' list of the timers entered since the last take
+        self._timers = timers      # its OpTimers (the list of active timers, and its lock)
         self.timed = self.total_ns = self._t0 = self._depth = self._inner = self._skip = self._untimed = 0
         self._gap = offset % len(_GAPS)   # where this op starts in the gap table
         self.sampled = False       # this epoch: time a random 1 in SAMPLE_EVERY calls (else every call)
@@ -110,8 +114,11 @@ class _Idle(_Timer):
     __slots__ = ()
 
     def __enter__(self):
-        self.__class__ = _Timer
-        self._active.append(self)
+        timers = self._timers
+        with timers.lock:
+            if self.__class__ is _Idle:   # another thread may have made it active meanwhile
+                self.__class__ = _Timer
+                timers.active.append(self)
         return _Timer.__enter__(self)
 
 
@@ -130,7 +137,8 @@ class OpTimers:
         self._timers = {}     # lookup key (name, or (name, *tags.items()) in call order) -> timer
         self._labels = {}     # label -> timer, in creation order
         self._by_identity = {}
-        self._active = []     # the timers entered since the last take (the others are _Idle)
+        self.active = []      # the timers entered since the last take (the others are _Idle)
+        self.lock = threading.RLock()
 
     def op(self, name, **tags):
         """The timer of op `name` with `tags`; use it as a context manager."""
@@ -151,8 +159,7 @@ class OpTimers:
             while label in self._labels:
                 n += 1
                 label = f"{base}#{n}"
-            timer = self._by_identity[identity] = _Idle({"name": name, "tags": tags}, label, len(self._labels),
-                                                         self._active)
+            timer = self._by_identity[identity] = _Idle({"name": name, "tags": tags}, label, len(self._labels), self)
             self._labels[label] = timer
         self._timers[key] = timer
         return timer
@@ -160,12 +167,17 @@ class OpTimers:
     def take(self):
         """{label: {"name", "tags", "calls", "total_s", "timed"}} for ops that ran since the last take,
         and reset."""
-        out, active = {}, self._active
-        for timer in active:
-            if timer.calls:
-                calls, total_s, timed = timer.take()
-                out[timer.label] = {**timer.identity, "calls": calls, "total_s": total_s, "timed": timed}
-            if not timer._t0:   # a call still open keeps its timer active: its end counts in the next take
-                timer.__class__ = _Idle
-        active[:] = [timer for timer in active if timer._t0]
+        out = {}
+        with self.lock:
+            taken, kept = list(self.active), []
+            for timer in taken:
+                if timer.calls:
+                    calls, total_s, timed = timer.take()
+                    out[timer.label] = {**timer.identity, "calls": calls, "total_s": total_s, "timed": timed}
+                if timer._t0:   # a call still open keeps its timer active: its end counts in the next take
+                    kept.append(timer)
+                else:
+                    timer.__class__ = _Idle
+            # timers a finalizer made active during the take, in this thread, follow the taken ones
+            self.active[:] = kept + self.active[len(taken):]
         return out

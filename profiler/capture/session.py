@@ -373,6 +373,7 @@ class Session:
             except BaseException:   # the epoch never began: not left open for the next one to trip on
                 self.abandon_epoch()
                 raise
+            self.ops.take()   # nor are the ops they ran
             self._start_ns = _now()
             self.gc_timer.reset(self._start_ns)   # the field begins' own collections are nobody's
         return index
