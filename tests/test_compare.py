@@ -409,3 +409,14 @@ def test_only_the_ops_with_the_most_time_are_followed(tmp_path):
     kept = {r.tags["seqlen"] for r in c.rows}
     assert kept == set(range(50, MAX_OPS + 50))
     assert {o.tags["seqlen"] for o in analyze(a).ops} == kept
+
+
+def test_ops_that_both_runs_ran_are_matched_before_the_most_costly_are_chosen(tmp_path):
+    # 300 ops in both runs, ranked in opposite orders: each run's own top 200 made 100 "only in a", 100 "only in b"
+    from profiler.analysis.ops import MAX_OPS
+    n = MAX_OPS + 100
+    a = run_with_ops(tmp_path / "a", {("attn", (("seqlen", k),)): 1e-6 * (k + 1) for k in range(n)}, 0.5)
+    b = run_with_ops(tmp_path / "b", {("attn", (("seqlen", k),)): 1e-6 * (n - k) for k in range(n)}, 0.5)
+    c = compare(a, b)
+    assert len(c.rows) == MAX_OPS and all(r.only_in is None for r in c.rows)
+    assert "Only" not in text.comparison_verdict(c)

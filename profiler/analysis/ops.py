@@ -40,15 +40,29 @@ def op_id(key, value):
     return OpId(name, tuple((str(i), v) for i, v in enumerate(rest[:-1].split(","))))
 
 
-def op_series(records, most=MAX_OPS):
-    """{OpId: (seconds per epoch, calls per epoch)} as arrays aligned with `records` (0 where absent),
-    of the `most` ops with the most time in them: a tag with a value per call makes an op per value,
-    and a dense series of each of 10^5 such ops over 2,000 epochs took 3 GB."""
+def _index(records):
+    """{OpId: [(position in records, seconds, calls), ...]}: each op's entries, sparse."""
     index = {}
     for position, record in enumerate(records):
         for key, value in record.get("ops", {}).items():
             index.setdefault(op_id(key, value), []).append((position, value["total_s"], value["calls"]))
-    if len(index) > most:
+    return index
+
+
+def op_time(records):
+    """{OpId: mean seconds per epoch over `records`}, of every op."""
+    return {op: sum(s for _, s, _ in entries) / len(records) for op, entries in _index(records).items()}
+
+
+def op_series(records, most=MAX_OPS, only=None):
+    """{OpId: (seconds per epoch, calls per epoch)} as arrays aligned with `records` (0 where absent),
+    of the `most` ops with the most time in them (or of the ops in `only`, chosen over two runs by
+    compare): a tag with a value per call makes an op per value, and a dense series of each of 10^5
+    such ops over 2,000 epochs took 3 GB."""
+    index = _index(records)
+    if only is not None:
+        index = {op: entries for op, entries in index.items() if op in only}
+    elif len(index) > most:
         totals = {op: sum(s for _, s, _ in entries) for op, entries in index.items()}
         index = {op: index[op] for op in sorted(index, key=lambda op: -totals[op])[:most]}
     out = {}
