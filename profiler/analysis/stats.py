@@ -120,8 +120,9 @@ def slope(x, y):
 
 def change(x, y, early_floor=False):
     """The relative change of y over x and whether it is sustained (see the module docstring).
-    early_floor: relative to the early window's median where the fitted line starts below it (steps
-    whose time grows from a few microseconds: the line fitted to them starts below zero)."""
+    early_floor: where the fitted line starts at or below zero, relative to the early window's
+    lower quartile, the level the line is fitted to (steps whose time grows from a few
+    microseconds: the line fitted to them starts below zero)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     early, late = early_late(y)
     if len(y) < MIN_POINTS:
@@ -130,8 +131,8 @@ def change(x, y, early_floor=False):
     trend = theil_sen(bx, by)
     span = float(x[-1] - x[0])      # the trend over the whole run, not between the bins' centres
     base = trend.start - trend.slope * (bx[0] - x[0])
-    if early_floor:
-        base = max(base, early)
+    if early_floor and base <= 0:
+        base = float(np.quantile(y[:window(len(y))], QUANTILE))
     if base <= 0:   # a line that starts at or below zero has no relative change (a step up from ~0 fits one)
         return Change(0.0, 0.0, 0.0, early, late, False, fitted=False)
     # a time or a size falls by 100% at most: a steep line's end, or its interval's, may pass below zero
