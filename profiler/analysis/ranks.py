@@ -558,6 +558,13 @@ def _first_to_stop(stopped, head):
     head["first"] = not head["killed_before"]
 
 
+def _spread(merged):
+    """Whether the lost time is spread over the ranks: no rank's stalls STRAGGLER_LEAD times the next's
+    (one that leads them but stalled too seldom to be a straggler is no spread either)."""
+    stalls = sorted(s.stall_s for s in merged.per_rank)
+    return len(stalls) > 1 and stalls[-1] < STRAGGLER_LEAD * stalls[-2]
+
+
 def diagnose_ranks(run_dir):
     """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
     diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
@@ -575,7 +582,7 @@ def diagnose_ranks(run_dir):
         s = merged.stragglers
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
-    elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN
+    elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN and _spread(merged)
           and (merged.straggled_steps >= MIN_STALLS or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
         # stalls spread over the ranks: every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
