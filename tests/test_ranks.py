@@ -363,8 +363,15 @@ def test_ranks_that_did_not_finish_are_told_in_the_order_they_stopped(tmp_path):
     assert "first" not in lines[1] and "(RuntimeError: Connection reset by peer)" in lines[1]
     # when a rank that finished is diagnosed, the verdict's note still leads with the first to stop
     d = analyze(tmp_path)
-    assert d.rank_analysis.diagnosed == 2 and d.problems[0] == "rank 1 stopped first (failed: ValueError: boom)"
-    assert "Note: the run is incomplete (rank 1 stopped first (failed: ValueError: boom)" in text.verdict(d)
+    assert d.rank_analysis.diagnosed == 2 and d.problems == []
+    assert "Note: the run is incomplete (rank 1 stopped first (ValueError: boom))." in text.verdict(d)
+    # a killed rank (no status of its own) that stopped first is said to be killed, not "running"
+    killed = tmp_path / "killed"
+    write_rank(killed / "rank-0", 0, 3, np.full(10, 0.01), finished_unix=ORIGIN_UNIX + 6.0)
+    write_rank(killed / "rank-1", 1, 3, np.full(10, 0.01), status="running")
+    write_rank(killed / "rank-2", 2, 3, np.full(10, 0.01), status="terminated", error="SIGTERM",
+               finished_unix=ORIGIN_UNIX + 5.0)
+    assert "(rank 1 stopped first (killed, crashed, or still running))" in text.verdict(analyze(killed))
     # the diagnosed rank, when none finished, is the first to stop (its error leads the verdict)
     write_rank(tmp_path / "n" / "rank-0", 0, 2, np.full(10, 0.01), status="failed", finished_unix=ORIGIN_UNIX + 5.0,
                error="RuntimeError: Connection reset by peer")

@@ -590,11 +590,6 @@ def diagnose_ranks(run_dir):
                             merged.lost_fraction, merged.lost_gc_by_generation)
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
-    head = merged.unfinished[0] if merged.unfinished else None
-    if head is not None and head["first"] and head["rank"] != base:   # its error is the job's, the others' follow
-        d.problems = [f"rank {head['rank']} stopped first ({head['status']}"
-                      + (f": {head['error']}" if head["error"] else "") + ")",
-                      *(f"rank {base}: {p}" for p in d.problems)]
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
     d.cautions = _cautions(merged)   # the diagnosed rank's too
     return d

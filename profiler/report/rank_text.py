@@ -39,6 +39,12 @@ STOPPED = {"running": "killed, crashed, or still running",
            "interrupted": "Ctrl-C"}
 
 
+def stopped_first(u):
+    """'rank 1 stopped first (ValueError: boom)', of an entry of RankAnalysis.unfinished."""
+    said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")
+    return f"rank {u['rank']} stopped first ({u['error'] if said else STOPPED.get(u['status'], u['status'])})"
+
+
 def _generations(by_gen):
     parts = [f"generation {g}: {text.pct(x)}" for g, x in enumerate(by_gen) if x >= 0.005]
     return f" ({', '.join(parts)})" if parts else ""

@@ -524,8 +524,12 @@ def verdict(d):
     if d.epoch_time.between_share is not None and d.epoch_time.between_share >= BETWEEN_SHOWN:
         text += (f" Note: {pct(d.epoch_time.between_share)} of the time passed between the epochs, outside them (an "
                  f"evaluation, a checkpoint, logging, or waiting for other ranks), which epoch times leave out.")
-    if d.problems:
-        text += " Note: the run is incomplete (" + "; ".join(d.problems) + ")."
+    problems, ra = list(d.problems), d.rank_analysis
+    head = ra.unfinished[0] if ra is not None and ra.unfinished else None
+    if head is not None and head["first"] and head["rank"] != ra.diagnosed:   # its error is the job's
+        problems = [rank_text.stopped_first(head), *(f"rank {ra.diagnosed}: {p}" for p in problems)]
+    if problems:
+        text += " Note: the run is incomplete (" + "; ".join(problems) + ")."
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     et = d.epoch_time
