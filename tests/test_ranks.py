@@ -16,6 +16,7 @@ from profiler.report import rank_text, text
 from profiler.rundir import RunDirError
 from profiler.rundir.ranks import is_multi_rank, rank_dirs
 
+from .fixtures import epoch, write_run
 from .rank_runs import ORIGIN_UNIX, cut_rank, synthetic_job, write_rank
 
 
@@ -108,8 +109,9 @@ def test_two_directories_recording_one_rank_say_it_appears_twice_not_rename(tmp_
 
 
 @pytest.mark.parametrize("extra,words", [
-    ("rank-0b", r"rank-0b holds a run beside the job's rank-<RANK> directories but is not named for a rank"),
-    ("host-b/rank-0", r"holds rank-<RANK> directories at two levels \(.*host-b/rank-0 and beside it"),
+    ("rank-0b", r"rank-0b holds rank 0's run beside the job's rank-<RANK> directories but is not named for it: "
+                r"rename it to rank-0"),
+    ("host-b/rank-0", r"holds rank-<RANK> runs at two levels \(.*host-b/rank-0 and beside it"),
 ], ids=["renamed-copy", "two-levels"])
 def test_a_rank_beside_the_job_under_another_name_or_level_is_no_silent_omission(tmp_path, extra, words):
     for rank in range(2):
@@ -117,6 +119,17 @@ def test_a_rank_beside_the_job_under_another_name_or_level_is_no_silent_omission
     write_rank(tmp_path / extra, 0, 2, np.full(10, 0.01))
     with pytest.raises(RunDirError, match=words):
         rank_dirs(tmp_path)
+
+
+def test_what_else_sits_beside_a_jobs_ranks_is_left_alone(tmp_path):
+    # tensorboard's per-rank folders, a single run copied for comparison, a report: the job as before (a review)
+    for rank in range(2):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(10, 0.01))
+    (tmp_path / "tensorboard" / "rank-0").mkdir(parents=True)
+    (tmp_path / "tensorboard" / "rank-0" / "events.out").write_text("")
+    write_run(tmp_path / "baseline", [epoch(i, 0.01) for i in range(4)])   # no rank in its meta.json
+    (tmp_path / "figures").mkdir()
+    assert [r.rank for r in rank_dirs(tmp_path)] == [0, 1]
 
 
 def test_ranks_split_over_two_levels_say_so_not_that_one_is_missing(tmp_path):

@@ -97,20 +97,30 @@ def _complete(path):
 
 
 def _nothing_beside(path):
-    """RunDirError when a directory beside a job's top-level rank-N directories holds rank-N
-    directories of its own (ranks at two levels) or a run under another name (a copy of a rank):
-    either would be left out of the job without a word."""
-    others = [p for p in path.iterdir() if p.is_dir() and not _NAME.match(p.name)]
-    nested = [q for p in others for q in p.iterdir() if q.is_dir() and _NAME.match(q.name)]
+    """RunDirError when a directory beside a job's top-level rank-N directories holds rank-N runs of
+    its own (ranks at two levels) or is a rank's run under another name (a copy): either would be
+    left out of the job without a word. Anything else beside them (a report, tensorboard's rank-N
+    folders of event files, a single run copied for comparison) is left alone."""
+    def subdirs(directory):
+        try:
+            return [p for p in directory.iterdir() if p.is_dir()]
+        except OSError:   # unreadable: nothing of the job's can be in it
+            return []
+    others = [p for p in subdirs(path) if not _NAME.match(p.name)]
+    nested = [q for p in others for q in subdirs(p) if _NAME.match(q.name) and (q / META).is_file()]
     if nested:
-        raise RunDirError(f"{path} holds {RANK_PREFIX}<RANK> directories at two levels ({nested[0]} and beside it "
-                          f"{path / (RANK_PREFIX + '...')}): keep them all directly under {path}, or one directory per "
-                          f"host")
+        raise RunDirError(f"{path} holds {RANK_PREFIX}<RANK> runs at two levels ({nested[0]} and beside it "
+                          f"{path / (RANK_PREFIX + '...')}): keep one job's ranks directly under one directory, or "
+                          f"in one directory per host, and another job's in a directory of its own")
     for p in others:
-        if (p / META).is_file():
-            raise RunDirError(f"{p} holds a run beside the job's {RANK_PREFIX}<RANK> directories but is not named "
-                              f"for a rank: rename it to the {RANK_PREFIX}<RANK> its {META} records, or move it out "
-                              f"of {path}")
+        try:
+            meta = read_json(p / META) if (p / META).is_file() else None
+        except RunDirError:
+            continue
+        rank = meta.get("rank") if isinstance(meta, dict) else None
+        if isinstance(rank, int) and not isinstance(rank, bool):
+            raise RunDirError(f"{p} holds rank {rank}'s run beside the job's {RANK_PREFIX}<RANK> directories but "
+                              f"is not named for it: rename it to {RANK_PREFIX}{rank}, or move it out of {path}")
 
 
 def rank_dirs(path):
