@@ -507,8 +507,14 @@ def test_malloc_growth_with_no_line_says_what_to_run_next(tmp_path, deep, words)
     # traced from the start, no line grew: untraced memory, said as such
     traced = [dict(r, heap={"traced_bytes": 1 * MIB, "peak_bytes": 1 * MIB, "top_growth": []}) for r in records]
     d = analyze(write_run(tmp_path / "traced", traced, options={"tracemalloc": True}))
-    assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs and saw no line grow: the growth is "
-                                                 "memory it does not trace")
+    assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs and named no line that grew: the "
+                                                 "growth is memory it does not trace")
+    # traced memory itself grows and no line was named: not "memory it does not trace" (a review)
+    grows = [dict(r, heap={"traced_bytes": (1 + 20 * r["epoch"]) * MIB, "peak_bytes": 0, "top_growth": []})
+             for r in records]
+    d = analyze(write_run(tmp_path / "grows", grows, options={"tracemalloc": True}))
+    assert d.findings[0].evidence.measure == "traced"
+    assert text.remedy(d.findings[0]).startswith("Deep capture's snapshots named no line of it")
 
 
 def test_two_traced_epochs_give_no_traced_rate(tmp_path):

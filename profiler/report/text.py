@@ -351,10 +351,14 @@ def remedy(f):
             return ("Deep capture (auto) traced no epoch: it waits for several epochs of growth first, and the run "
                     "ended before. Run with tracemalloc on from the start (profiler run --tracemalloc on; "
                     "Session(..., tracemalloc=True)), or for more epochs, to name the lines that allocate it.")
+        if e.measure == "traced":   # tracemalloc saw it grow, but no snapshot diff named a line
+            return ("Deep capture's snapshots named no line of it (on a large heap, a slow snapshot makes the next "
+                    "ones wait, to keep within its time budget): run with tracemalloc on (profiler run --tracemalloc "
+                    "on) over fewer epochs, or a smaller data set, to name the lines.")
         if e.deep and e.traced_epochs:
-            return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and saw no line grow: the growth is memory "
-                    f"it does not trace, tensor storage or native buffers. Look for tensors kept from step to step (a "
-                    f"loss kept with its graph: keep loss.item()).")
+            return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and named no line that grew: the growth "
+                    f"is memory it does not trace, tensor storage or native buffers. Look for tensors kept from step "
+                    f"to step (a loss kept with its graph: keep loss.item()).")
         return f"Run with {_DEEP} to name the lines that allocate it."
     if f.pattern == "compute-growth":
         if e.ops:
