@@ -93,6 +93,9 @@ def test_the_programs_own_gc_collect_calls_get_their_own_remedy(tmp_path):
             forced_sites={site: (12, 0.013), "/home/u/eval.py:5": (12, 0.012), "/home/u/log.py:9": (12, 0.011)})
     assert d.findings[0].evidence.forced.more_sites
     assert "at /home/u/train.py:88 and at least 2 other lines)" in text.evidence(d.findings[0])
+    # fewer lines than a record keeps, with calls whose line could not be told: no "at least"
+    d = run("untold", forced=(0, 0, 37), forced_pause=(0.0, 0.0, 0.037), forced_sites={site: (30, 0.030)})
+    assert not d.findings[0].evidence.forced.more_sites and "other line" not in text.evidence(d.findings[0])
     # the collector off (gc.disable()), the program collecting by itself: no "not at all"
     d = run("off", forced=(20, 1, 37), forced_pause=(0.001, 0.0, 0.040), forced_sites={site: (58, 0.041)})
     assert d.findings[0].evidence.forced.only
@@ -601,11 +604,11 @@ def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path)
     later = [dict(r, heap=dict(r["heap"], snapshot=True)) if r["epoch"] == 20 else r for r in records]
     f = analyze(write_run(tmp_path / "later", later)).findings[0]
     assert f.pattern == "allocation-growth" and f.evidence.top_sites == []
-    # no line to name: the remedy says how to turn deep capture on however the run was made (it named
-    # only profiler run's option, which the pytest marker and a Session do not take)
-    assert text.remedy(f) == ('Run with tracemalloc on (profiler run --tracemalloc auto; Session(..., '
-                              'tracemalloc="auto"); @pytest.mark.profile_epochs(..., tracemalloc="auto")) to name the '
-                              'lines that allocate it.')
+    # no line to name, though tracemalloc traced it: the remedy says how to trace from the start however the
+    # run was made (it named only profiler run's option, which the pytest marker and a Session do not take)
+    assert text.remedy(f).endswith('run with tracemalloc on from the start (profiler run --tracemalloc on; '
+                                   'Session(..., tracemalloc=True); @pytest.mark.profile_epochs(..., tracemalloc=True)) '
+                                   'over fewer epochs, or a smaller data set, to name the lines.')
 
 
 def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see(tmp_path):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..rundir.format import FORCED_SITES
 from . import stats
 
 MEANINGFUL = 0.05            # share of the run's time that makes a cost a finding (and leads the ranking)
@@ -294,7 +295,10 @@ def forced(records):
                   sites=ranked, via=via.get(ranked[0]) if ranked else None, collections=counts.tolist(),
                   generation=int(np.argmax(pause)),
                   only=bool(counts.sum() > 0 and counts.sum() == sum(sum(g["collections"]) for g in gcs)),
-                  more_sites=any(sum(s["collections"] for s in g.get("forced_sites") or []) < sum(g["forced"])
+                  # a full list that holds fewer calls than the epoch made: its other lines were left out (a
+                  # shorter list's missing calls are those whose line could not be told)
+                  more_sites=any(len(g["forced_sites"]) >= FORCED_SITES
+                                 and sum(s["collections"] for s in g["forced_sites"]) < sum(g["forced"])
                                  for g in gcs if g.get("forced_sites")))
 
 

@@ -48,14 +48,13 @@ import sys
 import sysconfig
 import time
 
-from ..rundir.format import GC_EVENT
+from ..rundir.format import FORCED_SITES, GC_EVENT
 from .sites import own, own_or_stdlib, user_site_via
 
 _now = time.perf_counter_ns
 EVENT_CAPACITY = 4096
 TELLS_FORCED = not sysconfig.get_config_var("Py_GIL_DISABLED")   # see the module docstring
 SITE_FRAMES = 16        # frames above a forced collection searched for the program's line
-FORCED_SITES = 3        # lines kept per epoch record, the longest paused first
 
 
 def _with_forced(record, forced, forced_pause_ns, forced_sites):

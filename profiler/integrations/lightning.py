@@ -36,7 +36,9 @@ def callback_class(package):
                 self.session = session
 
             def on_train_start(self, trainer, pl_module):
-                if trainer.world_size > 1:   # strategy="ddp" started the other ranks itself
+                # strategy="ddp" started the other ranks itself: its launcher holds their processes, none where
+                # torchrun or SLURM started every rank (a spawning launcher trains in its children, unprofiled)
+                if trainer.world_size > 1 and getattr(getattr(trainer.strategy, "launcher", None), "procs", None):
                     getattr(self.session, "ranks_elsewhere", lambda n: None)(trainer.world_size)
 
             def on_train_epoch_start(self, trainer, pl_module):

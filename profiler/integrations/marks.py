@@ -238,7 +238,5 @@ class Source:
 
     def ranks_elsewhere(self, world_size):
         """The source's framework trains on `world_size` ranks, this process one of them, and started
-        the others itself (Lightning's strategy="ddp"): only this one is recorded, unless every rank
-        runs under the profiler (torchrun's environment says so)."""
-        if self.marks.session.ranks["world_size"] is None:
-            self.marks.world_size = world_size
+        the others itself (Lightning's strategy="ddp"), which the profiler does not follow."""
+        self.marks.world_size = world_size

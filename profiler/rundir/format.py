@@ -38,6 +38,8 @@ STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"), ("gc0_s", "<f4"),
                               ("gc1_s", "<f4"), ("gc2_s", "<f4")])
 
+FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the longest paused first
+
 # One garbage collection worth keeping (every generation-2 one, and any above the Session's
 # threshold): start (seconds since the clock origin), duration, generation, objects collected.
 GC_EVENT = struct.Struct("<dfBI")
