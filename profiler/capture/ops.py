@@ -47,12 +47,12 @@ _GAPS = tuple(int(math.log(1 - random.Random(n).random()) / math.log(1 - 1 / SAM
 
 class _Timer:
     __slots__ = ("timed", "total_ns", "_t0", "_depth", "_inner", "_skip", "_untimed", "_gap", "sampled",
-                 "recursive", "identity", "label", "mean_ns", "_timers")
+                 "recursive", "identity", "label", "mean_ns", "_owner")
 
-    def __init__(self, identity, label, offset, timers):
+    def __init__(self, identity, label, offset, owner):
         self.identity = identity   # {"name": str, "tags": {...}}
         self.label = label         # the epoch record's key
-        self._timers = timers      # its OpTimers (the list of active timers, and its lock)
+        self._owner = owner        # its OpTimers (the list of active timers, and its lock)
         self.timed = self.total_ns = self._t0 = self._depth = self._inner = self._skip = self._untimed = 0
         self._gap = offset % len(_GAPS)   # where this op starts in the gap table
         self.sampled = False       # this epoch: time a random 1 in SAMPLE_EVERY calls (else every call)
@@ -114,11 +114,11 @@ class _Idle(_Timer):
     __slots__ = ()
 
     def __enter__(self):
-        timers = self._timers
-        with timers.lock:
+        owner = self._owner
+        with owner.lock:
             if self.__class__ is _Idle:   # another thread may have made it active meanwhile
                 self.__class__ = _Timer
-                timers.active.append(self)
+                owner.active.append(self)
         return _Timer.__enter__(self)
 
 
