@@ -44,7 +44,7 @@ class StepTrend:
     of consecutive steps: a run of one long epoch (an LLM's, a --epoch-fn train) tells its slowdown."""
     change: stats.Change        # of the median step
     steps: int
-    excess_s: float             # step time above the early median over the run
+    excess_s: float             # the time the fitted change adds over the run (the early mean step grown)
     gc_explained: float         # of the late - early difference of the mean step, its GC's share
 
 

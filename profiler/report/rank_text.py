@@ -35,7 +35,7 @@ def _collective(ra):
 SILENT_STEPS, SILENT_S = 20, 1.0
 STOPPED = {"running": "killed, crashed, or still running",
            "failed": "an error; when a rank dies, the others' next collective fails",
-           "terminated": "SIGTERM: torchrun stops the other ranks when one fails, or the job was stopped",
+           "terminated": "SIGTERM (torchrun stops the other ranks when one fails, or the job was stopped)",
            "interrupted": "Ctrl-C"}
 
 
