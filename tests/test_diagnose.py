@@ -1096,6 +1096,12 @@ def test_one_long_epoch_tells_its_slowdown_by_its_steps(tmp_path):
     d = analyze(one_long_epoch(tmp_path / "flat", 0.001 * rng.lognormal(0, 0.2, n)))
     assert not d.epoch_time.step_trend.change.sustained and patterns(d) == []
     assert f"Its {n:,} steps show no sustained trend" in text.verdict(d)
+    # its cost is the steps' time above the early mean step, never more than the run: steps that grow from
+    # near zero made "331.1% of the run" when a fitted change scaled the early mean (a probe)
+    ramp = 1e-5 + 0.003 * np.arange(400) / 400
+    d = analyze(one_long_epoch(tmp_path / "ramp", ramp))
+    early = ramp[:100].mean()
+    assert d.findings[0].time_fraction == pytest.approx((ramp.sum() - 400 * early) / ramp.sum(), rel=0.01)
     # a few steps tell nothing: no step trend at all
     assert analyze(one_long_epoch(tmp_path / "few", np.full(50, 0.001))).epoch_time.step_trend is None
 

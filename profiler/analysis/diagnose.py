@@ -44,7 +44,7 @@ class StepTrend:
     of consecutive steps: a run of one long epoch (an LLM's, a --epoch-fn train) tells its slowdown."""
     change: stats.Change        # of the median step
     steps: int
-    excess_s: float             # the time the fitted change adds over the run (the early mean step grown)
+    excess_s: float             # the steps' time above the early mean step, over the run
     gc_explained: float         # of the late - early difference of the mean step, its GC's share
 
 
@@ -177,13 +177,15 @@ def _step_trend(steps, epochs):
     # (flat single-epoch runs with lognormal noise read a sustained slowdown in 16 of 300 seeds without)
     strict = abs(change.relative) >= STEP_CHANGE and (change.relative_low > 0 or change.relative_high < 0)
     change = replace(change, sustained=change.sustained and strict)
-    mean_wall = stats.early_late(groups.mean(axis=1, dtype=float))
-    mean_gc = stats.early_late(np.concatenate(gcs)[:whole].reshape(-1, size).mean(axis=1, dtype=float))
+    # means of the early and the late window's steps, spikes included (their medians leave GC's out)
+    w, gc = stats.window(len(groups)), np.concatenate(gcs)[:whole].reshape(-1, size)
+    mean_wall = (float(groups[:w].mean(dtype=float)), float(groups[-w:].mean(dtype=float)))
+    mean_gc = (float(gc[:w].mean(dtype=float)), float(gc[-w:].mean(dtype=float)))
     delta = mean_wall[1] - mean_wall[0]
-    # the time the trend adds: the early mean step grown by the fitted relative change along the run.
-    # Every step above the early median would count a flat run's noise too (a review: 0.70 s of 2.28 s)
-    grown = change.relative * x / max(x[-1], 1) if change.fitted else np.zeros(len(x))
-    excess = float(mean_wall[0] * size * np.clip(grown, 0, None).sum())
+    # the time above the early mean step: what the run would have saved at that pace. A flat run's noise
+    # cancels in the sum (every step above the early median made 0.70 s of its 2.28 s, a review), and the
+    # sum is the run's own (a fitted change times the early mean made 331% of a run whose steps started small)
+    excess = max(float(wall[:whole].sum(dtype=float)) - whole * mean_wall[0], 0.0)
     return StepTrend(change, int(len(wall)), excess,
                      float(np.clip((mean_gc[1] - mean_gc[0]) / delta, 0.0, 1.0)) if delta > 0 else 0.0)
 
