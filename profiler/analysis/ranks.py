@@ -57,6 +57,7 @@ STRAGGLER_LEAD = 2.0     # ...at least this many times the next rank's (of two r
 # young collection) is no rank holding the others back, while two full collections that cost a tenth
 # of the job are
 MIN_STALLS = 3
+FEW_SHARE = 0.9   # stalls whose largest MIN_STALLS - 1 hold this share of their time are that many events
 # aligned units after the warm-up below which no rank is called a straggler, as epoch time tells no
 # trend from fewer: a rank that finished one epoch of a long job left one step to judge, and its stall
 # there read "in 100.0% of the steps"
@@ -157,6 +158,7 @@ class RankAnalysis:
     unfinished: list = field(default_factory=list)  # {"rank", "status", "last_step", "steps", "epochs", "error",
                                                     #  "first", "killed_before"}, in _stop_order
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
+    events: bool = False         # the lost time is in fewer than MIN_STALLS stalls that matter (_few)
 
 
 @dataclass
@@ -284,6 +286,13 @@ def _silent(run, steps, origin):
         return max(float(finished) - origin - float(steps[-1]["start_s"] + steps[-1]["wall_s"]), 0.0)
     ends = [e["start_s"] + e["wall_s"] for e in run.epochs if e.get("start_s") is not None]
     return max(float(finished) - origin - ends[-1], 0.0) if ends else None
+
+
+def _few(stalls):
+    """Whether `stalls` are fewer than MIN_STALLS that matter: their largest MIN_STALLS - 1 hold FEW_SHARE
+    of their time (two 150-ms events and two 2-ms stalls just above the floor are two events)."""
+    ordered = np.sort(np.asarray(stalls, float))[::-1]
+    return len(ordered) < MIN_STALLS or ordered[:MIN_STALLS - 1].sum() >= FEW_SHARE * ordered.sum()
 
 
 def _blocks(sources, first, stop_at):
@@ -481,7 +490,7 @@ def analyze_ranks(run_dir):
     by_gen = gc_explained(mine)
     if (n_used >= MIN_ALIGNED and lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
             and stall_by_rank[worst] >= STRAGGLER_MIN * job_time and stall_by_rank[worst] >= STRAGGLER_LEAD * runner_up
-            and (counts_by_rank[worst] >= MIN_STALLS or by_gen[2] >= findings.GC_EXPLAINS)):
+            and (not _few(top_stall[mine]) or by_gen[2] >= findings.GC_EXPLAINS)):
         others = [s.rss_growth_bytes_per_epoch for s in per_rank
                   if s.rank != worst and s.rss_growth_bytes_per_epoch is not None]
         half = len(np.flatnonzero(mine)) // 2
@@ -508,7 +517,8 @@ def analyze_ranks(run_dir):
         lost_s=lost_total, lost_fraction=lost_total / job_time if job_time > 0 else 0.0,
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
         lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
-        ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished)
+        ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
+        events=_few(top_stall[straggled]))
 
 
 def rank_heatmap(run_dir, bins=400):
@@ -583,7 +593,7 @@ def diagnose_ranks(run_dir):
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
     elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN and _spread(merged)
-          and (merged.straggled_steps >= MIN_STALLS or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
+          and (not merged.events or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
         # stalls spread over the ranks: every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
         stalls = RankStalls(merged.ranks, merged.ranks_stalling, merged.unit, merged.straggled_steps, merged.lost_s,
