@@ -637,20 +637,36 @@ def test_what_another_ranks_records_leave_out_is_noted_for_the_job(tmp_path):
     assert f"Note: in {tmp_path.name}, rank {base}: 1 collection in epoch" in words and words.count("Note:") == 1
 
 
-def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove_them(tmp_path):
-    # rank 2's full collections are gc.collect() calls at one line: no --gc-policy stops those
-    synthetic_job(tmp_path, 4, 400, straggler=2, every=10, pause_s=0.008)
-    path = rank_dirs(tmp_path)[2].path / "epochs.jsonl"
+def own_calls(rank_dir, site="/home/u/train.py:40"):
+    """Mark a rank's full collections as the program's own gc.collect() calls at `site`."""
+    path = rank_dir / "epochs.jsonl"
     lines = []
     for line in path.read_text().splitlines():
         record = json.loads(line)
         g = record["gc"]
         g.update(forced=[0, 0, g["collections"][2]], forced_pause_s=[0.0, 0.0, g["pause_s"][2]])
         if g["collections"][2]:
-            g["forced_sites"] = [{"site": "/home/u/train.py:40", "collections": g["collections"][2],
-                                  "pause_s": g["pause_s"][2]}]
+            g["forced_sites"] = [{"site": site, "collections": g["collections"][2], "pause_s": g["pause_s"][2]}]
         lines.append(json.dumps(record))
     path.write_text("\n".join(lines) + "\n")
+
+
+def test_stalls_spread_that_are_the_programs_own_calls_are_told_to_move_them_not_a_policy(tmp_path):
+    # both ranks collect by hand, at different steps: "--gc-policy manual:N" would only add collections (a probe)
+    synthetic_job(tmp_path, 2, 400, spread=0.05, pause_s=0.008)
+    for rank in range(2):
+        own_calls(tmp_path / f"rank-{rank}")
+    f = analyze(tmp_path).findings[0]
+    assert f.pattern == "rank-stalls" and f.evidence.forced == {0: "/home/u/train.py:40", 1: "/home/u/train.py:40"}
+    remedy = text.remedy(f)
+    assert remedy.startswith("The pauses are the program's own gc.collect() calls (rank 0 at /home/u/train.py:40; "
+                             "rank 1 at /home/u/train.py:40)") and "--gc-policy manual" not in remedy
+
+
+def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove_them(tmp_path):
+    # rank 2's full collections are gc.collect() calls at one line: no --gc-policy stops those
+    synthetic_job(tmp_path, 4, 400, straggler=2, every=10, pause_s=0.008)
+    own_calls(rank_dirs(tmp_path)[2].path)
     d = analyze(tmp_path)
     f = next(f for f in d.findings if f.pattern == "rank-straggler")
     assert f.evidence.rank == 2 and f.evidence.forced.site == "/home/u/train.py:40"
@@ -662,7 +678,7 @@ def test_a_straggler_whose_pauses_are_its_own_gc_collect_calls_is_told_to_remove
     # a rank whose records predate the forced fields has none
     assert rank_analysis.analyze_ranks(tmp_path).per_rank[0].forced is None
     # one call an epoch, beside the 4 stalls an epoch of automatic collections: those calls are not its stalls
-    lines = []
+    path, lines = rank_dirs(tmp_path)[2].path / "epochs.jsonl", []
     for line in path.read_text().splitlines():
         record = json.loads(line)
         g = record["gc"]

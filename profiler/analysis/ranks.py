@@ -133,6 +133,8 @@ class RankStalls:
     lost_s: float
     lost_fraction: float
     gc_explained_by_generation: list
+    forced: dict = field(default_factory=dict)   # rank -> the line of its own gc.collect() calls, where they are
+                                                 # most of each stalling rank's GC pause (else empty)
 
 
 @dataclass
@@ -596,8 +598,11 @@ def diagnose_ranks(run_dir):
           and (not merged.events or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
         # stalls spread over the ranks: every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
+        stalling = [r for r in merged.per_rank if r.straggled]
+        own = {r.rank: r.forced.site for r in stalling if r.forced and r.forced.share >= findings.FORCED_LEADS}
         stalls = RankStalls(merged.ranks, merged.ranks_stalling, merged.unit, merged.straggled_steps, merged.lost_s,
-                            merged.lost_fraction, merged.lost_gc_by_generation)
+                            merged.lost_fraction, merged.lost_gc_by_generation,
+                            own if len(own) == len(stalling) else {})
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)

@@ -111,6 +111,11 @@ def stalls_evidence(e):
 
 
 def stalls_remedy(e):
+    if e.forced and sum(e.gc_explained_by_generation) >= 0.5:   # a --gc-policy would leave these calls running
+        lines = "; ".join(f"rank {rank}" + (f" at {site}" if site else "") for rank, site in sorted(e.forced.items()))
+        return (f"The pauses are the program's own gc.collect() calls ({lines}), made at different steps on different "
+                f"ranks, and the job pays each: make every rank call it at the same step, or call it less often "
+                f"(a --gc-policy does not move them). Compare the runs with `profiler compare`.")
     if sum(e.gc_explained_by_generation) < 0.5:
         return ("Most of it is the ranks' own work, not GC: uneven batches (sizes, sequence lengths), data loading, or "
                 "a noisy machine; look at the ranks' own reports for their ops.")
