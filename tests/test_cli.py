@@ -151,6 +151,7 @@ def test_demo_refuses_a_run_directory_for_its_runs(tmp_path):
     (["timeline", "x", "--out", ""], ["--out ''", "give a file name, e.g. --out trace.json"]),
     (["timeline", "x", "--out", "-"], ["--out -: writing to standard output is not supported"]),
     (["timeline", "x", "--steps", "100"], ["--steps", "expected a range of step indices A:B", "'100'"]),
+    (["timeline", "x", "--steps", "200:100"], ["--steps", "with B above A", "'200:100'"]),
     (["compare", "x", "y", "--html", "-"], ["--html -: writing to standard output is not supported"]),
     (["run", "--", "python", "train.py"], ["'python' is neither", "profiler run train.py"]),
     (["run", "--epochs", "3", "train.py"], ["unrecognized arguments: --epochs", "go before the script"]),

@@ -607,8 +607,9 @@ def test_a_leak_whose_snapshots_all_fell_in_the_warm_up_is_still_named(tmp_path)
     # no line to name, though tracemalloc traced it: the remedy says how to trace from the start however the
     # run was made (it named only profiler run's option, which the pytest marker and a Session do not take)
     assert text.remedy(f).endswith('run with tracemalloc on from the start (profiler run --tracemalloc on; '
-                                   'Session(..., tracemalloc=True); @pytest.mark.profile_epochs(..., tracemalloc=True)) '
-                                   'over fewer epochs, or a smaller data set, to name the lines.')
+                                   'Session(..., tracemalloc=True); @pytest.mark.profile_epochs(..., tracemalloc=True)), '
+                                   'a snapshot every epoch (every=1) and fewer epochs or a smaller data set, to name '
+                                   'the lines.')
 
 
 def test_growth_that_tracemalloc_barely_saw_is_not_blamed_on_the_line_it_did_see(tmp_path):
@@ -1070,11 +1071,13 @@ def test_no_fitted_trend_is_neither_steady_nor_a_confident_zero(tmp_path):
     assert flat.epoch_time.change.fitted and flat.epoch_time.steady
 
 
-def one_long_epoch(path, walls, rng=None):
-    """A run of one epoch whose steps take `walls` seconds, back to back."""
+def one_long_epoch(path, walls, gc2=None):
+    """A run of one epoch whose steps take `walls` seconds, back to back, `gc2` of each in full collections."""
     starts = np.concatenate([[0.0], np.cumsum(walls)[:-1]])
-    steps = [(0, s, w, 0.0, 0.0, 0.0) for s, w in zip(starts, walls)]
-    return write_run(path, [epoch(0, float(np.sum(walls)), steps=len(walls))], steps=steps)
+    gc2 = np.zeros(len(walls)) if gc2 is None else gc2
+    steps = [(0, s, w, 0.0, 0.0, g) for s, w, g in zip(starts, walls, gc2)]
+    return write_run(path, [epoch(0, float(np.sum(walls)), steps=len(walls), pause=(0.0, 0.0, float(np.sum(gc2))),
+                                  collections=(0, 0, int(np.count_nonzero(gc2))))], steps=steps)
 
 
 def test_one_long_epoch_tells_its_slowdown_by_its_steps(tmp_path):
@@ -1088,6 +1091,11 @@ def test_one_long_epoch_tells_its_slowdown_by_its_steps(tmp_path):
     assert patterns(d) == ["compute-growth"] and d.findings[0].evidence.unit == "step"
     assert "1 epoch: too few to fit an epoch-time trend, but the steps get slower: median step" in text.verdict(d)
     assert "Step time grows" in text.evidence(d.findings[0]) and "mark shorter epochs" in text.remedy(d.findings[0])
+    # steps slower by their own GC pauses: GC's, not compute's, and the table says GC explains it
+    pauses = 0.002 * np.arange(n) / n
+    d = analyze(one_long_epoch(tmp_path / "gc", 0.001 + pauses, gc2=pauses))
+    assert d.epoch_time.step_trend.gc_explained > 0.95 and "compute-growth" not in patterns(d)
+    assert "explains 100% of the change" in text.diagnosis(d)
     # steps that grow from a few microseconds: the line fitted to them starts below zero
     grows = 1e-6 + 3e-5 * (np.arange(n) / n) ** 1.3
     d = analyze(one_long_epoch(tmp_path / "from-zero", grows))

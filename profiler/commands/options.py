@@ -44,9 +44,10 @@ def step_range(text):
         bounds = [int(v) if v.strip() else None for v in (first, last)]
     except ValueError:
         bounds = None
-    if not colon or bounds is None or any(b is not None and b < 0 for b in bounds):
-        raise argparse.ArgumentTypeError(f"expected a range of step indices A:B (e.g. 0:100000, or 500000:), "
-                                         f"got {text!r}")
+    if (not colon or bounds is None or any(b is not None and b < 0 for b in bounds)
+            or None not in bounds and bounds[1] <= bounds[0]):
+        raise argparse.ArgumentTypeError(f"expected a range of step indices A:B with B above A (e.g. 0:100000, or "
+                                         f"500000:), got {text!r}")
     return slice(*bounds)
 
 

@@ -353,9 +353,9 @@ def remedy(f):
             return (f"Deep capture (auto) traced no epoch: it waits for several epochs of growth first, and the run "
                     f"ended before. Run with {_DEEP_ON}, or for more epochs, to name the lines that allocate it.")
         if e.measure == "traced":   # tracemalloc saw it grow, but no snapshot diff named a line
-            return (f"Deep capture's snapshots named no line of it (on a large heap, a slow snapshot makes the next "
-                    f"ones wait, to keep within its time budget): run with {_DEEP_ON} over fewer epochs, or a smaller "
-                    f"data set, to name the lines.")
+            return (f"Deep capture's snapshots named no line of it (they come every `every` epochs, and on a large "
+                    f"heap a slow one makes the next ones wait, to keep within its time budget): run with {_DEEP_ON}, "
+                    f"a snapshot every epoch (every=1) and fewer epochs or a smaller data set, to name the lines.")
         if e.deep and e.traced_epochs:
             return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and named no line that grew: the growth "
                     f"is memory it does not trace, tensor storage or native buffers. Look for tensors kept from step "
@@ -418,6 +418,12 @@ def _headline(d):
     if not et.steady:
         return f"Epoch time shows no sustained trend: {times} ({fit})."
     return f"Epoch time holds steady: {times} (no sustained trend; {fit})."
+
+
+def _gc_explained(d):
+    """GC's share of the change the report judges: the epochs', or the steps' where they tell it."""
+    t = d.epoch_time.step_trend
+    return t.gc_explained if t is not None and not d.epoch_time.change.fitted else d.gc.explained_fraction
 
 
 def _analysed(d):
@@ -571,7 +577,7 @@ def diagnosis(d):
               + (f"   between epochs {pct(et.between_share)} of the time" if et.between_share is not None else ""),
               f"GC share     overall {pct(g.share_total)}   median epoch early {pct(g.share_early)}"
               f"   late {pct(g.share_late)}"
-              f"   explains {100 * g.explained_fraction:.0f}% of the change"
+              f"   explains {100 * _gc_explained(d):.0f}% of the change"
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
               f"memory       RSS {_rss_rate(a)}/epoch"
