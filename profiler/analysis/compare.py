@@ -22,7 +22,7 @@ from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
 from .load import load, timed
-from .ops import MAX_OPS, op_series, op_time
+from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
 RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
@@ -170,11 +170,9 @@ def compare(run_a, run_b):
         raise RunDirError(f"{job} is a multi-rank run and {getattr(single, 'path', single)} a single run: compare two "
                           f"of a kind (or one rank's directory, rank-<RANK>/, with the single run)")
     la, lb = load(run_a, "compare"), load(run_b, "compare")
-    # the ops with the most time over both runs, chosen before they are matched: an op below one run's
-    # own cap would read as the other run's alone
-    ta, tb = op_time(la.records), op_time(lb.records)
-    followed = set(sorted(ta.keys() | tb.keys(), key=lambda op: -(ta.get(op, 0.0) + tb.get(op, 0.0)))[:MAX_OPS])
-    sa, sb = op_series(la.records, only=followed), op_series(lb.records, only=followed)
+    (ia, na), (ib, nb) = (op_index(la.records), len(la.records)), (op_index(lb.records), len(lb.records))
+    ops = followed(op_time(ia, na), op_time(ib, nb))
+    sa, sb = op_series(ia, na, ops), op_series(ib, nb, ops)
     va, vb = _tag_values(sa), _tag_values(sb)
     drop = {k for k in va.keys() & vb.keys() if len(va[k]) == 1 and len(vb[k]) == 1 and va[k] != vb[k]}
     ops_a, ops_b = _median_ops(sa, drop), _median_ops(sb, drop)

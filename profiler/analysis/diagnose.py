@@ -16,7 +16,7 @@ from . import findings as fnd
 from . import spikes as spk
 from . import stats
 from .load import load, timed as timed_epochs
-from .ops import op_series
+from .ops import followed, op_index, op_series, op_time
 
 
 @dataclass
@@ -153,6 +153,7 @@ def _traced_slowdown(wall, timed):
 
 STEP_TREND_STEPS = 200   # steps in the analysed epochs that tell a trend where the epochs are too few
 STEP_CHANGE = 0.15       # the least relative change of the median step that counts as a trend
+STEP_POINTS = 2000       # at most this many points, each the median of a run of consecutive steps
 
 
 def _step_trend(steps, epochs):
@@ -168,7 +169,7 @@ def _step_trend(steps, epochs):
     wall = np.concatenate(walls) if walls else np.empty(0, np.float32)
     if len(wall) < STEP_TREND_STEPS:
         return None
-    size = -(-len(wall) // (10 * stats.MAX_POINTS))
+    size = -(-len(wall) // STEP_POINTS)
     whole = len(wall) // size * size   # a last run shorter than the others is left out
     groups = wall[:whole].reshape(-1, size)
     x, medians = np.arange(len(groups)) * size, np.median(groups, axis=1).astype(float)
@@ -237,7 +238,8 @@ def analyze(run_dir):
     sites = fnd.top_sites(sited)
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)
-    ops = fnd.op_growth(records, op_series(records))
+    index = op_index(records)
+    ops = fnd.op_growth(records, op_series(index, len(records), followed(op_time(index, len(records)))))
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)

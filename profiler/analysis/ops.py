@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_OPS = 200   # the ops an analysis follows, those with the most time (see op_series)
+MAX_OPS = 200   # the ops an analysis follows, those with the most time (see followed)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def op_id(key, value):
     return OpId(name, tuple((str(i), v) for i, v in enumerate(rest[:-1].split(","))))
 
 
-def _index(records):
+def op_index(records):
     """{OpId: [(position in records, seconds, calls), ...]}: each op's entries, sparse."""
     index = {}
     for position, record in enumerate(records):
@@ -49,25 +49,31 @@ def _index(records):
     return index
 
 
-def op_time(records):
-    """{OpId: mean seconds per epoch over `records`}, of every op."""
-    return {op: sum(s for _, s, _ in entries) / len(records) for op, entries in _index(records).items()}
+def op_time(index, epochs):
+    """{OpId: mean seconds per epoch} of an op_index over `epochs` records."""
+    return {op: sum(s for _, s, _ in entries) / epochs for op, entries in index.items()}
 
 
-def op_series(records, most=MAX_OPS, only=None):
-    """{OpId: (seconds per epoch, calls per epoch)} as arrays aligned with `records` (0 where absent),
-    of the `most` ops with the most time in them (or of the ops in `only`, chosen over two runs by
-    compare): a tag with a value per call makes an op per value, and a dense series of each of 10^5
-    such ops over 2,000 epochs took 3 GB."""
-    index = _index(records)
-    if only is not None:
-        index = {op: entries for op, entries in index.items() if op in only}
-    elif len(index) > most:
-        totals = {op: sum(s for _, s, _ in entries) for op, entries in index.items()}
-        index = {op: index[op] for op in sorted(index, key=lambda op: -totals[op])[:most]}
+def followed(*times):
+    """The MAX_OPS ops with the most time over the runs' op_time: a tag with a value per call makes an
+    op per value, and a dense series of each of 10^5 such ops over 2,000 epochs took 3 GB. Chosen over
+    both runs of a comparison before they are matched, so an op below one run's own cut does not read
+    as the other run's alone."""
+    total = {}
+    for time in times:
+        for op, seconds in time.items():
+            total[op] = total.get(op, 0.0) + seconds
+    return set(sorted(total, key=lambda op: -total[op])[:MAX_OPS])
+
+
+def op_series(index, epochs, ops):
+    """{OpId: (seconds per epoch, calls per epoch)} of the `ops` in an op_index, as arrays of `epochs`
+    (0 where absent)."""
     out = {}
     for op, entries in index.items():
-        seconds, calls = np.zeros(len(records)), np.zeros(len(records))
+        if op not in ops:
+            continue
+        seconds, calls = np.zeros(epochs), np.zeros(epochs)
         for position, s, c in entries:
             seconds[position] += s
             calls[position] += c

@@ -290,6 +290,12 @@ def _silent(run, steps, origin):
     return max(float(finished) - origin - ends[-1], 0.0) if ends else None
 
 
+def _leads(stalls):
+    """Whether the largest of the ranks' `stalls` is STRAGGLER_LEAD times the next (one rank: it leads)."""
+    ordered = np.sort(np.asarray(stalls, float))
+    return len(ordered) < 2 or ordered[-1] >= STRAGGLER_LEAD * ordered[-2]
+
+
 def _few(stalls):
     """Whether `stalls` are fewer than MIN_STALLS that matter: their largest MIN_STALLS - 1 hold FEW_SHARE
     of their time (two 150-ms events and two 2-ms stalls just above the floor are two events)."""
@@ -487,11 +493,10 @@ def analyze_ranks(run_dir):
 
     stragglers = None
     worst = int(stall_by_rank.argmax())
-    runner_up = float(np.sort(stall_by_rank)[-2]) if n > 1 else 0.0
     mine = straggled & (top == worst)
     by_gen = gc_explained(mine)
     if (n_used >= MIN_ALIGNED and lost_total > 0 and stall_by_rank[worst] >= STRAGGLER_SHARE * lost_total
-            and stall_by_rank[worst] >= STRAGGLER_MIN * job_time and stall_by_rank[worst] >= STRAGGLER_LEAD * runner_up
+            and stall_by_rank[worst] >= STRAGGLER_MIN * job_time and _leads(stall_by_rank)
             and (not _few(top_stall[mine]) or by_gen[2] >= findings.GC_EXPLAINS)):
         others = [s.rss_growth_bytes_per_epoch for s in per_rank
                   if s.rank != worst and s.rss_growth_bytes_per_epoch is not None]
@@ -570,13 +575,6 @@ def _first_to_stop(stopped, head):
     head["first"] = not head["killed_before"]
 
 
-def _spread(merged):
-    """Whether the lost time is spread over the ranks: no rank's stalls STRAGGLER_LEAD times the next's
-    (one that leads them but stalled too seldom to be a straggler is no spread either)."""
-    stalls = sorted(s.stall_s for s in merged.per_rank)
-    return len(stalls) > 1 and stalls[-1] < STRAGGLER_LEAD * stalls[-2]
-
-
 def diagnose_ranks(run_dir):
     """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
     diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
@@ -594,9 +592,11 @@ def diagnose_ranks(run_dir):
         s = merged.stragglers
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
         d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
-    elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN and _spread(merged)
+    elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN
+          and not _leads([r.stall_s for r in merged.per_rank])
           and (not merged.events or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):
-        # stalls spread over the ranks: every rank's pauses add up
+        # stalls spread over the ranks, none leading (one that leads but stalled too seldom to be a straggler
+        # is no spread either): every rank's pauses add up
         cause = "gc" if sum(merged.lost_gc_by_generation) >= findings.GC_EXPLAINS else "compute"
         stalling = [r for r in merged.per_rank if r.straggled]
         own = {r.rank: r.forced.site for r in stalling if r.forced and r.forced.share >= findings.FORCED_LEADS}

@@ -150,6 +150,12 @@ def _run_dir(item):
     return Path(tempfile.mkdtemp(prefix="profile-epochs-")) / "run"
 
 
+def _remove_temporary(config, run_dir):
+    """Remove a run directory _run_dir made in a temporary directory (not one under --profile-runs)."""
+    if not config.getoption("profile_runs"):
+        shutil.rmtree(os.path.dirname(run_dir), ignore_errors=True)
+
+
 class _Open:
     """The fixture's Session, closed once: by the check right after the test's call, or at teardown."""
 
@@ -175,8 +181,8 @@ def profile_session(request):
         yield session
     finally:
         holder.close()
-        if limits is None and not request.config.getoption("profile_runs"):   # nothing judges it: nobody told
-            shutil.rmtree(os.path.dirname(session.run_dir), ignore_errors=True)
+        if limits is None:   # nothing judges it: nobody is told of it
+            _remove_temporary(request.config, session.run_dir)
 
 
 @pytest.hookimpl(hookwrapper=True)   # old-style: works with every pytest the plugin may meet
@@ -202,8 +208,8 @@ def pytest_runtest_call(item):
             stack.__exit__(*(outcome.excinfo or (None, None, None)))
     # a test that failed on its own is not judged
     message = None if outcome.excinfo else _breaches(limits, session.run_dir, item.stash.get(_peak_key, None))
-    if not item.config.getoption("profile_runs") and not (message and str(session.run_dir) in message):
-        shutil.rmtree(os.path.dirname(session.run_dir), ignore_errors=True)   # the temporary directory no one is told of
+    if not (message and str(session.run_dir) in message):
+        _remove_temporary(item.config, session.run_dir)
     if message:
         outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
 

@@ -39,10 +39,14 @@ STOPPED = {"running": "killed, crashed, or still running",
            "interrupted": "Ctrl-C"}
 
 
+def _own_error(u):
+    """The error an entry of RankAnalysis.unfinished recorded, unless its status says it already."""
+    return u.get("error") if not (u["status"] == "terminated" and u.get("error") == "SIGTERM") else None
+
+
 def stopped_first(u):
     """'rank 1 stopped first (ValueError: boom)', of an entry of RankAnalysis.unfinished."""
-    said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")
-    return f"rank {u['rank']} stopped first ({u['error'] if said else STOPPED.get(u['status'], u['status'])})"
+    return f"rank {u['rank']} stopped first ({_own_error(u) or STOPPED.get(u['status'], u['status'])})"
 
 
 def _generations(by_gen):
@@ -140,8 +144,7 @@ def unfinished(ra):
                      f"{ra.unit} that ended before it, and may have died first: look at both")
         elif u.get("first"):
             first = "; it stopped first: look at its error first"
-        said = u.get("error") and not (u["status"] == "terminated" and u["error"] == "SIGTERM")   # in `why`
-        error = f" ({u['error']})" if said else ""
+        error = f" ({_own_error(u)})" if _own_error(u) else ""
         silent = u.get("silent_s")
         if silent is not None and silent >= max(SILENT_STEPS * u.get("median_s", 0.0), SILENT_S):
             last += (f", and it ran on {text.duration(silent)} past that {ra.unit}'s end before it stopped, recording "
