@@ -641,6 +641,19 @@ def test_a_signal_handlers_exception_inside_the_gc_callback_still_reaches_the_lo
     assert run.status == status and len(run.gc_events()) == 0   # the collection whose start was lost is not timed
 
 
+def test_a_collection_that_ended_as_another_thread_began_an_epoch_adds_no_negative_pause(monkeypatch):
+    # another thread's collection read its end, then the epoch began (reset) before its callback read the
+    # epoch's start: "gc.pause_s [-0.001238583, 0.0, 0.0]", and the reader refused the run (seen once in CI)
+    from profiler.capture import gc_timer
+    timer, clock = gc_timer.GcTimer(0, 1.0), iter([100, 200])
+    monkeypatch.setattr(gc_timer, "_now", lambda: next(clock))
+    info = {"generation": 0, "collected": 0, "uncollectable": 0}
+    timer._callback("start", info)               # its start: 100
+    timer.reset(300)                             # the epoch begins at 300, in the other thread
+    timer._callback("stop", dict(info))          # its end, read at 200
+    assert timer.pause_ns == [0, 0, 0] and timer.collections == [1, 0, 0] and timer.max_pause_ns == 0
+
+
 def test_only_a_signal_handlers_exceptions_are_raised_again_not_our_own_bugs(monkeypatch):
     import functools
     import signal

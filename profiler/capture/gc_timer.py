@@ -178,6 +178,8 @@ class GcTimer:
         end = _now()
         whole = end - start
         pause = whole if start >= self._since else end - self._since   # within the epoch (reset)
+        if pause < 0:   # the epoch began in another thread after `end` was read, before this line: none of it
+            pause = 0
         collected = info["collected"]
         self.pause_ns[gen] += pause
         self.collections[gen] += 1
@@ -204,7 +206,7 @@ class GcTimer:
         steps = self.steps
         if steps is not None and steps.open_ns:   # one begun before the step (another thread's): from its start
             opened = steps.open_ns
-            steps.add_gc(gen, whole if start >= opened else end - opened)
+            steps.add_gc(gen, whole if start >= opened else max(end - opened, 0))
         self._open = None
 
     @property
