@@ -426,7 +426,7 @@ def test_a_collection_open_in_another_thread_as_an_epoch_begins_is_charged_from_
     from profiler.capture.steps import StepRecorder
     from profiler.rundir.format import STEP_SLOTS
     timer.steps = StepRecorder(sink=lambda view: None, drop=None)
-    timer.steps.epoch = 0
+    timer.steps.start_epoch(0)
     start = threading.Thread(target=timer._callback, args=("start", {"generation": 2}))
     start.start()
     start.join()

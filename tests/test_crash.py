@@ -180,8 +180,12 @@ def test_the_bodys_exception_goes_up_when_the_abandoned_epochs_steps_cannot_be_c
                 for _ in range(STEP_CAPACITY + 1):   # the buffer filled: steps on disk to cut
                     with session.step():
                         pass
+                monkeypatch.setattr(session._writer, "append_binary", lambda name, data: (_ for _ in ()).throw(
+                    RunWriteError("cannot append to steps.bin: disk full")))   # nor can the epoch be held
                 1 / 0
-    assert "profiler: cannot remove an abandoned epoch's records" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "profiler: cannot append to steps.bin: disk full" in err
+    assert "profiler: cannot remove an abandoned epoch's records" in err
     assert read_run(tmp_path / "run").meta["status"] == "failed"
 
 
@@ -196,9 +200,9 @@ def test_a_loop_that_catches_its_epochs_error_goes_on_after_a_cut_that_failed(tm
                     with session.step():
                         pass
                 1 / 0
-        monkeypatch.setattr(session._writer, "drop_binary", real)
-        with session.epoch(0):   # the failed epoch's index is free again, and no epoch is left open
+        with session.epoch(0):   # the held epoch's steps cannot be cut; its index is free again, no epoch left open
             pass
+        monkeypatch.setattr(session._writer, "drop_binary", real)
     assert [r["epoch"] for r in read_run(tmp_path / "run").epochs] == [0]
 
 
@@ -215,9 +219,9 @@ def test_after_a_failed_cut_the_next_epoch_keeps_steps_bin_in_epoch_order(tmp_pa
                     with session.step():
                         pass
                 1 / 0
-        monkeypatch.setattr(session._writer, "drop_binary", real)
         with pytest.raises(UsageError, match="epoch index 3 after epoch 4"):
-            session.begin_epoch(3)
+            session.begin_epoch(3)   # the held epoch 5's steps could not be cut
+        monkeypatch.setattr(session._writer, "drop_binary", real)
         with session.epoch() as e:
             assert e.index == 5
             with session.step():

@@ -18,6 +18,7 @@ from profiler.integrations.functions import Target, wrap_calls
 from profiler.integrations.gc_policy import GcPolicy
 from profiler.integrations.marks import Marks
 from profiler.integrations.script import run_script
+from profiler.rundir import read_run
 from tests.scripts import meta, patterns, profiler, records, report, script
 
 PLAIN = """
@@ -646,7 +647,18 @@ def test_an_out_that_cannot_hold_the_run_is_one_line_and_nothing_runs(tmp_path):
 def test_notes_say_why_no_epoch_was_written(tmp_path, args, note):
     result = run_script(script("epoch_stops.py"), args, out=tmp_path / "run", epoch_fn="train_epoch")
     assert result.epochs == 0 and [n for n in result.notes if "epoch" in n] == [note + (
-        " (an epoch cut short is not written)" if note.endswith("ended") else "")]
+        " (one cut short before its first step is not written)" if note.endswith("ended") else "")]
+
+
+def test_the_epoch_a_script_stops_in_is_written_unfinished_with_its_steps(tmp_path):
+    result = run_script(script("epoch_stops.py"), ["fail"], out=tmp_path / "run", epoch_fn="train_epoch",
+                        step_fn="step")
+    assert result.epochs == 0 and result.unfinished == (0, 5)
+    assert [n for n in result.notes if "epoch" in n] == [
+        "no epoch finished: the code failed (KeyError) before its first --epoch-fn epoch ended; that epoch is "
+        "written as it stood then, flagged unfinished"]
+    run = read_run(tmp_path / "run")
+    assert run.epochs == [run.unfinished_epoch] and len(run.steps()) == 5
 
 
 def test_steps_and_passes_no_epoch_holds_are_counted_in_the_notes(tmp_path):

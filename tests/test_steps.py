@@ -66,7 +66,7 @@ def test_step_misuse_is_a_usage_error(tmp_path):
 def test_the_step_buffer_is_written_when_it_fills_and_keeps_constant_size():
     written = []
     recorder = StepRecorder(sink=lambda view: written.append(bytes(view)), drop=None, capacity=4)
-    recorder.epoch = 5
+    recorder.start_epoch(5)
     buffer = recorder._buffer
     for _ in range(10):
         with recorder:

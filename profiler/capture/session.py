@@ -12,7 +12,9 @@ Frameworks that call back at boundaries use begin_epoch()/end_epoch()/abandon_ep
 begin_step()/end_step()/abandon_step() instead of the context managers.
 
 Each finished epoch is one line in epochs.jsonl, flushed as the epoch ends, with its steps
-(steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory.
+(steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory. An
+epoch with steps that the run stops in (an exception, Ctrl-C, SIGTERM) is written too, flagged
+"unfinished": a run of one long epoch that crashes keeps its steps.
 Options are checked when the Session is built, before anything is written. The hooks
 (gc.callbacks, tracemalloc, a SIGTERM handler) are removed on every exit path, and the final
 status (completed, halted, failed, interrupted, terminated) is written to meta.json.
@@ -141,6 +143,7 @@ class Session:
         self._epoch = None           # index of the open epoch
         self._last = None            # index of the last epoch begun and finished
         self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
+        self._held = None            # (line, index, steps on disk) of an epoch abandoned with steps (_hold)
         self._start_ns = 0
         self._ended_ns = 0           # when the last epoch written ended, the profiler's work for it done
         self._gap_s = None           # the open epoch's gap_s: the program's time since then
@@ -152,6 +155,7 @@ class Session:
         self._tracked = TrackedCounter()
         self._previous_sigterm = None
         self.epochs_written = 0
+        self.unfinished = None       # (index, steps) of the epoch written flagged unfinished as the run ended
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self):
@@ -234,7 +238,11 @@ class Session:
 
     def _write_final(self, status, error):
         try:
+            ended = status in ("failed", "interrupted", "terminated")
+            if ended:   # an epoch the run stopped in (SIGTERM, no end_epoch() before the exception): held
+                self.abandon_epoch()
             self._cut_unwritten()
+            self._write_held(ended)
             self._write_pending_gc_events()
             self._meta.update(status=status, error=error, finished=_now_iso(), finished_unix=time.time(),
                               epochs=self.epochs_written)
@@ -353,6 +361,7 @@ class Session:
         self._check_usable("begin_epoch()")
         if self._epoch is not None:
             raise UsageError(f"epoch began inside epoch {self._epoch}: end it first (epochs do not nest)")
+        self._write_held(ended=False)   # the loop went on past the epoch it held
         index = options.epoch_index(index, self._last)
         self._epoch = index
         self._steps.start_epoch(index)
@@ -387,25 +396,7 @@ class Session:
             raise UsageError("end_epoch() without begin_epoch()")
         if self._steps.open_ns:
             self._steps.abandon()
-        wall = (end - self._start_ns) / 1e9
-        gc_record = self._gc_ending = self.gc_timer.take()   # the gap's, should its line not land (_dropped)
-        self.gc_timer.rehook()
-        gc_record["tracked"] = self._tracked.sample()
-        ops = self.ops.take()
-        rss, malloc_bytes = self.memory.read()
-        heap = None
-        if self.heap is not None:
-            heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]), rss, malloc_bytes)
-        record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
-                  "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
-                  "heap": heap, "ops": ops}
-        if self._gap_s is not None:
-            record["gap_s"] = self._gap_s
-        if self._gc_before is not None:
-            record["gc_before"] = self._gc_before
-        for name, read in self._fields.items():
-            record[name] = read()
-        line = self._writer.encode_epoch(record)   # a record JSON cannot hold fails with the epoch still open
+        line = self._writer.encode_epoch(self._record(index, end))   # one JSON cannot hold fails with the epoch still open
         steps = self._steps.recorded
         self._steps.flush()
         # on disk with no line yet, and where the line ends: set before the epoch closes (see _cut_unwritten)
@@ -424,6 +415,32 @@ class Session:
         self.epochs_written += 1
         self._ended()
 
+    def _record(self, index, end, unfinished=False):
+        """The open epoch's record, ending at `end`. An unfinished one (_hold) has no heap snapshot
+        and no add_epoch_field fields: taken as the run fails, they could fail too."""
+        wall = (end - self._start_ns) / 1e9
+        gc_record = self._gc_ending = self.gc_timer.take()   # the gap's, should its line not land (_dropped)
+        self.gc_timer.rehook()
+        gc_record["tracked"] = self._tracked.sample()
+        ops = self.ops.take()
+        rss, malloc_bytes = self.memory.read()
+        heap = None
+        if self.heap is not None and not unfinished:
+            heap = self.heap.epoch_end(index, wall, sum(gc_record["pause_s"]), rss, malloc_bytes)
+        record = {"epoch": index, "start_s": (self._start_ns - self._origin_ns) / 1e9, "wall_s": wall,
+                  "steps": self._steps.recorded, "gc": gc_record, "rss_bytes": rss, "malloc_bytes": malloc_bytes,
+                  "heap": heap, "ops": ops}
+        if self._gap_s is not None:
+            record["gap_s"] = self._gap_s
+        if self._gc_before is not None:
+            record["gc_before"] = self._gc_before
+        if unfinished:
+            record["unfinished"] = True
+        else:
+            for name, read in self._fields.items():
+                record[name] = read()
+        return record
+
     def _ended(self):
         """An epoch's line landed: the next gap starts now, and the collections of the profiler's own
         work for the epoch are nobody's."""
@@ -438,15 +455,57 @@ class Session:
         self._gc_ending = None
 
     def abandon_epoch(self):
-        """Drop the open epoch unwritten (it raised, or a framework discarded it); its buffered
-        steps go with it and its index is free for the next epoch. GC events are kept. Called
-        while the loop's own exception propagates, so a failure to cut the steps is one line on
-        stderr, not an exception in its place (see _cut_unwritten for the steps left on disk)."""
+        """Drop the open epoch unwritten (it raised, or a framework discarded it); its index is free
+        for the next epoch. One with steps is held (_hold) until the run ends, in case the run ends
+        on it. GC events are kept. Called while the loop's own exception propagates, so a failure
+        to write or cut the steps is one line on stderr, not an exception in its place (see
+        _cut_unwritten for the steps left on disk)."""
         if self._state != "open" or self._epoch is None:
             return
+        if self._steps.open_ns:
+            self._steps.abandon()
+        if self._steps.recorded and self._gc_ending is None:   # not one whose end took its record (unencodable)
+            try:
+                self._hold()
+            except RunWriteError as e:   # its steps are cut below, as those of an epoch not held
+                print(f"profiler: {e}", file=sys.stderr)
         self._dropped()
         self._cut_unwritten()
         self._write_pending_gc_events()
+
+    def _hold(self):
+        """Take the open epoch's record as it stands, flagged unfinished, and write its steps. The
+        record is written if the run ends without completing (an exception, Ctrl-C, SIGTERM: a run
+        of one long epoch that crashes keeps its steps); it is dropped, and its steps cut, when
+        another epoch begins (a loop that goes on past the error) or the run completes (a pass a
+        framework discarded)."""
+        index = self._epoch
+        line = self._writer.encode_epoch(self._record(index, _now(), unfinished=True))
+        steps = self._steps.recorded
+        self._steps.flush()
+        self._held = (line, index, steps)
+        self._epoch = self._steps.epoch = None
+
+    def _write_held(self, ended):
+        """Write the held epoch's line if the run `ended` without completing, else cut its steps."""
+        if self._held is None:
+            return
+        (line, index, steps), self._held = self._held, None
+        end = self._writer.size(fmt.EPOCHS) + len(line)
+        try:
+            if ended:
+                try:
+                    self._writer.write_epoch_line(line, index)
+                except RunWriteError as e:
+                    print(f"profiler: {e}", file=sys.stderr)
+                if self._writer.holds(fmt.EPOCHS, end):
+                    self.unfinished = (index, steps)
+                    return
+            self._drop_steps(steps)
+        except RunWriteError as e:   # steps.bin stays in epoch order: the next epoch takes this index or a later one
+            print(f"profiler: {e}", file=sys.stderr)
+            if index:
+                self._last = max(index - 1, self._last or 0)
 
     def _cut_unwritten(self):
         """Cut the steps on disk of an epoch that has no line: the open one's (its buffer filled),

@@ -3,10 +3,12 @@
 A step costs two clock reads and two stores into a preallocated int64 buffer laid out as steps.bin's
 records (format.STEP_RECORD: epoch, start and end in perf_counter nanoseconds, GC pause by
 generation); nothing is allocated per step. The GC timer adds a collection's pause to the open
-step (rare: most steps see none). The buffer is written as it is when the epoch ends and whenever
-it fills (its epoch slots filled in one slice assignment, no conversion), so memory stays
-constant for any number of steps and every finished epoch's steps are on disk when the next epoch
-begins. An abandoned epoch's steps are dropped, those a full buffer wrote already included.
+step (rare: most steps see none). The buffer is written as it is when the epoch ends, whenever it
+fills, and at the end of the first step FLUSH_NS after the last write (its epoch slots filled in one
+slice assignment, no conversion), so memory stays constant for any number of steps, every finished
+epoch's steps are on disk when the next epoch begins, and a process killed inside a long epoch
+leaves all but its last second of steps on disk. An abandoned epoch's steps are dropped, those
+written already included.
 """
 
 import array
@@ -17,6 +19,7 @@ from ..rundir.format import STEP_SLOTS
 
 _now = time.perf_counter_ns
 CAPACITY = 8192   # steps buffered between writes: 384 KiB
+FLUSH_NS = 1_000_000_000   # steps are written at least this often (one write a second: ~10 us)
 _START, _END, _GC0 = 1, 2, 3   # slots of a record (format.STEP_RECORD)
 _NO_PAUSES = array.array("q", bytes(8 * (STEP_SLOTS - _GC0)))
 
@@ -24,13 +27,14 @@ _NO_PAUSES = array.array("q", bytes(8 * (STEP_SLOTS - _GC0)))
 class StepRecorder:
     """`with recorder:` (or begin()/end()) times one step; `flush()` writes the buffered steps."""
 
-    __slots__ = ("epoch", "sink", "drop", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed")
+    __slots__ = ("epoch", "sink", "drop", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed", "_due_ns")
 
     def __init__(self, sink, drop, capacity=CAPACITY):
         self.sink = sink         # sink(buffer) appends records (a bytes-like object) to steps.bin
         self.drop = drop         # drop(n) removes the last n records appended
         self.epoch = None        # index of the open epoch; steps happen only inside one
-        self._flushed = 0        # steps of the open epoch written already (the buffer filled)
+        self._flushed = 0        # steps of the open epoch written already (the buffer filled, or FLUSH_NS passed)
+        self._due_ns = 0         # a step that ends after this writes the buffer
         self.open_ns = 0         # perf_counter_ns at the start of the open step; 0 when none is open
         self._slot = 0           # first slot of the next record
         self._size = STEP_SLOTS * capacity
@@ -57,7 +61,7 @@ class StepRecorder:
         self.open_ns = 0
         slot += STEP_SLOTS
         self._slot = slot
-        if slot == self._size:
+        if slot == self._size or end > self._due_ns:
             self.flush()
         return False
 
@@ -84,6 +88,7 @@ class StepRecorder:
 
     def start_epoch(self, index):
         self.epoch, self._flushed = index, 0
+        self._due_ns = _now() + FLUSH_NS
 
     def add_gc(self, generation, pause_ns):
         """Called by the GC timer when a collection ends while a step is open."""
@@ -100,7 +105,7 @@ class StepRecorder:
 
     def discard(self):
         """Drop the open epoch's steps (it was abandoned): those buffered, and those written
-        already when the buffer filled (the epoch's index is taken again by the next epoch)."""
+        already (the epoch's index is taken again by the next epoch)."""
         self._clear_gc(0)
         self._slot = 0
         flushed, self._flushed = self._flushed, 0
@@ -117,6 +122,7 @@ class StepRecorder:
     def flush(self):
         """Write the buffered steps (records of the open epoch) to the sink."""
         end = self._slot
+        self._due_ns = _now() + FLUSH_NS
         if not end:
             return
         n = end // STEP_SLOTS

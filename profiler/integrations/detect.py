@@ -142,8 +142,10 @@ class Detection:
                          f"(each call of the script's function NAME) or --step-fn NAME")
         elif not marks.epochs and marks.begun is not None:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
-            notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before its first {what} "
-                         f"ended (an epoch cut short is not written)")
+            stopped = f"the code {how_it_stopped(self._error)} before its first {what} ended"
+            notes.append(f"no epoch finished: {stopped}; that epoch is written as it stood then, flagged unfinished"
+                         if self.session.unfinished else
+                         f"no epoch was written: {stopped} (one cut short before its first step is not written)")
         elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
         elif not marks.epochs and uncalled:

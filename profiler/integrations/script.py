@@ -168,6 +168,7 @@ class Result:
     notes: list          # lines for the user: what was not found or not applied
     forked: bool         # returned in a child the script forked: the run is its parent's, not to report
     misnamed: list       # lines for the --epoch-fn/--step-fn names that name no function the script defined
+    unfinished: tuple | None   # (index, steps) of the epoch the script stopped in, written flagged unfinished
 
 
 def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_fn=None, step_fn=None,
@@ -200,4 +201,4 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     marks = detection.marks
     return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], marks.windows,
                   raised, main.code,
-                  detection.notes(), os.getpid() != pid, detection.misnamed())
+                  detection.notes(), os.getpid() != pid, detection.misnamed(), session.unfinished)

@@ -32,6 +32,7 @@ class Run:
     problems: list = field(default_factory=list)  # why the run is incomplete, if it is
     cautions: list = field(default_factory=list)  # what a whole run's records leave out (GC events, collections)
     kept_steps: int | None = None  # steps() stops here: the steps after the last epoch with a line are left out
+    unfinished_epoch: dict | None = None  # the record of the epoch the run stopped in (flagged "unfinished")
 
     @property
     def status(self):
@@ -242,6 +243,15 @@ def read_run(path):
         cautions.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
     epochs = _read_epochs(path / EPOCHS, problems)
+    unfinished = epochs.pop() if epochs and epochs[-1].get("unfinished") else None
+    written = meta.get("epochs")
+    if status in ("completed", "halted") and type(written) is int and written != len(epochs):
+        problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
+                        f"or removed after the run")
+    if unfinished is not None:
+        problems.append(_stopped_in(unfinished, promoted=not epochs))
+        if not epochs:   # a run of one long epoch that crashed: read as it stood
+            epochs = [unfinished]
     missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
     if missed:
         n = sum(missed.values())
@@ -250,14 +260,10 @@ def read_run(path):
                         f"gc.callbacks for a while (or rebound gc.callbacks to a list of its own before the profiler "
                         f"was imported), so the GC pauses leave {'them' if n > 1 else 'it'} out")
     cautions += _short_tracebacks(meta, epochs)
-    run = Run(path, meta, epochs, problems, cautions)
+    run = Run(path, meta, epochs, problems, cautions, unfinished_epoch=unfinished)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
     _unlined_steps(run, step_epochs - lined, kept)
-    written = meta.get("epochs")
-    if status in ("completed", "halted") and type(written) is int and written != len(epochs):
-        problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
-                        f"or removed after the run")
     for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):
         torn = _torn_bytes(path / name, dtype)
         if torn:
@@ -270,17 +276,31 @@ def read_run(path):
     return run
 
 
+def _stopped_in(record, promoted):
+    """The problem of a run that stopped inside an epoch (its record flagged unfinished)."""
+    steps, wall = record.get("steps") or 0, record["wall_s"]
+    into = f"{wall:,.1f} s" if wall >= 1 else f"{wall * 1e3:.3g} ms"
+    told = (f"epoch {record['epoch']} did not finish: the run stopped {into} into it, after "
+            f"{steps:,} step{'' if steps == 1 else 's'}")
+    return told + ("; no epoch finished, so it is read as it stood then" if promoted else
+                   " (its record, flagged unfinished, and its steps are left out)")
+
+
 def _unlined_steps(run, unlined, kept):
     """Steps of epochs with no line in epochs.jsonl: after the last line (an epoch cut short by a
-    crash once more than a buffer of its steps was written, or one abandoned whose steps could not
-    be cut) they are left out, as the epoch is; before it (a line removed) they are named."""
+    kill, or one abandoned whose steps could not be cut) they are left out, as the epoch is, and
+    so are those of an unfinished epoch the run's epochs do not include; before the last line (a
+    line removed) they are named."""
     if not unlined:
         return
     last = max((r["epoch"] for r in run.epochs), default=-1)
     after, before = sorted(e for e in unlined if e > last), sorted(e for e in unlined if e <= last)
     if after:
-        held = len(run.steps())
         run.kept_steps = kept
+    told = run.unfinished_epoch if run.unfinished_epoch is not None and run.unfinished_epoch["epoch"] in after else None
+    after = [e for e in after if told is None or e != told["epoch"]]
+    if after:
+        held = len(_records(run.path / STEPS, _step_layout(run.meta))) - (told["steps"] if told else 0)
         run.problems.append(f"{STEPS} ends with {held - kept:,} steps of epoch {listed(after, 3)}, which {EPOCHS} "
                             f"has no line for (cut short or abandoned): they are left out")
     if before:
@@ -388,6 +408,8 @@ def _check_optional(record):
     for key in ("collected", "tracked"):
         if gc.get(key) is not None and not _numbers(gc[key]):
             return f"has gc.{key} {gc[key]!r}, not three non-negative numbers"
+    if "unfinished" in record and record["unfinished"] is not True:
+        return f"has unfinished {_shown(record['unfinished'])}, not true"
     if "missed" in gc and not _numbers(gc["missed"], check=_count):   # absent, or counts
         return f"has gc.missed {gc['missed']!r}, not three counts (non-negative integers)"
     if gc.get("max_pause_s") is not None and not _seconds(gc["max_pause_s"]):
@@ -537,5 +559,8 @@ def _parse_epochs(lines, file, problems):
         if epochs and record["epoch"] <= epochs[-1]["epoch"]:
             raise RunDirError(f"{file} line {number} has epoch {record['epoch']} after epoch {epochs[-1]['epoch']}: "
                               f"epoch indices must strictly increase (each epoch is written once, in order)")
+        if epochs and epochs[-1].get("unfinished"):
+            raise RunDirError(f"{file} line {number} follows the line of unfinished epoch {epochs[-1]['epoch']}: "
+                              f"the epoch a run stops in is its last line")
         epochs.append(record)
     return epochs

@@ -1,0 +1,215 @@
+"""The epoch a run stops in: written, flagged unfinished, when the run ends on it (an exception,
+Ctrl-C, SIGTERM), so a run of one long epoch that crashes keeps its steps; dropped when the loop
+goes on or the run completes; steps written at least once a second, so a kill keeps all but the
+last second of them."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from profiler import Session
+from profiler.analysis import analyze
+from profiler.capture import steps as steps_module
+from profiler.capture.steps import StepRecorder
+from profiler.errors import RunDirError
+from profiler.rundir import read_run
+from profiler.rundir.format import STEP_RECORD, STEPS
+
+from .fixtures import epoch, write_run
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def lines(run_dir):
+    return [json.loads(line) for line in (run_dir / "epochs.jsonl").read_text().splitlines()]
+
+
+def test_a_run_of_one_epoch_that_raises_keeps_its_steps_and_is_read_as_that_epoch(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="out of memory"):
+        with Session(run_dir) as session:
+            with session.epoch():
+                for i in range(400):
+                    with session.step():
+                        spin(2e-5 * (1 + i / 100))   # the steps get 5x slower
+                raise RuntimeError("out of memory")
+    record, = lines(run_dir)
+    assert record["unfinished"] is True and record["epoch"] == 0 and record["steps"] == 400
+    run = read_run(run_dir)
+    assert run.status == "failed" and run.epochs == [record] and run.unfinished_epoch == record
+    assert len(run.steps()) == 400 and set(run.steps()["epoch"]) == {0}
+    assert run.problems[-1].startswith("epoch 0 did not finish: the run stopped ") and \
+        run.problems[-1].endswith("after 400 steps; no epoch finished, so it is read as it stood then")
+    diagnosis = analyze(run_dir)   # before: "has no finished epochs to analyze"
+    assert diagnosis.epochs == 1 and diagnosis.primary_cause == "compute"
+    assert diagnosis.epoch_time.step_trend.change.relative > 1
+
+
+def test_the_epoch_a_run_stops_in_after_finished_ones_is_left_out_of_them(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        with Session(run_dir) as session:
+            for e in range(3):
+                with session.epoch():
+                    for _ in range(5 if e < 2 else 7):
+                        with session.step():
+                            pass
+                    if e == 2:
+                        raise KeyboardInterrupt
+    assert [r.get("unfinished") for r in lines(run_dir)] == [None, None, True]
+    run = read_run(run_dir)
+    assert run.status == "interrupted" and [r["epoch"] for r in run.epochs] == [0, 1]
+    assert run.unfinished_epoch["epoch"] == 2 and run.unfinished_epoch["steps"] == 7
+    assert list(run.steps()["epoch"]) == [0] * 5 + [1] * 5   # the unfinished epoch's steps are on disk, apart
+    assert (run_dir / STEPS).stat().st_size == 17 * STEP_RECORD.itemsize
+    assert run.problems[-1].endswith("after 7 steps (its record, flagged unfinished, and its steps are left out)")
+    assert not any("steps.bin ends with" in p for p in run.problems)
+    assert run.meta["epochs"] == 2
+
+
+def test_an_epoch_left_open_by_begin_epoch_is_written_when_the_run_fails(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(ZeroDivisionError):
+        with Session(run_dir) as session:
+            session.begin_epoch()   # a framework's callbacks: no end_epoch() comes after the error
+            session.begin_step()
+            session.end_step()
+            session.begin_step()   # the step the error cut short is not recorded
+            1 / 0
+    record, = lines(run_dir)
+    assert record["unfinished"] is True and record["steps"] == 1 and "heap" in record
+    assert len(read_run(run_dir).steps()) == 1
+
+
+def test_a_loop_that_goes_on_past_its_epochs_error_drops_that_epoch(tmp_path):
+    run_dir = tmp_path / "run"
+    with Session(run_dir) as session:
+        with pytest.raises(ValueError):
+            with session.epoch(0):
+                for _ in range(9000):   # more than a buffer: some on disk already
+                    with session.step():
+                        pass
+                raise ValueError("a bad batch")
+        with session.epoch(0):   # tried again under its index
+            with session.step():
+                pass
+    assert [r.get("unfinished") for r in lines(run_dir)] == [None]
+    run = read_run(run_dir)
+    assert run.complete and len(run.steps()) == 1 and (run_dir / STEPS).stat().st_size == STEP_RECORD.itemsize
+
+
+def test_an_epoch_abandoned_before_the_run_completes_is_not_written(tmp_path):
+    run_dir = tmp_path / "run"
+    with Session(run_dir) as session:
+        with session.epoch():
+            with session.step():
+                pass
+        session.begin_epoch()   # a pass a framework began and discarded (an evaluation)
+        with session.step():
+            pass
+        session.abandon_epoch()
+    assert [r.get("unfinished") for r in lines(run_dir)] == [None]
+    run = read_run(run_dir)
+    assert run.complete and run.unfinished_epoch is None and (run_dir / STEPS).stat().st_size == STEP_RECORD.itemsize
+
+
+def test_an_epoch_with_no_steps_is_not_held(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(ZeroDivisionError):
+        with Session(run_dir) as session:
+            with session.epoch():
+                pass
+            with session.epoch():
+                1 / 0
+    assert [r.get("unfinished") for r in lines(run_dir)] == [None]
+
+
+def test_steps_are_written_once_a_second_inside_a_long_epoch(monkeypatch):
+    clock = [1]
+    monkeypatch.setattr(steps_module, "_now", lambda: clock[0])
+    written = []
+    recorder = StepRecorder(sink=lambda view: written.append(view.nbytes // STEP_RECORD.itemsize), drop=None)
+    recorder.start_epoch(0)
+    for _ in range(3):
+        with recorder:
+            clock[0] += 400_000_000   # 0.4 s a step
+    assert written == [3]   # the third ended 1.2 s after the epoch began
+    with recorder:
+        clock[0] += 1
+    assert written == [3] and recorder.recorded == 4
+
+
+LONG = """
+import sys, time
+from profiler import Session
+with Session(sys.argv[1]) as session:
+    with session.epoch(0):
+        for i in range(10 ** 9):
+            with session.step():
+                end = time.perf_counter() + 0.001
+                while time.perf_counter() < end:
+                    pass
+            if i == 500:
+                print("ready", flush=True)
+"""
+
+
+def run_long(run_dir, seconds, sig):
+    proc = subprocess.Popen([sys.executable, "-c", LONG, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(seconds)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+    return proc.returncode
+
+
+@pytest.mark.slow
+def test_sigterm_inside_a_long_epoch_keeps_its_steps(tmp_path):
+    assert run_long(tmp_path / "run", 0.3, signal.SIGTERM) == -signal.SIGTERM
+    run = read_run(tmp_path / "run")
+    assert run.status == "terminated" and len(run.epochs) == 1 and run.epochs[0]["unfinished"]
+    steps = run.steps()
+    assert len(steps) == run.epochs[0]["steps"] > 500 and set(steps["epoch"]) == {0}
+    assert analyze(tmp_path / "run").epochs == 1
+
+
+@pytest.mark.slow
+def test_a_kill_inside_a_long_epoch_leaves_all_but_its_last_second_of_steps(tmp_path):
+    assert run_long(tmp_path / "run", 1.6, signal.SIGKILL) == -signal.SIGKILL
+    run = read_run(tmp_path / "run")
+    held = (tmp_path / "run" / STEPS).stat().st_size // STEP_RECORD.itemsize
+    records = np.fromfile(tmp_path / "run" / STEPS, STEP_RECORD)
+    assert held > 500 and (records["epoch"] == 0).all()
+    assert run.status == "running" and not run.epochs and len(run.steps()) == 0
+    assert f"steps.bin ends with {held:,} steps of epoch 0" in " ".join(run.problems)
+
+
+def test_an_unfinished_line_is_the_last_and_says_true(tmp_path):
+    unfinished = {**epoch(1, 0.5, steps=3), "unfinished": True}
+    write_run(tmp_path / "a", [epoch(0, 1.0), unfinished, epoch(2, 1.0)], status="failed")
+    with pytest.raises(RunDirError, match="line 3 follows the line of unfinished epoch 1: the epoch a run stops in is "
+                                          "its last line"):
+        read_run(tmp_path / "a")
+    write_run(tmp_path / "b", [epoch(0, 1.0), {**epoch(1, 0.5), "unfinished": 1}], status="failed")
+    with pytest.raises(RunDirError, match="line 2 has unfinished 1, not true"):
+        read_run(tmp_path / "b")
+    write_run(tmp_path / "c", [epoch(0, 1.0), {**epoch(1, 1.5), "unfinished": True}], status="failed",
+              steps=[(0, 0.0, 0.5, 0, 0, 0), (1, 1.0, 0.4, 0, 0, 0)])
+    run = read_run(tmp_path / "c")
+    assert [r["epoch"] for r in run.epochs] == [0] and run.unfinished_epoch["epoch"] == 1
+    assert run.problems[-1] == ("epoch 1 did not finish: the run stopped 1.5 s into it, after 0 steps (its record, "
+                                "flagged unfinished, and its steps are left out)")
+    assert list(run.steps()["epoch"]) == [0]
