@@ -223,7 +223,7 @@ def test_a_pass_includes_starting_its_iterator_and_one_that_fails_to_start_is_no
     assert [r["steps"] for r in rows] == [4, 4] and all(r["wall_s"] >= 0.2 for r in rows), rows
 
 
-def test_track_does_not_write_the_pass_an_exception_cut_short(tmp_path):
+def test_track_writes_the_pass_an_exception_cut_short_as_unfinished(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 
     from profiler import Session
@@ -241,7 +241,8 @@ def test_track_does_not_write_the_pass_an_exception_cut_short(tmp_path):
                     optimizer.zero_grad()
                     torch.nn.functional.cross_entropy(model(x), y).backward()
                     optimizer.step()
-    assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4)]
+    assert [(r["epoch"], r["steps"], r.get("unfinished")) for r in records(tmp_path / "run")] == [(0, 4, None),
+                                                                                                 (1, 2, True)]
 
 
 def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):

@@ -17,6 +17,7 @@ from profiler.analysis import analyze
 from profiler.capture import steps as steps_module
 from profiler.capture.steps import StepRecorder
 from profiler.errors import RunDirError
+from profiler.report import text
 from profiler.rundir import read_run
 from profiler.rundir.format import STEP_RECORD, STEPS
 
@@ -50,7 +51,8 @@ def test_a_run_of_one_epoch_that_raises_keeps_its_steps_and_is_read_as_that_epoc
     assert run.problems[-1].startswith("epoch 0 did not finish: the run stopped ") and \
         run.problems[-1].endswith("after 400 steps; no epoch finished, so it is read as it stood then")
     diagnosis = analyze(run_dir)   # before: "has no finished epochs to analyze"
-    assert diagnosis.epochs == 1 and diagnosis.primary_cause == "compute"
+    assert diagnosis.epochs == 1 and diagnosis.unfinished and diagnosis.primary_cause == "compute"
+    assert text.diagnosis(diagnosis).splitlines()[0].endswith("(1 unfinished epoch, failed; the run is incomplete)")
     assert diagnosis.epoch_time.step_trend.change.relative > 1
 
 
@@ -73,7 +75,7 @@ def test_the_epoch_a_run_stops_in_after_finished_ones_is_left_out_of_them(tmp_pa
     assert (run_dir / STEPS).stat().st_size == 17 * STEP_RECORD.itemsize
     assert run.problems[-1].endswith("after 7 steps (its record, flagged unfinished, and its steps are left out)")
     assert not any("steps.bin ends with" in p for p in run.problems)
-    assert run.meta["epochs"] == 2
+    assert run.meta["epochs"] == 2 and not analyze(run_dir).unfinished
 
 
 def test_an_epoch_left_open_by_begin_epoch_is_written_when_the_run_fails(tmp_path):

@@ -114,6 +114,7 @@ class Diagnosis:
     rank_analysis: object = None  # multi-rank runs: ranks.RankAnalysis (per-rank summary, lost time)
     meta: dict = field(default_factory=dict)
     cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
+    unfinished: bool = False    # its one epoch is the one it stopped in (no epoch finished: rundir.Run.epochs)
 
 
 def _training_events(run, records):
@@ -291,4 +292,4 @@ def analyze(run_dir):
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,
         workers=_workers(workers[-1]) if workers else None,
-        spikes=spikes, meta=run.user_meta)
+        spikes=spikes, meta=run.user_meta, unfinished=bool(run.epochs[-1].get("unfinished")))

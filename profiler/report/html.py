@@ -55,7 +55,8 @@ def ranks_section(ra, heatmap):
 def diagnosis_section(d, s, steps=None):
     """d: Diagnosis, s: EpochSeries, steps: StepSeries or None."""
     parts = [f"<h2>Run {html.escape(d.run_dir)}</h2>",
-             f"<p><span class=cause>{d.primary_cause}</span> {d.epochs} epochs, status {html.escape(d.status)}"
+             f"<p><span class=cause>{d.primary_cause}</span> "
+             f"{text.counted(d.epochs, 'unfinished epoch' if d.unfinished else 'epoch')}, status {html.escape(d.status)}"
              f"{'' if d.complete else ' (incomplete)'}</p>",
              f"<p class=verdict>{html.escape(text.verdict(d))}</p>", "<h3>Findings</h3>", findings_table(d)]
     if steps is not None:

@@ -558,7 +558,7 @@ def _run_state(d):
     """'6 epochs, completed', '...; the run is incomplete', or of a job, the diagnosed rank's own run
     and whether the job is whole (the rank may have completed while another failed)."""
     ra = d.rank_analysis
-    state = f"{counted(d.epochs, 'epoch')}, {d.status}"
+    state = f"{counted(d.epochs, 'unfinished epoch' if d.unfinished else 'epoch')}, {d.status}"
     if not d.complete:
         state += f"; the {'run' if ra is None else 'job'} is incomplete"
     return state if ra is None else f"{ra.ranks} ranks; rank {ra.diagnosed}: {state}"
