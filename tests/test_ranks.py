@@ -461,8 +461,17 @@ def test_a_rank_that_ran_on_long_past_its_last_step_says_so(tmp_path):
         write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(70, 0.01), steps_per_epoch=35, status="terminated",
                    error="SIGTERM", finished_unix=ORIGIN_UNIX + 0.7 + 20.0)
     line = rank_text.unfinished(analyze_ranks(tmp_path))[0]
-    assert "its last finished step is 69, and it ran on 20 s past that step's end before it stopped" in line
-    # stopped promptly: nothing said
+    assert ("its last finished step is 69, and it ran on 20 s past its last recorded step's end before it stopped, "
+            "recording nothing (a hang, or work outside its steps)") in line
+    # the steps of the epoch it stopped in count as recorded: no hang when they run up to the stop
+    for rank in (0, 1):
+        d = write_rank(tmp_path / "u" / f"rank-{rank}", rank, 2, np.full(270, 0.01), steps_per_epoch=135,
+                       status="terminated", error="SIGTERM", finished_unix=ORIGIN_UNIX + 2.7 + 0.05) or \
+            tmp_path / "u" / f"rank-{rank}"
+        lines = (d / "epochs.jsonl").read_text().splitlines()
+        (d / "epochs.jsonl").write_text("\n".join([*lines[:-1], lines[-1][:-1] + ', "unfinished": true}']) + "\n")
+    line = rank_text.unfinished(analyze_ranks(tmp_path / "u"))[0]
+    assert "ran on" not in line and "its last finished step is 134 (1 epoch)" in line
     for rank in (0, 1):
         write_rank(tmp_path / "b" / f"rank-{rank}", rank, 2, np.full(70, 0.01), steps_per_epoch=35,
                    status="terminated", error="SIGTERM", finished_unix=ORIGIN_UNIX + 0.75)

@@ -215,3 +215,78 @@ def test_an_unfinished_line_is_the_last_and_says_true(tmp_path):
     assert run.problems[-1] == ("epoch 1 did not finish: the run stopped 1.5 s into it, after 0 steps (its record, "
                                 "flagged unfinished, and its steps are left out)")
     assert list(run.steps()["epoch"]) == [0]
+
+
+def test_a_sigterm_as_an_epoch_begins_holds_nothing_of_the_epoch_before(tmp_path, monkeypatch):
+    """The handler's final records run wherever the main thread checks for signals: before the new
+    epoch's clock starts there is nothing of it to hold (the last epoch's step count was taken for it)."""
+    run_dir = tmp_path / "run"
+    with Session(run_dir) as session:
+        with session.epoch():
+            for _ in range(5):
+                with session.step():
+                    pass
+        start_epoch = StepRecorder.start_epoch
+
+        def terminated(recorder, index):
+            session._finish("terminated", "SIGTERM")   # what _on_sigterm does before the process ends
+            start_epoch(recorder, index)
+        monkeypatch.setattr(StepRecorder, "start_epoch", terminated)
+        session.begin_epoch()
+    assert [r.get("unfinished") for r in lines(run_dir)] == [None]
+    run = read_run(run_dir)
+    assert run.status == "terminated" and len(run.steps()) == 5 and run.unfinished_epoch is None
+
+
+def test_a_sigterm_once_a_steps_write_is_done_does_not_write_them_again(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    with Session(run_dir) as session:
+        session.begin_epoch()
+        append = session._writer.append_binary
+
+        def then_terminated(name, data):
+            append(name, data)
+            if name == STEPS:
+                session._finish("terminated", "SIGTERM")   # the process ends there
+        monkeypatch.setattr(session._writer, "append_binary", then_terminated)
+        for _ in range(3):
+            with session.step():
+                pass
+        session._steps.flush()   # the write once a second
+    record, = lines(run_dir)
+    assert record["unfinished"] and record["steps"] == 3
+    assert (run_dir / STEPS).stat().st_size == 3 * STEP_RECORD.itemsize
+
+
+def test_a_refused_epoch_index_keeps_the_held_epoch(tmp_path):
+    from profiler import UsageError
+    run_dir = tmp_path / "run"
+    with pytest.raises(UsageError, match="epoch index 2 after epoch 2"):
+        with Session(run_dir) as session:
+            for e in range(3):
+                with session.epoch(e):
+                    pass
+            try:
+                with session.epoch(3):
+                    for _ in range(7):
+                        with session.step():
+                            pass
+                    raise ValueError
+            except ValueError:
+                session.begin_epoch(2)
+    assert [(r["epoch"], r.get("unfinished")) for r in lines(run_dir)] == [(0, None), (1, None), (2, None), (3, True)]
+    assert (run_dir / STEPS).stat().st_size == 7 * STEP_RECORD.itemsize
+
+
+def test_a_step_that_raises_is_not_recorded(tmp_path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        with Session(run_dir) as session:
+            with session.epoch():
+                for i in range(3):
+                    with session.step():
+                        if i == 2:
+                            time.sleep(0.2)   # hung, then Ctrl-C
+                            raise KeyboardInterrupt
+    record, = lines(run_dir)
+    assert record["steps"] == 2 and (read_run(run_dir).steps()["wall_s"] < 0.1).all()

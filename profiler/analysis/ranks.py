@@ -99,7 +99,7 @@ class RankSummary:
     cautions: list = field(default_factory=list)   # what its records leave out (Run.cautions)
     forced: object = None        # findings.Forced over its epochs after the warm-up (None: not recorded)
     silent_s: float | None = None   # from its last recorded step's (epoch's) end to its final status (a hang,
-                                    # or an epoch cut short); None when not known
+                                    # or work outside its steps); None when not known
 
 
 @dataclass
@@ -253,12 +253,13 @@ def _rank(rank_dir, unit):
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
-        epochs=len(epochs), steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
+        epochs=len(epochs) - bool(epochs and epochs[-1].get("unfinished")),   # finished: not the one it stopped in
+        steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error"),   # a string or None (the reader checks it)
-        stopped_unix=_stopped(run, steps, rank_dir.clock_origin_unix), complete=run.complete,
-        silent_s=_silent(run, steps, rank_dir.clock_origin_unix),
+        stopped_unix=_stopped(run, run.steps(every=True), rank_dir.clock_origin_unix), complete=run.complete,
+        silent_s=_silent(run, run.steps(every=True), rank_dir.clock_origin_unix),
         cautions=list(run.cautions), forced=findings.forced(used))
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
@@ -266,7 +267,8 @@ def _rank(rank_dir, unit):
 
 def _stopped(run, steps, origin):
     """When the rank's run ended (time.time()): its final status's time, or, when it recorded none (a
-    rank killed), the end of its last step or epoch; None without a clock origin."""
+    rank killed), the end of its last step (`steps`: every one on disk) or epoch; None without a
+    clock origin."""
     finished = run.meta.get("finished_unix")
     if type(finished) in (int, float) and 0 <= finished <= MAX_UNIX:
         return float(finished)
@@ -279,8 +281,9 @@ def _stopped(run, steps, origin):
 
 
 def _silent(run, steps, origin):
-    """Seconds from the end of the rank's last recorded step (or epoch) to its final status, or None
-    (no final status time, no clock origin, nothing recorded)."""
+    """Seconds from the end of the rank's last recorded step (`steps`: every one on disk, an unfinished
+    epoch's too) or epoch to its final status, or None (no final status time, no clock origin,
+    nothing recorded)."""
     finished = run.meta.get("finished_unix")
     if origin is None or type(finished) not in (int, float) or not 0 <= finished <= MAX_UNIX:
         return None

@@ -361,8 +361,11 @@ class Session:
         self._check_usable("begin_epoch()")
         if self._epoch is not None:
             raise UsageError(f"epoch began inside epoch {self._epoch}: end it first (epochs do not nest)")
-        self._write_held(ended=False)   # the loop went on past the epoch it held
-        index = options.epoch_index(index, self._last)
+        asked, index = index, options.epoch_index(index, self._last)   # a bad index fails before the held epoch goes
+        if self._held is not None:
+            self._write_held(ended=False)   # the loop went on past the epoch it held
+            index = options.epoch_index(asked, self._last)   # its steps not cut: this index or a later one
+        self._start_ns = 0   # none to hold before the epoch's clock starts (a SIGTERM meanwhile: abandon_epoch)
         self._epoch = index
         self._steps.start_epoch(index)
         self.gc_timer.rehook()   # removed between epochs: what it missed counts with this epoch (gc.missed)
@@ -401,7 +404,8 @@ class Session:
         self._steps.flush()
         # on disk with no line yet, and where the line ends: set before the epoch closes (see _cut_unwritten)
         self._unlined = (steps, self._writer.size(fmt.EPOCHS) + len(line))
-        self._epoch = self._steps.epoch = None
+        self._epoch = None
+        self._steps.close_epoch()
         self._last = index
         try:
             self._write_gc_events(self.gc_timer.take_events())
@@ -464,7 +468,8 @@ class Session:
             return
         if self._steps.open_ns:
             self._steps.abandon()
-        if self._steps.recorded and self._gc_ending is None:   # not one whose end took its record (unencodable)
+        # not one whose clock has not started, nor one whose end took its record (one JSON cannot hold)
+        if self._steps.recorded and self._start_ns and self._gc_ending is None:
             try:
                 self._hold()
             except RunWriteError as e:   # its steps are cut below, as those of an epoch not held
@@ -484,7 +489,8 @@ class Session:
         steps = self._steps.recorded
         self._steps.flush()
         self._held = (line, index, steps)
-        self._epoch = self._steps.epoch = None
+        self._epoch = None
+        self._steps.close_epoch()
 
     def _write_held(self, ended):
         """Write the held epoch's line if the run `ended` without completing, else cut its steps."""
@@ -533,7 +539,8 @@ class Session:
             if open_epoch:
                 self._last = max(open_epoch - 1, self._last or 0)
         finally:   # both markers cleared, so nothing is cut twice
-            self._epoch = self._steps.epoch = None
+            self._epoch = None
+            self._steps.close_epoch()
             self._unlined = None
 
     # -- steps ---------------------------------------------------------------------------------

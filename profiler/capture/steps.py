@@ -54,6 +54,9 @@ class StepRecorder:
         start = self.open_ns
         if not start:
             raise UsageError("end_step() without begin_step(): call begin_step() when the step starts")
+        if exc_type is not None:   # a step that raised did not finish (a Ctrl-C in a hung step is no 2-s step)
+            self.abandon()
+            return False
         slot = self._slot
         buffer = self._buffer
         buffer[slot + _START] = start
@@ -89,6 +92,10 @@ class StepRecorder:
     def start_epoch(self, index):
         self.epoch, self._flushed = index, 0
         self._due_ns = _now() + FLUSH_NS
+
+    def close_epoch(self):
+        """The open epoch's steps are settled (written with its line, held, or cut): none is open."""
+        self.epoch, self._flushed = None, 0
 
     def add_gc(self, generation, pause_ns):
         """Called by the GC timer when a collection ends while a step is open."""
@@ -127,10 +134,14 @@ class StepRecorder:
             return
         n = end // STEP_SLOTS
         self._buffer[0:end:STEP_SLOTS] = array.array("q", (self.epoch,)) * n
+        # counted as written before the write: a signal handler that runs once it is done (the Session's
+        # SIGTERM, which writes the epoch) finds them on disk, not in the buffer to write again
+        self._slot, self._flushed = 0, self._flushed + n   # written or not, the buffer is free for the next steps
         try:
             self.sink(self._view[:end])
-            self._flushed += n
-        finally:   # written or not, the buffer is free for the next steps
-            self._slot = 0
+        except BaseException:   # the writer cut the file back to before them
+            self._flushed -= n
+            raise
+        finally:
             if self._gc_slots:
                 self._clear_gc(0)

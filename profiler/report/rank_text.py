@@ -147,10 +147,11 @@ def unfinished(ra):
         error = f" ({_own_error(u)})" if _own_error(u) else ""
         silent = u.get("silent_s")
         if silent is not None and silent >= max(SILENT_STEPS * u.get("median_s", 0.0), SILENT_S):
-            last += (f", and it ran on {text.duration(silent)} past that {ra.unit}'s end before it stopped, recording "
-                     f"nothing (a hang, or an epoch cut short)")
+            last += (f", and it ran on {text.duration(silent)} past its last recorded {ra.unit}'s end before it "
+                     f"stopped, recording nothing (a hang, or work outside its {ra.unit}s)")
+        epochs = text.counted(u["epochs"], "epoch") if u["epochs"] else "no epoch finished"
         lines.append(f"rank {u['rank']} did not finish (status {u['status']}: {why}){error}; {last} "
-                     f"({u['epochs']} epochs); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")
+                     f"({epochs}); the job is compared up to {ra.aligned:,} {ra.unit}s{first}")
     return lines
 
 

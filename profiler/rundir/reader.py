@@ -52,11 +52,12 @@ class Run:
         meta = self.meta.get("meta")
         return meta if isinstance(meta, dict) else {}
 
-    def steps(self):
-        """Every recorded step: indexed by a field name (an array of that field) or by a slice (a
+    def steps(self, every=False):
+        """The steps of `epochs`: indexed by a field name (an array of that field) or by a slice (a
         structured array of format.STEP_DTYPE), read from the memory-mapped file as asked; empty
-        if none."""
-        records = _records(self.path / STEPS, _step_layout(self.meta))[:self.kept_steps]
+        if none. every=True: every step steps.bin holds, those after the last of `epochs` too (an
+        unfinished epoch's, or those a killed process left with no line)."""
+        records = _records(self.path / STEPS, _step_layout(self.meta))[:None if every else self.kept_steps]
         return records if records.dtype == LEGACY_STEP_DTYPE else Steps(records, self.meta["clock_origin_ns"])
 
     def gc_events(self):
