@@ -49,7 +49,8 @@ def test_a_run_of_one_epoch_that_raises_keeps_its_steps_and_is_read_as_that_epoc
     assert run.status == "failed" and run.epochs == [record] and run.unfinished_epoch == record
     assert len(run.steps()) == 400 and set(run.steps()["epoch"]) == {0}
     assert run.problems[-1].startswith("epoch 0 did not finish: the run stopped ") and \
-        run.problems[-1].endswith("after 400 steps; no epoch finished, so it is read as it stood then")
+        run.problems[-1].endswith("after 400 steps; no epoch finished, so it is read as it stood then (its time runs to the "
+                                     "stop, not a whole epoch's)")
     diagnosis = analyze(run_dir)   # before: "has no finished epochs to analyze"
     assert diagnosis.epochs == 1 and diagnosis.unfinished and diagnosis.primary_cause == "compute"
     assert text.diagnosis(diagnosis).splitlines()[0].endswith("(1 unfinished epoch, failed; the run is incomplete)")
@@ -195,8 +196,37 @@ def test_a_kill_inside_a_long_epoch_leaves_all_but_its_last_second_of_steps(tmp_
     held = (tmp_path / "run" / STEPS).stat().st_size // STEP_RECORD.itemsize
     records = np.fromfile(tmp_path / "run" / STEPS, STEP_RECORD)
     assert held > 500 and (records["epoch"] == 0).all()
-    assert run.status == "running" and not run.epochs and len(run.steps()) == 0
-    assert f"steps.bin ends with {held:,} steps of epoch 0" in " ".join(run.problems)
+    # no epoch finished: read as the epoch it was killed in, rebuilt from its steps
+    assert run.status == "running" and len(run.steps()) == held
+    record, = run.epochs
+    assert record is run.unfinished_epoch and record["from_steps"] and record["steps"] == held
+    assert record["rss_bytes"] is None and record["wall_s"] > 1.0
+    assert run.problems[-1].startswith(f"epoch 0 did not finish: the process was killed ")
+    assert f"after {held:,} steps on disk (its last second's are lost); no epoch finished" in run.problems[-1]
+    assert analyze(tmp_path / "run").unfinished
+    report = subprocess.run([sys.executable, "-m", "profiler", "report", str(tmp_path / "run")], capture_output=True,
+                            text=True, timeout=60)
+    assert report.returncode == 0 and "(1 unfinished epoch, running; the run is incomplete)" in report.stdout
+
+
+def test_a_killed_run_with_finished_epochs_leaves_the_steps_after_them_out(tmp_path):
+    write_run(tmp_path / "r", [{**epoch(0, 1.0, steps=1), "start_s": 0.0}], status="running",
+              steps=[(0, 0.0, 0.5, 0, 0, 0), (1, 1.0, 0.4, 0, 0.01, 0), (1, 1.5, 0.4, 0, 0, 0)])
+    run = read_run(tmp_path / "r")
+    assert [r["epoch"] for r in run.epochs] == [0] and run.unfinished_epoch is None and len(run.steps()) == 1
+    assert "steps.bin ends with 2 steps of epoch 1, which epochs.jsonl has no line for (cut short or abandoned): " \
+           "they are left out" in run.problems
+
+
+def test_a_killed_run_read_from_its_steps_has_their_gc_pauses(tmp_path):
+    write_run(tmp_path / "r", [], status="running",
+              steps=[(3, 1.0, 0.4, 0.002, 0, 0), (3, 1.4, 0.5, 0, 0, 0.3), (3, 1.9, 0.1, 0.001, 0, 0)])
+    (record,) = read_run(tmp_path / "r").epochs
+    assert record["epoch"] == 3 and record["start_s"] == 1.0 and record["wall_s"] == pytest.approx(1.0)
+    assert record["gc"]["pause_s"] == pytest.approx([0.003, 0.0, 0.3]) and record["gc"]["collections"] == [2, 0, 1]
+    # a run that ended with a status of its own wrote its unfinished epoch's line: steps alone are not read so
+    write_run(tmp_path / "f", [], status="failed", steps=[(0, 1.0, 0.4, 0, 0, 0)])
+    assert read_run(tmp_path / "f").epochs == []
 
 
 def test_an_unfinished_line_is_the_last_and_says_true(tmp_path):

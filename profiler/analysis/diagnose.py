@@ -68,8 +68,8 @@ class Allocation:
     rss_growth_bytes_per_epoch: float | None   # None: one epoch after the warm-up, no growth to fit
     traced_growth_bytes_per_epoch: float | None
     malloc_growth_bytes_per_epoch: float | None
-    rss_start_bytes: float
-    rss_end_bytes: float
+    rss_start_bytes: float | None   # None: a killed run read from its steps (rundir.Run.epochs)
+    rss_end_bytes: float | None
     top_sites: list             # [findings.Site]
     epochs: int                 # epochs the rates are fitted over (after the warm-up)...
     span_epochs: float          # ...from the first index to the last
@@ -192,6 +192,10 @@ def _step_trend(steps, epochs):
                      float(np.clip((mean_gc[1] - mean_gc[0]) / delta, 0.0, 1.0)) if delta > 0 else 0.0)
 
 
+def _float(value):
+    return None if value is None else float(value)
+
+
 def _workers(w):
     spawned = w.get("spawned", 0)
     return Workers(int(w["count"] + spawned), int(w["uss_bytes"] + w.get("spawned_uss_bytes", 0)), int(spawned))
@@ -283,8 +287,8 @@ def analyze(run_dir):
         allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"],
                               traced_growth_bytes_per_epoch=rates["traced"],
                               malloc_growth_bytes_per_epoch=rates["malloc"],
-                              rss_start_bytes=float(records[0]["rss_bytes"]),
-                              rss_end_bytes=float(records[-1]["rss_bytes"]), top_sites=sites,
+                              rss_start_bytes=_float(records[0]["rss_bytes"]),
+                              rss_end_bytes=_float(records[-1]["rss_bytes"]), top_sites=sites,
                               epochs=len(records), span_epochs=float(idx[-1] - idx[0]),
                               rss_limit_bytes=fnd.rss_limit(records),
                               rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records])),

@@ -490,7 +490,7 @@ def window_growth_rate(x, y):
 
 def rss_limit(records):
     """RSS growth over the run that counts as growing memory."""
-    return max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(records[0]["rss_bytes"]))
+    return max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(records[0]["rss_bytes"] or 0))   # None: read from its steps
 
 
 def memory_growth(records, sites, sited, deep=None):

@@ -264,7 +264,9 @@ def read_run(path):
     run = Run(path, meta, epochs, problems, cautions, unfinished_epoch=unfinished)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
-    _unlined_steps(run, step_epochs - lined, kept)
+    if unfinished is None and not epochs and status == "running":
+        _killed_in(run, kept)
+    _unlined_steps(run, step_epochs - {r["epoch"] for r in run.epochs}, kept)
     for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):
         torn = _torn_bytes(path / name, dtype)
         if torn:
@@ -277,14 +279,40 @@ def read_run(path):
     return run
 
 
+def _into(record):
+    wall = record["wall_s"]
+    return f"{wall:,.1f} s" if wall >= 1 else f"{wall * 1e3:.3g} ms"
+
+
 def _stopped_in(record, promoted):
     """The problem of a run that stopped inside an epoch (its record flagged unfinished)."""
-    steps, wall = record.get("steps") or 0, record["wall_s"]
-    into = f"{wall:,.1f} s" if wall >= 1 else f"{wall * 1e3:.3g} ms"
-    told = (f"epoch {record['epoch']} did not finish: the run stopped {into} into it, after "
+    steps = record.get("steps") or 0
+    told = (f"epoch {record['epoch']} did not finish: the run stopped {_into(record)} into it, after "
             f"{steps:,} step{'' if steps == 1 else 's'}")
-    return told + ("; no epoch finished, so it is read as it stood then" if promoted else
+    return told + ("; no epoch finished, so it is read as it stood then (its time runs to the stop, not a whole "
+                   "epoch's)" if promoted else
                    " (its record, flagged unfinished, and its steps are left out)")
+
+
+def _killed_in(run, kept):
+    """A run killed inside its first epoch (SIGKILL, the OOM killer: no final status, no line) with
+    its steps on disk (written at least once a second) is read as that epoch, rebuilt from them: an
+    unfinished record with its steps' time and GC pauses, and no memory, op or collection counts."""
+    steps = run.steps(every=True)[kept:]
+    if not len(steps) or steps[0]["epoch"] != steps[-1]["epoch"]:
+        return
+    ends = steps["start_s"] + steps["wall_s"]
+    start, end = float(steps[0]["start_s"]), float(ends.max())
+    record = {"epoch": int(steps[0]["epoch"]), "start_s": start, "wall_s": end - start, "steps": len(steps),
+              "gc": {"pause_s": [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)],
+                     "collections": [int(np.count_nonzero(steps[f"gc{g}_s"])) for g in range(3)]},
+              "rss_bytes": None, "malloc_bytes": None, "heap": None, "ops": {}, "unfinished": True,
+              "from_steps": True}
+    run.unfinished_epoch, run.epochs, run.kept_steps = record, [record], None
+    run.problems.append(f"epoch {record['epoch']} did not finish: the process was killed {_into(record)} into it, "
+                        f"after {len(steps):,} steps on disk (its last second's are lost); no epoch finished, so "
+                        f"it is read from those steps (its time runs to the last of them, not a whole epoch's; no "
+                        f"memory or op records; collections counted as the steps they paused)")
 
 
 def _unlined_steps(run, unlined, kept):
