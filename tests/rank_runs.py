@@ -44,6 +44,7 @@ def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_g
         pauses = [float(gc_s[g][part].sum()) for g in range(3)]
         collections = [int((gc_s[g][part] > 0).sum()) for g in range(3)]
         writer.append_epoch({"epoch": e, "start_s": float(start_s[start]), "wall_s": float(wall_s[part].sum()),
+                             "steps": len(wall_s[part]),
                              "gc": {"pause_s": pauses, "collections": collections,
                                     "collected": [0, 0, 0], "max_pause_s": float(gc_s[:, part].max(initial=0.0))},
                              "rss_bytes": 100_000_000 + rss_growth * e, "heap": None, "ops": {}})

@@ -245,6 +245,33 @@ def test_track_writes_the_pass_an_exception_cut_short_as_unfinished(tmp_path):
                                                                                                  (1, 2, True)]
 
 
+def test_a_pass_cut_short_by_an_exception_the_loop_handles_is_dropped(tmp_path):
+    import logging
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=10)
+    with Session(tmp_path / "run") as session, track(session):
+        for epoch in range(3):
+            try:
+                for i, (x, y) in enumerate(train):
+                    if epoch == 1 and i == 2:
+                        raise RuntimeError("a bad batch")
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+            except RuntimeError:
+                logging.getLogger("train").debug("skipped the rest of the epoch")
+    assert [(r["epoch"], r["steps"], r.get("unfinished")) for r in records(tmp_path / "run")] == [(0, 4, None),
+                                                                                                 (1, 4, None)]
+    assert (tmp_path / "run" / "steps.bin").stat().st_size == 8 * 48
+
+
 def test_flamegraph_from_the_first_epoch_leaves_imports_out(tmp_path):
     from profiler.report.flamegraph import read_folded
     source = script("mnist_cnn.py")

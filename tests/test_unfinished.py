@@ -48,9 +48,9 @@ def test_a_run_of_one_epoch_that_raises_keeps_its_steps_and_is_read_as_that_epoc
     run = read_run(run_dir)
     assert run.status == "failed" and run.epochs == [record] and run.unfinished_epoch == record
     assert len(run.steps()) == 400 and set(run.steps()["epoch"]) == {0}
-    assert run.problems[-1].startswith("epoch 0 did not finish: the run stopped ") and \
-        run.problems[-1].endswith("after 400 steps; no epoch finished, so it is read as it stood then (its time runs to the "
-                                     "stop, not a whole epoch's)")
+    assert run.problems[-1].startswith("epoch 0 did not finish: the run stopped ") and run.problems[-1].endswith(
+        "after 400 steps; no epoch with steps finished, so it is read as it stood then (its time runs to the stop, "
+        "not a whole epoch's)")
     diagnosis = analyze(run_dir)   # before: "has no finished epochs to analyze"
     assert diagnosis.epochs == 1 and diagnosis.unfinished and diagnosis.primary_cause == "compute"
     assert text.diagnosis(diagnosis).splitlines()[0].endswith("(1 unfinished epoch, failed; the run is incomplete)")
@@ -202,7 +202,7 @@ def test_a_kill_inside_a_long_epoch_leaves_all_but_its_last_second_of_steps(tmp_
     assert record is run.unfinished_epoch and record["from_steps"] and record["steps"] == held
     assert record["rss_bytes"] is None and record["wall_s"] > 1.0
     assert run.problems[-1].startswith(f"epoch 0 did not finish: the process was killed ")
-    assert f"after {held:,} steps on disk (its last second's are lost); no epoch finished" in run.problems[-1]
+    assert f"after {held:,} steps on disk (its last second's are lost); no epoch with steps finished" in run.problems[-1]
     assert analyze(tmp_path / "run").unfinished
     report = subprocess.run([sys.executable, "-m", "profiler", "report", str(tmp_path / "run")], capture_output=True,
                             text=True, timeout=60)
@@ -238,7 +238,7 @@ def test_an_unfinished_line_is_the_last_and_says_true(tmp_path):
     write_run(tmp_path / "b", [epoch(0, 1.0), {**epoch(1, 0.5), "unfinished": 1}], status="failed")
     with pytest.raises(RunDirError, match="line 2 has unfinished 1, not true"):
         read_run(tmp_path / "b")
-    write_run(tmp_path / "c", [epoch(0, 1.0), {**epoch(1, 1.5), "unfinished": True}], status="failed",
+    write_run(tmp_path / "c", [epoch(0, 1.0, steps=1), {**epoch(1, 1.5), "unfinished": True}], status="failed",
               steps=[(0, 0.0, 0.5, 0, 0, 0), (1, 1.0, 0.4, 0, 0, 0)])
     run = read_run(tmp_path / "c")
     assert [r["epoch"] for r in run.epochs] == [0] and run.unfinished_epoch["epoch"] == 1
@@ -320,3 +320,43 @@ def test_a_step_that_raises_is_not_recorded(tmp_path):
                             raise KeyboardInterrupt
     record, = lines(run_dir)
     assert record["steps"] == 2 and (read_run(run_dir).steps()["wall_s"] < 0.1).all()
+
+
+def test_the_epoch_a_run_stops_in_after_set_up_epochs_without_steps_is_read_with_them(tmp_path):
+    """profiler run writes time windows through a script's set-up before its first DataLoader pass:
+    a crash in that one long pass is still the run's training, not left out beside them."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        with Session(run_dir) as session:
+            for _ in range(2):   # set-up: no steps
+                with session.epoch():
+                    pass
+            with session.epoch():
+                for i in range(300):
+                    with session.step():
+                        spin(2e-5 * (1 + i / 60))
+                raise RuntimeError("out of memory")
+    run = read_run(run_dir)
+    assert [r.get("unfinished") for r in run.epochs] == [None, None, True] and len(run.steps()) == 300
+    diagnosis = analyze(run_dir)
+    assert diagnosis.unfinished and diagnosis.epoch_time.warmup_epochs_skipped == 2
+    assert diagnosis.epoch_time.step_trend is not None and diagnosis.primary_cause == "compute"
+    assert "(2 epochs of set-up and 1 unfinished, failed; the run is incomplete)" in text.diagnosis(diagnosis)
+
+
+def test_the_timeline_draws_the_epoch_a_run_stopped_in_with_its_steps(tmp_path):
+    from profiler.report.trace import write_run as write_trace
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        with Session(run_dir) as session:
+            for e in range(2):
+                with session.epoch():
+                    for _ in range(3 if e == 0 else 4):
+                        with session.step():
+                            pass
+                    if e == 1:
+                        raise KeyboardInterrupt
+    assert write_trace(run_dir, tmp_path / "t.json")[1] == 7
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert [e["name"] for e in events if e.get("cat") == "epoch"] == ["epoch 0", "epoch 1 (unfinished)"]
+    assert [e["args"]["epoch"] for e in events if e.get("cat") == "step"] == [0] * 3 + [1] * 4

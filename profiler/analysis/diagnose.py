@@ -114,7 +114,7 @@ class Diagnosis:
     rank_analysis: object = None  # multi-rank runs: ranks.RankAnalysis (per-rank summary, lost time)
     meta: dict = field(default_factory=dict)
     cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
-    unfinished: bool = False    # its one epoch is the one it stopped in (no epoch finished: rundir.Run.epochs)
+    unfinished: bool = False    # its last epoch, the only one with steps, is the one it stopped in (rundir.Run.epochs)
 
 
 def _training_events(run, records):

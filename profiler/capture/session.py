@@ -399,7 +399,7 @@ class Session:
             raise UsageError("end_epoch() without begin_epoch()")
         if self._steps.open_ns:
             self._steps.abandon()
-        line = self._writer.encode_epoch(self._record(index, end))   # one JSON cannot hold fails with the epoch still open
+        line = self._writer.encode_epoch(self._record(index, end))   # unencodable: fails with the epoch still open
         steps = self._steps.recorded
         self._steps.flush()
         # on disk with no line yet, and where the line ends: set before the epoch closes (see _cut_unwritten)
@@ -477,6 +477,11 @@ class Session:
         self._dropped()
         self._cut_unwritten()
         self._write_pending_gc_events()
+
+    @property
+    def holding(self):
+        """Whether an epoch abandoned with steps is held, to be written flagged unfinished if the run fails."""
+        return self._held is not None
 
     def _hold(self):
         """Take the open epoch's record as it stands, flagged unfinished, and write its steps. The

@@ -27,7 +27,8 @@ _NO_PAUSES = array.array("q", bytes(8 * (STEP_SLOTS - _GC0)))
 class StepRecorder:
     """`with recorder:` (or begin()/end()) times one step; `flush()` writes the buffered steps."""
 
-    __slots__ = ("epoch", "sink", "drop", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed", "_due_ns")
+    __slots__ = ("epoch", "sink", "drop", "open_ns", "_slot", "_size", "_buffer", "_view", "_gc_slots", "_flushed",
+                 "_due_ns")
 
     def __init__(self, sink, drop, capacity=CAPACITY):
         self.sink = sink         # sink(buffer) appends records (a bytes-like object) to steps.bin

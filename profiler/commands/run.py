@@ -214,10 +214,11 @@ def _run_script(args, target, rest):
         if result.epochs_from != "windows" and result.windows:   # set-up before the framework's first epoch
             source += (f" ({result.windows} of them {'a time window' if result.windows == 1 else 'time windows'} "
                        f"before its first: set-up)")
-        stopped = (f", and epoch {result.unfinished[0]} unfinished ({_counted(result.unfinished[1], 'step')})"
-                   if result.unfinished else "")
-        print("\n".join([f"profiler: wrote {out}: {_counted(result.epochs, 'epoch')}{source}, "
-                         f"{_counted(result.steps, 'step')}{stopped}",
+        index, steps = result.unfinished or (None, 0)
+        written = (f"epoch {index} unfinished{source} ({_counted(steps, 'step')})" if result.unfinished and not result.epochs
+                   else f"{_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
+                   + (f", and epoch {index} unfinished ({_counted(steps, 'step')})" if result.unfinished else ""))
+        print("\n".join([f"profiler: wrote {out}: {written}",
                          *(_next(out) if result.epochs or result.unfinished else [])]), file=sys.stderr)
     if typo:
         raise UsageError("; ".join(result.misnamed))

@@ -111,7 +111,7 @@ class Detection:
         with contextlib.ExitStack() as stack:
             stack.callback(self._signal.close)
             stack.callback(self.policy.restore)
-            stack.callback(self._record_epochs_from)
+            stack.callback(self._record_epochs_from, failed=not write)
             stack.callback(self.marks.close, write=write)
             for t in self.targets:
                 stack.callback(t.undo)
@@ -121,8 +121,11 @@ class Detection:
             stack.callback(self._probe.stop)
             stack.callback(self._watcher.uninstall)
 
-    def _record_epochs_from(self):
-        self.session.user_meta["epochs_from"] = self.marks.owner if self.marks.epochs else None
+    def _record_epochs_from(self, failed=False):
+        """The source of the written epochs; of a failed run's one unfinished epoch, the source that began it."""
+        marks = self.marks
+        self.session.user_meta["epochs_from"] = (marks.owner if marks.epochs else
+                                                 marks.begun if failed and self.session.holding else None)
 
     def misnamed(self):
         """Lines for the --epoch-fn and --step-fn names that marked nothing because they name no

@@ -152,7 +152,8 @@ class TorchHooks:
         (pending.when_freed), in the main thread. With no step the pass is dropped; with steps it
         ends, as an exhausted pass ends at its StopIteration, so what follows a break (an
         evaluation, the final test) is in no epoch, unless an exception is being handled (one
-        that freed the iterator on its way out: a pass cut short is not written). Where the call
+        that freed the iterator on its way out): a pass cut short is abandoned, written flagged
+        unfinished if the run ends on the exception, dropped if the loop goes on. Where the call
         lands in the profiler's own code (the next pass's hook) or in a collection (a finalizer),
         the pass is left to end at the next pass or the run's end, as in another thread."""
         self._pass = None
@@ -164,6 +165,8 @@ class TorchHooks:
             self.marks.stepless += 1
         elif sys.exc_info()[0] is None:
             self.marks.end_epoch("torch")
+        else:
+            self.marks.drop_epoch("torch")
 
     def _optimizer_stepped(self, optimizer, args, kwargs):
         if not self.marks.in_thread():
@@ -191,6 +194,6 @@ def track(session):
     except BaseException as e:
         error = e
         raise
-    finally:   # a pass cut short by an exception is not an epoch: only a block that finished writes it
+    finally:   # a pass cut short by an exception is not a finished epoch: only a block that finished writes it
         hooks.uninstall()
         marks.close(write=succeeded(error))

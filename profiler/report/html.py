@@ -56,7 +56,7 @@ def diagnosis_section(d, s, steps=None):
     """d: Diagnosis, s: EpochSeries, steps: StepSeries or None."""
     parts = [f"<h2>Run {html.escape(d.run_dir)}</h2>",
              f"<p><span class=cause>{d.primary_cause}</span> "
-             f"{text.counted(d.epochs, 'unfinished epoch' if d.unfinished else 'epoch')}, status {html.escape(d.status)}"
+             f"{text.epochs_told(d)}, status {html.escape(d.status)}"
              f"{'' if d.complete else ' (incomplete)'}</p>",
              f"<p class=verdict>{html.escape(text.verdict(d))}</p>", "<h3>Findings</h3>", findings_table(d)]
     if steps is not None:

@@ -554,11 +554,18 @@ def verdict(d):
     return text
 
 
+def epochs_told(d):
+    """'6 epochs', or of a run read as the epoch it stopped in, '1 unfinished epoch' (after its set-up's)."""
+    if not d.unfinished:
+        return counted(d.epochs, "epoch")
+    return f"{counted(d.epochs - 1, 'epoch')} of set-up and 1 unfinished" if d.epochs > 1 else "1 unfinished epoch"
+
+
 def _run_state(d):
     """'6 epochs, completed', '...; the run is incomplete', or of a job, the diagnosed rank's own run
     and whether the job is whole (the rank may have completed while another failed)."""
     ra = d.rank_analysis
-    state = f"{counted(d.epochs, 'unfinished epoch' if d.unfinished else 'epoch')}, {d.status}"
+    state = f"{epochs_told(d)}, {d.status}"
     if not d.complete:
         state += f"; the {'run' if ra is None else 'job'} is incomplete"
     return state if ra is None else f"{ra.ranks} ranks; rank {ra.diagnosed}: {state}"

@@ -48,11 +48,14 @@ def _meta(pid, name):
 
 
 def _epochs(run, pid, offset_s):
-    clock, has_steps = 0.0, len(run.steps()) > 0
-    for r in run.epochs:
+    """The epochs, the one the run stopped in too (kept apart from finished ones: it shows what ran
+    up to the stop)."""
+    clock, has_steps = 0.0, len(run.steps(every=True)) > 0
+    apart = [run.unfinished_epoch] if run.unfinished_epoch is not None and run.unfinished_epoch not in run.epochs else []
+    for r in [*run.epochs, *apart]:
         start = r["start_s"] if r.get("start_s") is not None else clock
         clock = start + r["wall_s"]
-        yield {"name": f"epoch {r['epoch']}", "cat": "epoch", "ph": "X", "pid": pid, "tid": EPOCHS_TID,
+        yield {"name": f"epoch {r['epoch']}" + (" (unfinished)" if r.get("unfinished") else ""), "cat": "epoch", "ph": "X", "pid": pid, "tid": EPOCHS_TID,
                "ts": _us(start, offset_s), "dur": _us(r["wall_s"], 0.0),
                "args": {"gc_pause_s": r["gc"]["pause_s"], "collections": r["gc"]["collections"],
                         "rss_bytes": r["rss_bytes"], "estimated_start": r.get("start_s") is None}}
@@ -75,7 +78,7 @@ def _gc_counter(pid, at, offset_s, values_ms, items="steps"):
 
 
 def _steps(run, pid, offset_s, shown):
-    steps = run.steps()
+    steps = run.steps(every=True)   # those of the epoch the run stopped in too
     first, last = shown.indices(len(steps))[:2]
     for a in range(first, last, CHUNK):
         block = np.array(steps[a:min(a + CHUNK, last)])
@@ -143,7 +146,7 @@ def write_run(run_dir, path, steps=slice(0, MAX_STEPS)):
         if not run.epochs:   # as report and compare say: a trace of its metadata alone shows nothing
             raise RunDirError(f"{run.path} has no finished epochs to draw"
                               + (f" ({'; '.join(run.problems)})" if run.problems else ""))
-        return write(path, [events(run, name=run.path.name, steps=steps)]), len(run.steps())
+        return write(path, [events(run, name=run.path.name, steps=steps)]), len(run.steps(every=True))
     dirs = ranks.rank_dirs(run_dir)
     origins = [d.clock_origin_unix or 0.0 for d in dirs]
     recorded = max(step_count(d.path) for d in dirs)

@@ -250,9 +250,10 @@ def read_run(path):
         problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
                         f"or removed after the run")
     if unfinished is not None:
-        problems.append(_stopped_in(unfinished, promoted=not epochs))
-        if not epochs:   # a run of one long epoch that crashed: read as it stood
-            epochs = [unfinished]
+        promoted = not any(r.get("steps") for r in epochs)
+        problems.append(_stopped_in(unfinished, promoted))
+        if promoted:   # a run of one long epoch that crashed (after set-up's time windows): read as it stood
+            epochs = [*epochs, unfinished]
     missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
     if missed:
         n = sum(missed.values())
@@ -264,7 +265,7 @@ def read_run(path):
     run = Run(path, meta, epochs, problems, cautions, unfinished_epoch=unfinished)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
-    if unfinished is None and not epochs and status == "running":
+    if unfinished is None and not any(r.get("steps") for r in epochs) and status == "running":
         _killed_in(run, kept)
     _unlined_steps(run, step_epochs - {r["epoch"] for r in run.epochs}, kept)
     for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):
@@ -289,8 +290,8 @@ def _stopped_in(record, promoted):
     steps = record.get("steps") or 0
     told = (f"epoch {record['epoch']} did not finish: the run stopped {_into(record)} into it, after "
             f"{steps:,} step{'' if steps == 1 else 's'}")
-    return told + ("; no epoch finished, so it is read as it stood then (its time runs to the stop, not a whole "
-                   "epoch's)" if promoted else
+    return told + ("; no epoch with steps finished, so it is read as it stood then (its time runs to the stop, not "
+                   "a whole epoch's)" if promoted else
                    " (its record, flagged unfinished, and its steps are left out)")
 
 
@@ -308,9 +309,9 @@ def _killed_in(run, kept):
                      "collections": [int(np.count_nonzero(steps[f"gc{g}_s"])) for g in range(3)]},
               "rss_bytes": None, "malloc_bytes": None, "heap": None, "ops": {}, "unfinished": True,
               "from_steps": True}
-    run.unfinished_epoch, run.epochs, run.kept_steps = record, [record], None
+    run.unfinished_epoch, run.epochs, run.kept_steps = record, [*run.epochs, record], None
     run.problems.append(f"epoch {record['epoch']} did not finish: the process was killed {_into(record)} into it, "
-                        f"after {len(steps):,} steps on disk (its last second's are lost); no epoch finished, so "
+                        f"after {len(steps):,} steps on disk (its last second's are lost); no epoch with steps finished, so "
                         f"it is read from those steps (its time runs to the last of them, not a whole epoch's; no "
                         f"memory or op records; collections counted as the steps they paused)")
 
