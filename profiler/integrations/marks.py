@@ -137,7 +137,8 @@ class Marks:
             self._drop()
 
     def _drop(self):
-        """The open epoch goes unwritten, and its steps with it."""
+        """The open epoch is abandoned (Session.abandon_epoch): unwritten, its steps with it, unless the
+        run then fails, which writes one with steps flagged unfinished."""
         if self.step_open:
             self.session.abandon_step()
             self.step_open = False
@@ -202,7 +203,7 @@ class Marks:
 
     def close(self, write=True):
         """At the end of the run: a framework's or function's epoch still open did not finish and
-        is dropped; a torch pass with steps (a loop that broke out of its DataLoader) is written
+        is abandoned (_drop); a torch pass with steps (a loop that broke out of its DataLoader) is written
         if `write` (the run finished normally)."""
         if write and self.open == "torch" and self.steps_in_epoch:
             self.end_epoch("torch")

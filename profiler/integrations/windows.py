@@ -9,7 +9,8 @@ the stack (a GC callback, a hook); otherwise the thread asks again 10 ms later. 
 least MIN_SECONDS long.
 
 The last, shorter window is written only if it is the only one and the script finished; a window
-cut by a crash is dropped. Windows pause when the script starts importing torch, or at once when
+cut by a crash is abandoned (written flagged unfinished when it holds steps: the Session's
+abandon_epoch). Windows pause when the script starts importing torch, or at once when
 torch is imported already (a torch script marks its own epochs, and its set-up is no epoch;
 detect.py). They resume at an optimizer step that no DataLoader pass holds, or, when torch has
 marked no epoch and no step GRACE_WINDOWS windows after its import (inference, a loop with no
