@@ -469,6 +469,9 @@ def test_a_lopsided_interval_is_shown_as_its_range_not_a_plus_minus():
     from types import SimpleNamespace
     assert text.change(SimpleNamespace(relative=0.14, relative_low=0.11, relative_high=0.17)) == "+14% ± 3%"
     assert text.change(SimpleNamespace(relative=0.60, relative_low=0.09, relative_high=8.38)) == "+60% (+9% to +838%)"
+    # a change that rounds to none has no sign of its own (a probe read "steps -0% ± 0%")
+    assert text.change(SimpleNamespace(relative=-0.004, relative_low=-0.006, relative_high=-0.002)) == "+0% ± 0%"
+    assert text.change(SimpleNamespace(relative=-0.01, relative_low=-0.05, relative_high=-0.001)) == "-1% (-5% to +0%)"
 
 
 def test_leak_that_levels_off(tmp_path):

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from profiler.integrations.pytest_plugin import Limits, growth_per_epoch, peak_rss, rss_growth_past
+from profiler.rundir import read_run
 from tests.fixtures import epoch, write_run
 
 pytest_plugins = ["pytester"]
@@ -254,3 +255,34 @@ def test_bad_markers_and_no_epochs_fail_with_one_line_and_a_python_object_leak_f
     assert "(1 epoch, completed)" not in out and "(1 epoch, completed)" in _report_of_one_epoch()
     assert "Traceback" not in out and "pytest_plugin.py" not in out and "PluggyTeardownRaisedWarning" not in out
     assert "During handling of the above exception" not in out
+
+
+def test_a_test_that_fails_in_an_epoch_keeps_it_unfinished_in_its_run(pytester, tmp_path):
+    """The fixture's Session is closed with the test's exception: the run is failed, not completed,
+    and the epoch the test stopped in is kept flagged unfinished, marked or not."""
+    pytester.makepyfile(test_fail="""
+import pytest
+
+def body(session):
+    for e in range(3):
+        with session.epoch():
+            for _ in range(50):
+                with session.step():
+                    pass
+            if e == 2:
+                raise RuntimeError("boom in epoch 2")
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12)
+def test_marked(profile_session):
+    body(profile_session)
+
+def test_unmarked(profile_session):
+    body(profile_session)
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--profile-runs", str(tmp_path / "runs"),
+                                           timeout=120)
+    assert "2 failed" in result.stdout.str()
+    for name in ("test_marked", "test_unmarked"):
+        run = read_run(tmp_path / "runs" / f"test_fail.py-{name}")
+        assert run.status == "failed" and run.meta["error"] == "RuntimeError: boom in epoch 2"
+        assert [r["epoch"] for r in run.epochs] == [0, 1] and run.unfinished_epoch["steps"] == 50

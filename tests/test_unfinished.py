@@ -201,8 +201,9 @@ def test_a_kill_inside_a_long_epoch_leaves_all_but_its_last_second_of_steps(tmp_
     record, = run.epochs
     assert record is run.unfinished_epoch and record["from_steps"] and record["steps"] == held
     assert record["rss_bytes"] is None and record["wall_s"] > 1.0
-    assert run.problems[-1].startswith(f"epoch 0 did not finish: the process was killed ")
-    assert f"after {held:,} steps on disk (its last second's are lost); no epoch with steps finished" in run.problems[-1]
+    assert run.problems[-1].startswith("epoch 0 did not finish: its steps stop ")
+    assert (f"(the process was killed, or is still running), after {held:,} on disk (a kill loses the last second's); "
+            f"no epoch with steps finished") in run.problems[-1]
     assert analyze(tmp_path / "run").unfinished
     report = subprocess.run([sys.executable, "-m", "profiler", "report", str(tmp_path / "run")], capture_output=True,
                             text=True, timeout=60)
@@ -360,3 +361,37 @@ def test_the_timeline_draws_the_epoch_a_run_stopped_in_with_its_steps(tmp_path):
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert [e["name"] for e in events if e.get("cat") == "epoch"] == ["epoch 0", "epoch 1 (unfinished)"]
     assert [e["args"]["epoch"] for e in events if e.get("cat") == "step"] == [0] * 3 + [1] * 4
+
+
+SIGNALLED = """
+import os, signal, sys
+from profiler import Session
+with Session(sys.argv[1]) as session:
+    session.begin_epoch()
+    for _ in range(3):
+        with session.step():
+            pass
+    append = session._writer.append_binary
+    def signalled(name, data):
+        if sys.argv[2] == "before":
+            os.kill(os.getpid(), signal.SIGTERM)
+        append(name, data)
+        if sys.argv[2] == "after":
+            os.kill(os.getpid(), signal.SIGTERM)
+    session._writer.append_binary = signalled
+    session._steps.flush()   # the write once a second
+    print("not terminated", flush=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_sigterm_during_a_steps_write_waits_for_it(tmp_path, when):
+    """Counted as written before the write, or written twice after it: the handler's line and
+    steps.bin disagreed whichever side of the write the signal landed."""
+    proc = subprocess.run([sys.executable, "-c", SIGNALLED, str(tmp_path / "run"), when], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM and "not terminated" not in proc.stdout, proc.stderr
+    record, = lines(tmp_path / "run")
+    assert record["unfinished"] and record["steps"] == 3
+    assert (tmp_path / "run" / STEPS).stat().st_size == 3 * STEP_RECORD.itemsize
+    assert read_run(tmp_path / "run").problems[0] == "the run was terminated: SIGTERM"

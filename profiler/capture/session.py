@@ -154,6 +154,7 @@ class Session:
         self._field_begins = []
         self._tracked = TrackedCounter()
         self._previous_sigterm = None
+        self._term = None            # "waits" while steps are written, "came" when a SIGTERM came meanwhile
         self.epochs_written = 0
         self.unfinished = None       # (index, steps) of the epoch written flagged unfinished as the run ended
 
@@ -294,6 +295,9 @@ class Session:
         self._previous_sigterm = None
 
     def _on_sigterm(self, signum, frame):
+        if self._term is not None:   # inside a steps write: handled as it ends
+            self._term = "came"
+            return
         if self._state == "open":
             try:
                 self._finish("terminated", "SIGTERM")
@@ -577,7 +581,15 @@ class Session:
 
     # -- writing -------------------------------------------------------------------------------
     def _write_steps(self, data):
-        self._writer.append_binary(fmt.STEPS, data)
+        """Append steps, the Session's SIGTERM handler waiting for the write: it writes the open epoch,
+        which would count these steps before they are written, or write them twice."""
+        self._term = "waits"
+        try:
+            self._writer.append_binary(fmt.STEPS, data)
+        finally:
+            waited, self._term = self._term, None
+            if waited == "came":
+                self._on_sigterm(signal.SIGTERM, None)
 
     def _drop_steps(self, n):
         self._writer.drop_binary(fmt.STEPS, n * fmt.STEP_RECORD.itemsize)

@@ -122,10 +122,11 @@ class Detection:
             stack.callback(self._watcher.uninstall)
 
     def _record_epochs_from(self, failed=False):
-        """The source of the written epochs; of a failed run's one unfinished epoch, the source that began it."""
+        """The source of the written epochs; of a failed run whose epochs with steps are only the one it
+        stopped in (held, written unfinished), the source that began that one."""
         marks = self.marks
-        self.session.user_meta["epochs_from"] = (marks.owner if marks.epochs else
-                                                 marks.begun if failed and self.session.holding else None)
+        self.session.user_meta["epochs_from"] = (marks.begun if failed and self.session.holding and not marks.steps
+                                                 else marks.owner if marks.epochs else None)
 
     def misnamed(self):
         """Lines for the --epoch-fn and --step-fn names that marked nothing because they name no

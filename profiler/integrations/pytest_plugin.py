@@ -157,15 +157,17 @@ def _remove_temporary(config, run_dir):
 
 
 class _Open:
-    """The fixture's Session, closed once: by the check right after the test's call, or at teardown."""
+    """The fixture's Session, closed once: by the check right after the test's call, or at teardown;
+    with the call's exception, if it raised (the Session records the run failed, and the epoch the
+    test stopped in, flagged unfinished)."""
 
     def __init__(self, session):
-        self.session, self.open = session, True
+        self.session, self.open, self.excinfo = session, True, None
 
     def close(self):
         if self.open:
             self.open = False
-            self.session.__exit__(None, None, None)
+            self.session.__exit__(*(self.excinfo or (None, None, None)))
 
 
 @pytest.fixture
@@ -188,12 +190,15 @@ def profile_session(request):
 @pytest.hookimpl(hookwrapper=True)   # old-style: works with every pytest the plugin may meet
 def pytest_runtest_call(item):
     limits = _limits(item)
-    if limits is None:
-        yield
-        return
     holder = item.stash.get(_session_key, None)
+    if limits is None:
+        outcome = yield
+        if holder is not None:   # closed at teardown
+            holder.excinfo = outcome.excinfo
+        return
     if holder is not None:             # the test marks its epochs in profile_session
         outcome = yield
+        holder.excinfo = outcome.excinfo
         holder.close()
         session = holder.session
     else:

@@ -78,8 +78,12 @@ def change(c):
     the interval is lopsided (a ± of its wider side would misstate the other)."""
     below, above = max(c.relative - c.relative_low, 0.0), max(c.relative_high - c.relative, 0.0)
     if max(below, above) <= 2 * min(below, above) or max(below, above) < 0.01:
-        return f"{100 * c.relative:+.0f}% ± {100 * max(below, above):.0f}%"
-    return f"{100 * c.relative:+.0f}% ({100 * c.relative_low:+.0f}% to {100 * c.relative_high:+.0f}%)"
+        return f"{_signed_pct(c.relative)} ± {100 * max(below, above):.0f}%"
+    return f"{_signed_pct(c.relative)} ({_signed_pct(c.relative_low)} to {_signed_pct(c.relative_high)})"
+
+
+def _signed_pct(x):
+    return f"{round(100 * x) + 0:+d}%"   # a change that rounds to none is "+0%", not "-0%"
 
 
 # -- findings ------------------------------------------------------------------------------------

@@ -296,22 +296,30 @@ def _stopped_in(record, promoted):
 
 
 def _killed_in(run, kept):
-    """A run killed inside its first epoch (SIGKILL, the OOM killer: no final status, no line) with
-    its steps on disk (written at least once a second) is read as that epoch, rebuilt from them: an
-    unfinished record with its steps' time and GC pauses, and no memory, op or collection counts."""
-    steps = run.steps(every=True)[kept:]
-    if not len(steps) or steps[0]["epoch"] != steps[-1]["epoch"]:
+    """A run killed inside its first epoch with steps (SIGKILL, the OOM killer: no final status, no
+    line), or still live in it, with its steps on disk (written at least once a second) is read as
+    that epoch, rebuilt from them a chunk at a time: an unfinished record with its steps' time and
+    GC pauses, and no memory or op records."""
+    steps = run.steps(every=True)
+    n = len(steps) - kept
+    if not n or steps[kept]["epoch"] != steps[-1]["epoch"]:
         return
-    ends = steps["start_s"] + steps["wall_s"]
-    start, end = float(steps[0]["start_s"]), float(ends.max())
-    record = {"epoch": int(steps[0]["epoch"]), "start_s": start, "wall_s": end - start, "steps": len(steps),
-              "gc": {"pause_s": [float(np.sum(steps[f"gc{g}_s"], dtype=float)) for g in range(3)],
-                     "collections": [int(np.count_nonzero(steps[f"gc{g}_s"])) for g in range(3)]},
+    end, pause, paused = 0.0, np.zeros(3), np.zeros(3, np.int64)
+    for a in range(kept, len(steps), CHUNK):
+        block = steps[a:a + CHUNK]
+        end = max(end, float(np.max(block["start_s"] + block["wall_s"])))
+        gc = np.stack([block[f"gc{g}_s"] for g in range(3)])
+        pause += gc.sum(axis=1)
+        paused += np.count_nonzero(gc, axis=1)
+    start = float(steps[kept]["start_s"])
+    record = {"epoch": int(steps[kept]["epoch"]), "start_s": start, "wall_s": end - start, "steps": n,
+              "gc": {"pause_s": pause.tolist(), "collections": paused.tolist()},
               "rss_bytes": None, "malloc_bytes": None, "heap": None, "ops": {}, "unfinished": True,
               "from_steps": True}
     run.unfinished_epoch, run.epochs, run.kept_steps = record, [*run.epochs, record], None
-    run.problems.append(f"epoch {record['epoch']} did not finish: the process was killed {_into(record)} into it, "
-                        f"after {len(steps):,} steps on disk (its last second's are lost); no epoch with steps finished, so "
+    run.problems.append(f"epoch {record['epoch']} did not finish: its steps stop {_into(record)} into it (the "
+                        f"process was killed, or is still running), after {n:,} on disk (a kill loses the last "
+                        f"second's); no epoch with steps finished, so "
                         f"it is read from those steps (its time runs to the last of them, not a whole epoch's; no "
                         f"memory or op records; collections counted as the steps they paused)")
 
@@ -330,7 +338,7 @@ def _unlined_steps(run, unlined, kept):
     told = run.unfinished_epoch if run.unfinished_epoch is not None and run.unfinished_epoch["epoch"] in after else None
     after = [e for e in after if told is None or e != told["epoch"]]
     if after:
-        held = len(_records(run.path / STEPS, _step_layout(run.meta))) - (told["steps"] if told else 0)
+        held = len(_records(run.path / STEPS, _step_layout(run.meta))) - ((told.get("steps") or 0) if told else 0)
         run.problems.append(f"{STEPS} ends with {held - kept:,} steps of epoch {listed(after, 3)}, which {EPOCHS} "
                             f"has no line for (cut short or abandoned): they are left out")
     if before:
