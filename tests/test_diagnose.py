@@ -327,6 +327,23 @@ def test_collections_between_the_epochs_are_a_finding_of_their_own(tmp_path, for
         assert text.remedy(f).startswith("What runs between the epochs (an evaluation, a checkpoint, logging) allocates")
 
 
+def test_the_set_up_before_the_first_training_epoch_is_no_gap_between_epochs(tmp_path):
+    # profiler run's time windows through a script's set-up, then three DataLoader passes: the import of torch
+    # after the last window (2.5 s, 640 collections) read "Between the epochs ... 17.1%", the primary cause
+    setup = [epoch(i, 1.0, start_s=float(i), steps=0) for i in range(2)]
+    passes = [dict(epoch(2 + i, 0.05, start_s=4.5 + 0.06 * i, steps=1), gap_s=2.5 if i == 0 else 0.01,
+                   gc_before=_between(0.45 if i == 0 else 0.0, forced=False)) for i in range(3)]
+    steps = [(2 + i, 4.5 + 0.06 * i, 0.05, 0, 0, 0) for i in range(3)]
+    d = analyze(write_run(tmp_path / "run", setup + passes, steps=steps))
+    assert d.epoch_time.warmup_epochs_skipped == 2 and patterns(d) == [], text.verdict(d)
+    assert d.gc.share_between == 0.0 and d.epoch_time.between_share == pytest.approx(0.02 / 0.12)
+    # after warm-up epochs of training, the first analysed epoch's gap is the training's own
+    warm = [dict(epoch(i, 0.05, start_s=0.3 * i, steps=1), gap_s=0.25, gc_before=_between(0.2, forced=False))
+            for i in range(30)]
+    d = analyze(write_run(tmp_path / "warm", warm, steps=[(i, 0.3 * i, 0.05, 0, 0, 0) for i in range(30)]))
+    assert d.epoch_time.warmup_epochs_skipped > 0 and d.findings[0].evidence.intervals == 30 - d.epoch_time.warmup_epochs_skipped
+
+
 def test_collections_between_the_epochs_under_a_manual_policy_are_the_policys(tmp_path):
     # --gc-policy manual:N in a run with no steps collects after each epoch (not asked for by the program),
     # beside the program's own gc.collect() there: the remedy is the policy's, and names the rest

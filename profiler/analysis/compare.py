@@ -21,7 +21,7 @@ from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
-from .load import load, timed
+from .load import gapped, load, timed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -102,7 +102,7 @@ def _gc_side(loaded):
 
 def _between(loaded):
     """The mean GC pause in a gap between two analysed epochs (None: not recorded)."""
-    between = findings.between_epochs(loaded.records)
+    between = findings.between_epochs(gapped(loaded))
     return between.pause_s / between.intervals if between else None
 
 

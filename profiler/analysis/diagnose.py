@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import load, timed as timed_epochs
+from .load import gapped, load, timed as timed_epochs
 from .ops import followed, op_index, op_series, op_time
 
 
@@ -261,7 +261,7 @@ def analyze(run_dir):
              memory, computing, fnd.worker_memory(records)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
-    between = fnd.between_epochs(records, objs, policy)
+    between = fnd.between_epochs(gapped(loaded), objs, policy)
     found.append(fnd.gc_between_epochs(between))
     ranked = fnd.rank([f for f in found if f is not None])
 

@@ -28,6 +28,14 @@ def load(run_dir, purpose="analyze"):
     return Loaded(run, run.epochs[setup + warmup:], setup + warmup, warmup)
 
 
+def gapped(loaded):
+    """The records whose gap_s is time between training epochs: all, but the first when the epoch
+    before it is set-up's (a script's imports and data loading, which its time windows covered, are
+    no gap of the training's)."""
+    setup = loaded.skipped - loaded.warmup
+    return loaded.records[1:] if setup and not loaded.warmup else loaded.records
+
+
 def left_out(epochs):
     """(set-up, warm-up): the epochs to leave out at the start of a run's `epochs`. In a run with
     steps, the epochs before its first step are its set-up (time windows through imports, data,
