@@ -1145,3 +1145,26 @@ def test_one_long_flat_noisy_epoch_gets_no_finding(tmp_path, seed):
     walls[rng.random(n) < 0.02] += 0.02
     d = analyze(one_long_epoch(tmp_path / "flat", walls))
     assert "compute-growth" not in patterns(d)
+
+
+def _loading(tmp_path, name, share, workers=None):
+    """Ten 100-ms epochs whose training thread waits `share` of each for DataLoader batches (32 calls)."""
+    op = {"name": "DataLoader.__next__", "tags": {}, "calls": 32, "total_s": 0.1 * share, "timed": 32}
+    records = [dict(epoch(i, 0.1, start_s=0.1 * i, steps=32), ops={"DataLoader.__next__": op},
+                    **({"workers": {"count": workers, "uss_bytes": 0, "pss_bytes": 0}} if workers is not None else {}))
+               for i in range(10)]
+    return analyze(write_run(tmp_path / name, records))
+
+
+def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
+    d = _loading(tmp_path, "alone", 0.4, workers=0)
+    assert patterns(d) == ["input-wait"] and d.primary_cause == "compute"
+    f = d.findings[0]
+    assert f.time_fraction == pytest.approx(0.4) and f.evidence.calls == 32 * (10 - d.epoch_time.warmup_epochs_skipped)
+    assert text.evidence(f).startswith("The steps wait for the DataLoader's next batch 40.0% of the epochs' time")
+    assert text.evidence(f).endswith("with no worker process: the training process loads every batch itself")
+    assert text.remedy(f).startswith("Load batches in worker processes while the step trains")
+    f = _loading(tmp_path, "workers", 0.4, workers=4).findings[0]
+    assert text.evidence(f).endswith("with 4 worker processes loading them")
+    assert text.remedy(f).startswith("The workers do not keep up: raise num_workers or prefetch_factor")
+    assert patterns(_loading(tmp_path, "fed", 0.03, workers=4)) == []   # a few percent: a DataLoader keeping up

@@ -277,3 +277,22 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
         and text.splitlines()[0].endswith("; the job is incomplete)")
     assert f"rank 1 did not finish (status running: killed, crashed, or still running); its last finished step is " \
            f"{dead['last_step']:,}" in text
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_slow_to_load_its_batches_is_named(tmp_path, capsys):
+    # every rank's step waits for rank 1's gradients at the all-reduce: the steps end together and no
+    # rank stalls; before, the report named nobody and showed no lost time
+    pytest.importorskip("torch")
+    out = tmp_path / "job"
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "--quiet", "--out",
+                           str(out), str(SCRIPTS / "ddp_train.py"), "--epochs", "3", "--samples", "2048"], cwd=ROOT,
+                          env={**os.environ, **ENV, "SLOW_LOAD_RANK": "1"}, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = _report(capsys, out)
+    first = d["findings"][0]
+    assert first["pattern"] == "rank-input-wait" and first["data"]["rank"] == 1, d["findings"]
+    waits = [r["data_wait_s"] for r in d["rank_analysis"]["per_rank"]]
+    assert waits[1] >= 0.008 and waits[1] >= 5 * waits[0], waits   # 32 samples of 0.3 ms a step
+    assert "Rank 1 waits" in _cli(capsys, "report", out)

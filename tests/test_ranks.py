@@ -782,3 +782,37 @@ def test_two_events_and_stalls_just_above_the_floor_are_no_straggler(tmp_path):
     # the same two events, and then every tenth step late as well: a straggler
     late = {(1, i): 0.01 for i in range(0, 200, 10)} | {(1, 55): 0.15, (1, 155): 0.15}
     assert analyze(late_starts(tmp_path / "pattern", late)).stragglers.rank == 1
+
+
+def _data_job(root, waits, step_s=0.03, n=200):
+    """A data-parallel job whose steps end together (the all-reduce) and whose ranks wait `waits`
+    (seconds a step, by rank) for their DataLoader batches: a slow loader shows in every rank's step."""
+    for rank, wait in enumerate(waits):
+        write_rank(root / f"rank-{rank}", rank, len(waits), np.full(n, step_s), steps_per_epoch=20, data_s=wait)
+    return root
+
+
+def test_a_rank_slow_to_load_its_batches_is_named_though_no_rank_stalls(tmp_path):
+    a = analyze_ranks(_data_job(tmp_path / "slow", [0.0005, 0.0005, 0.012, 0.0005]))
+    assert a.stragglers is None and a.lost_s == 0.0   # the steps end together: nobody's stall
+    s = a.input_straggler
+    assert (s.rank, s.wait_s, s.others_wait_s) == (2, pytest.approx(0.012), pytest.approx(0.0005))
+    assert s.time_fraction == pytest.approx(0.0115 / 0.03)
+    assert [r.data_wait_s for r in a.per_rank] == pytest.approx([0.0005, 0.0005, 0.012, 0.0005])
+    d = analyze(tmp_path / "slow")
+    assert d.primary_cause == "compute" and d.findings[0].pattern == "rank-input-wait"
+    assert d.rank_analysis.diagnosed == 2 and "input-wait" not in [f.pattern for f in d.findings]   # its own, once
+    words = text.diagnosis(d)
+    assert "Rank 2 waits 12.00 ms a step for its DataLoader's next batch, against 0.50 ms on the other ranks" in words
+    assert "38.3% of the job's median step (30.00 ms)" in words
+
+
+@pytest.mark.parametrize("waits", [[0.012, 0.012, 0.012, 0.012],    # every rank as slow: each its own input-wait
+                                   [0.002, 0.0035],                 # one leads, but under 2x
+                                   [0.0005, 0.001]])                # 2x, but 1.7% of the step
+def test_ranks_that_load_alike_or_close_have_no_input_straggler(tmp_path, waits):
+    a = analyze_ranks(_data_job(tmp_path, waits))
+    assert a.input_straggler is None
+    d = analyze(tmp_path)
+    assert "rank-input-wait" not in [f.pattern for f in d.findings]
+    assert ("input-wait" in [f.pattern for f in d.findings]) == (min(waits) / 0.03 >= 0.05)

@@ -659,6 +659,11 @@ def test_the_epoch_a_script_stops_in_is_written_unfinished_with_its_steps(tmp_pa
         "written as it stood then, flagged unfinished"]
     run = read_run(tmp_path / "run")
     assert run.epochs == [run.unfinished_epoch] and len(run.steps()) == 5
+    proc = profiler("run", "--epoch-fn", "train_epoch", "--step-fn", "step", "--out", tmp_path / "cli",
+                    script("epoch_stops.py"), "fail", check=False, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-2:] == [
+        f"profiler: wrote {tmp_path / 'cli'}: epoch 0 unfinished from epoch-fn (5 steps)",
+        f"next: profiler report {tmp_path / 'cli'}"], proc.stderr
 
 
 def test_steps_and_passes_no_epoch_holds_are_counted_in_the_notes(tmp_path):

@@ -258,7 +258,7 @@ def analyze(run_dir):
     computing = (fnd.compute_growth(records, change, explained, ops, timed) if step_trend is None else
                  fnd.step_compute_growth(step_trend, float(wall[timed].sum()), ops))
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growing), growth,
-             memory, computing, fnd.worker_memory(records)]
+             memory, computing, fnd.worker_memory(records), fnd.input_wait(kept)]
     found.append(fnd.gc_steady(records, spikes, growth.time_fraction * spikes.wall_s if growth else 0.0, objs, site,
                                policy, forced))
     between = fnd.between_epochs(gapped(loaded), objs, policy)

@@ -8,6 +8,7 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
                         share of the epochs' time and the gaps' together
     allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
     compute-growth      a sustained slowdown that GC does not explain, by op
+    input-wait          the training thread waiting for a torch DataLoader's next batch
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
                         parent's RSS or grows (across epochs, or within one since each worker
                         started): reading shared Python objects, or the worker's own full
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..rundir.format import FORCED_SITES
+from ..rundir.format import DATALOADER_OP, FORCED_SITES
 from . import stats
 
 MEANINGFUL = 0.05            # share of the run's time that makes a cost a finding (and leads the ranking)
@@ -202,6 +203,15 @@ class WorkerMemory:
     read: bool                          # reading copied pages: no such collection's copy, or a trend (a copy
                                         # happens once), or what a worker grew (or holds) beyond that copy
                                         # passes the `grew` limit
+
+
+@dataclass
+class InputWait:
+    share: float            # of the analysed epochs' time, the training thread's wait for DataLoader batches
+    wait_s: float           # the mean wait a call of the DataLoader iterator's __next__
+    calls: int              # its calls: each batch, and each pass's last (its end)
+    wall_s: float           # the analysed epochs' time
+    workers: int | None     # child processes (DataLoader workers) at the last epoch's sample; None: not recorded
 
 
 @dataclass
@@ -566,6 +576,26 @@ def step_compute_growth(trend, wall_s, ops):
         return None
     return Finding("compute", "compute-growth", trend.excess_s * (1 - trend.gc_explained) / wall_s,
                    ComputeGrowth(change, trend.excess_s, trend.gc_explained, [], bool(ops), unit="step"))
+
+
+def data_waits(records):
+    """(seconds, calls) the training thread waited for torch DataLoader batches in `records` (the op
+    format.DATALOADER_OP), or None when none was timed."""
+    waits = [(op["total_s"], op["calls"]) for r in records for op in (r.get("ops") or {}).values()
+             if op.get("name") == DATALOADER_OP and not op.get("tags")]
+    return (float(sum(s for s, _ in waits)), int(sum(n for _, n in waits))) if waits else None
+
+
+def input_wait(records):
+    """input-wait: the training thread waits for its DataLoader's batches MEANINGFUL of the epochs' time."""
+    waits, wall = data_waits(records), float(sum(r["wall_s"] for r in records))
+    if waits is None or wall <= 0 or waits[0] / wall < MEANINGFUL:
+        return None
+    seconds, calls = waits
+    sampled = next((r["workers"] for r in reversed(records) if r.get("workers")), None)
+    evidence = InputWait(seconds / wall, seconds / max(calls, 1), calls, wall,
+                         int(sampled["count"]) if sampled else None)
+    return Finding("compute", "input-wait", evidence.share, evidence)
 
 
 def worker_memory(records):

@@ -100,6 +100,7 @@ class RankSummary:
     forced: object = None        # findings.Forced over its epochs after the warm-up (None: not recorded)
     silent_s: float | None = None   # from its last recorded step's (epoch's) end to its final status (a hang,
                                     # or work outside its steps); None when not known
+    data_wait_s: float | None = None   # its wait for DataLoader batches per step after the warm-up (None: not timed)
 
 
 @dataclass
@@ -121,6 +122,17 @@ class Straggler:
     rss_growth_bytes_per_epoch: float
     others_rss_growth_bytes_per_epoch: float   # the median of the other ranks'
     forced: object = None            # findings.Forced: its own gc.collect() calls (None: not recorded)
+
+
+@dataclass
+class InputStraggler:
+    """A rank whose wait for DataLoader batches holds a data-parallel job back: every rank's step waits
+    for its gradients at the all-reduce, so the time shows in every rank's step, as no stall."""
+    rank: int
+    wait_s: float            # its wait for batches per step
+    others_wait_s: float     # the median of the other ranks'
+    step_s: float            # the job's median step
+    time_fraction: float     # (wait_s - others_wait_s) / step_s: the share of the job's time it costs
 
 
 @dataclass
@@ -161,6 +173,7 @@ class RankAnalysis:
                                                     #  "first", "killed_before"}, in _stop_order
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
     events: bool = False         # the lost time is in fewer than MIN_STALLS stalls that matter (_few)
+    input_straggler: InputStraggler | None = None   # a rank slow to load its batches (_input_straggler)
 
 
 @dataclass
@@ -250,6 +263,8 @@ def _rank(rank_dir, unit):
     else:
         total = float(wall.sum())
     used = epochs[warm_epochs:]
+    on_disk = run.steps(every=True)   # the steps of the epoch it stopped in too: recorded, if not compared
+    waits, stepped = findings.data_waits(used), sum(e.get("steps") or 0 for e in used)
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
@@ -258,9 +273,10 @@ def _rank(rank_dir, unit):
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,
         error=run.meta.get("error"),   # a string or None (the reader checks it)
-        stopped_unix=_stopped(run, run.steps(every=True), rank_dir.clock_origin_unix), complete=run.complete,
-        silent_s=_silent(run, run.steps(every=True), rank_dir.clock_origin_unix),
-        cautions=list(run.cautions), forced=findings.forced(used))
+        stopped_unix=_stopped(run, on_disk, rank_dir.clock_origin_unix), complete=run.complete,
+        silent_s=_silent(run, on_disk, rank_dir.clock_origin_unix),
+        cautions=list(run.cautions), forced=findings.forced(used),
+        data_wait_s=waits[0] / stepped if waits and stepped else None)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -291,6 +307,20 @@ def _silent(run, steps, origin):
         return max(float(finished) - origin - float(steps[-1]["start_s"] + steps[-1]["wall_s"]), 0.0)
     ends = [e["start_s"] + e["wall_s"] for e in run.epochs if e.get("start_s") is not None]
     return max(float(finished) - origin - ends[-1], 0.0) if ends else None
+
+
+def _input_straggler(per_rank, step_s):
+    """The rank whose wait for DataLoader batches per step leads the others' STRAGGLER_LEAD times and
+    exceeds their median by findings.MEANINGFUL of the job's median step, or None."""
+    waits = {s.rank: s.data_wait_s for s in per_rank if s.data_wait_s is not None}
+    if len(waits) < 2 or step_s <= 0:
+        return None
+    rank = max(waits, key=waits.get)
+    others = float(np.median([w for r, w in waits.items() if r != rank]))
+    share = (waits[rank] - others) / step_s
+    if share < findings.MEANINGFUL or not _leads(list(waits.values())):
+        return None
+    return InputStraggler(rank, waits[rank], others, step_s, float(share))
 
 
 def _leads(stalls):
@@ -528,7 +558,7 @@ def analyze_ranks(run_dir):
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
         lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
         ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
-        events=_few(top_stall[straggled]))
+        events=_few(top_stall[straggled]), input_straggler=_input_straggler(per_rank, median) if unit == "step" else None)
 
 
 def rank_heatmap(run_dir, bins=400):
@@ -581,13 +611,14 @@ def _first_to_stop(stopped, head):
 def diagnose_ranks(run_dir):
     """The Diagnosis of a multi-rank run: the straggler's own run (else the first rank that finished)
     diagnosed as one run, with the merged numbers (ranks, stragglers, rank_analysis), and the
-    straggler (or, when no rank stands out, the stalls spread over the ranks) as a finding ranked
-    with that rank's own by the share of the job's time it costs."""
+    straggler (or, when no rank stands out, the stalls spread over the ranks), and a rank slow to load
+    its batches, as findings ranked with that rank's own by the share of the job's time each costs."""
     merged = analyze_ranks(run_dir)
     finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
     # else the first rank that finished, else the first to stop that finished an epoch
     live = [u["rank"] for u in merged.unfinished if u["epochs"]] or [u["rank"] for u in merged.unfinished]
-    base = merged.stragglers.rank if merged.stragglers else (finished or live)[0]
+    slow = merged.stragglers or merged.input_straggler
+    base = slow.rank if slow else (finished or live)[0]
     d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
     merged.diagnosed = base
     d.run_dir, d.ranks, d.stragglers, d.rank_analysis = str(run_dir), merged.ranks, merged.stragglers, merged
@@ -607,6 +638,10 @@ def diagnose_ranks(run_dir):
                             merged.lost_fraction, merged.lost_gc_by_generation,
                             own if len(own) == len(stalling) else {})
         d.findings = findings.rank([findings.Finding(cause, "rank-stalls", merged.lost_fraction, stalls), *d.findings])
+    if merged.input_straggler:   # its own input-wait, when it is the rank diagnosed, is this finding's
+        s = merged.input_straggler
+        d.findings = findings.rank([findings.Finding("compute", "rank-input-wait", s.time_fraction, s),
+                                    *(f for f in d.findings if f.pattern != "input-wait" or base != s.rank)])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
     d.cautions = _cautions(merged)   # the diagnosed rank's too

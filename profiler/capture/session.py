@@ -517,13 +517,18 @@ class Session:
                     self.unfinished = (index, steps)
                     return
             self._drop_steps(steps)
-        except RunWriteError as e:   # steps.bin stays in epoch order: the next epoch takes this index or a later one
+        except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
-            if index:
-                self._last = max(index - 1, self._last or 0)
+            self._uncut(index)
+
+    def _uncut(self, index):
+        """Steps of epoch `index` that could not be cut stay in steps.bin under it: the next epoch
+        takes that index or a later one, so steps.bin stays in epoch order."""
+        if index:
+            self._last = max(index - 1, self._last or 0)
 
     def _cut_unwritten(self):
-        """Cut the steps on disk of an epoch that has no line: the open one's (its buffer filled),
+        """Cut the steps on disk of an epoch that has no line: the open one's (written as they came),
         or those of an epoch whose line failed or was interrupted (self._unlined). Exactly one
         applies at any point of end_epoch: _unlined is set before the epoch closes. A line that
         landed whole before the interrupt keeps its steps and counts as written: the Session's
@@ -545,8 +550,8 @@ class Session:
                     self._drop_steps(n)
         except RunWriteError as e:
             print(f"profiler: {e}", file=sys.stderr)
-            if open_epoch:
-                self._last = max(open_epoch - 1, self._last or 0)
+            if open_epoch is not None:
+                self._uncut(open_epoch)
         finally:   # both markers cleared, so nothing is cut twice
             self._epoch = None
             self._steps.close_epoch()

@@ -214,10 +214,11 @@ def _run_script(args, target, rest):
         if result.epochs_from != "windows" and result.windows:   # set-up before the framework's first epoch
             source += (f" ({result.windows} of them {'a time window' if result.windows == 1 else 'time windows'} "
                        f"before its first: set-up)")
-        index, steps = result.unfinished or (None, 0)
-        written = (f"epoch {index} unfinished{source} ({_counted(steps, 'step')})" if result.unfinished and not result.epochs
-                   else f"{_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
-                   + (f", and epoch {index} unfinished ({_counted(steps, 'step')})" if result.unfinished else ""))
+        written = f"{_counted(result.epochs, 'epoch')}{source}, {_counted(result.steps, 'step')}"
+        if result.unfinished:   # the epoch it stopped in, or, with none finished, its one epoch
+            index, steps = result.unfinished
+            written = (f"{written}, and epoch {index} unfinished ({_counted(steps, 'step')})" if result.epochs
+                       else f"epoch {index} unfinished{source} ({_counted(steps, 'step')})")
         print("\n".join([f"profiler: wrote {out}: {written}",
                          *(_next(out) if result.epochs or result.unfinished else [])]), file=sys.stderr)
     if typo:

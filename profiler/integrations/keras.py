@@ -38,8 +38,9 @@ class ProfilerCallback(keras.callbacks.Callback):
 
 def inject(session):
     """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
-    inside fit is abandoned (Session.abandon_epoch: written flagged unfinished if the run then fails). A fit called inside another (a callback fitting a probe model at each
-    epoch's end) is left alone: its time is the outer epoch's. Returns the function that undoes it."""
+    inside fit is abandoned (Session.abandon_epoch: written flagged unfinished if the run then
+    fails). A fit called inside another (a callback fitting a probe model at each epoch's end) is
+    left alone: its time is the outer epoch's. Returns the function that undoes it."""
     model = keras.Model
     own = model.__dict__.get("fit")
     fit = model.fit

@@ -12,13 +12,16 @@ dataset) and ends when it is exhausted or, in the main thread, just after its it
 pass over another DataLoader started while one is still being iterated (a validation pass in the
 middle of a training pass) belongs to the outer one; a new pass over the same DataLoader ends the
 one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each
-batch make two steps per batch.
+batch make two steps per batch. Each next batch a DataLoader gives the training thread is timed as
+the op format.DATALOADER_OP: the time the step waits for its data (a rank slow to load holds every
+rank of a data-parallel job back without a stall of its own).
 """
 
 import contextlib
 import sys
 import weakref
 
+from ..rundir.format import DATALOADER_OP
 from . import pending
 from .marks import Marks, succeeded
 
@@ -60,6 +63,7 @@ class TorchHooks:
         from torch.utils.data import dataloader
         hooks = self
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
+        waits = self.marks.session.op(DATALOADER_OP)
 
         def __iter__(loader):
             began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers
@@ -79,7 +83,11 @@ class TorchHooks:
 
         def __next__(iterator):
             try:
-                batch = iter_next(iterator)
+                if hooks.marks.in_thread():
+                    with waits:
+                        batch = iter_next(iterator)
+                else:
+                    batch = iter_next(iterator)
             except StopIteration:
                 hooks._pass_ended(iterator)
                 raise

@@ -105,6 +105,19 @@ def straggler_remedy(s):
             f"`profiler compare`.")
 
 
+def input_evidence(s):
+    return (f"Rank {s.rank} waits {text.ms(s.wait_s)} a step for its DataLoader's next batch, against "
+            f"{text.ms(s.others_wait_s)} on the other ranks (their median): every rank's step waits for its gradients "
+            f"at the all-reduce, so the {text.ms(s.wait_s - s.others_wait_s)} more are in every rank's step, "
+            f"{text.pct(s.time_fraction)} of the job's median step ({text.ms(s.step_s)}), and show as no rank's stall")
+
+
+def input_remedy(s):
+    return (f"Feed rank {s.rank} as fast as the others: more DataLoader workers on it (num_workers, "
+            f"persistent_workers=True), or its data on storage as fast as theirs; if its node is shared or slower, "
+            f"what else runs there. Its own run (rank-{s.rank}/) shows its DataLoader.__next__ time per epoch.")
+
+
 def stalls_evidence(e):
     """No rank stands out, but the ranks held each other back in turn (e: analysis.ranks.RankStalls)."""
     by_gen = e.gc_explained_by_generation

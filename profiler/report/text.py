@@ -213,6 +213,8 @@ def evidence(f):
         return rank_text.straggler_evidence(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_evidence(e)
+    if f.pattern == "rank-input-wait":
+        return rank_text.input_evidence(e)
     if f.pattern == "gc-steady":
         spread = ("" if f.time_fraction >= e.share_total - 0.001 else
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
@@ -275,6 +277,11 @@ def evidence(f):
             text += (f"; a worker's own first full collection copied {size(e.worker_gc_copied_bytes)} of the parent's "
                      f"pages (the collector writes to every object it walks)")
         return text
+    if f.pattern == "input-wait":
+        loads = ("" if e.workers is None else ", with no worker process: the training process loads every batch itself"
+                 if e.workers == 0 else f", with {e.workers} worker process{'' if e.workers == 1 else 'es'} loading them")
+        return (f"The steps wait for the DataLoader's next batch {pct(e.share)} of the epochs' time "
+                f"({ms(e.share * e.wall_s)} of {ms(e.wall_s)}, {ms(e.wait_s)} a call over {e.calls:,} calls){loads}")
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
 
@@ -285,6 +292,8 @@ def remedy(f):
         return rank_text.straggler_remedy(e)
     if f.pattern == "rank-stalls":
         return rank_text.stalls_remedy(e)
+    if f.pattern == "rank-input-wait":
+        return rank_text.input_remedy(e)
     if f.pattern == "gc-between-epochs":
         if fnd.forced_leads(e):
             return _forced_remedy(e.forced, e.policy)
@@ -382,6 +391,15 @@ def remedy(f):
                    "writes its reference count, so each worker copies every page it reads (gc.freeze() does not stop "
                    "that).")
         return " ".join(([dataset] if e.read else []) + ([freeze] if e.collector else []))
+    if f.pattern == "input-wait":
+        cheaper = ("or make the Dataset's __getitem__ cheaper (decode or augment once and cache, read from faster "
+                   "storage); `profiler flamegraph` shows where the loading time goes.")
+        if e.workers:
+            return (f"The workers do not keep up: raise num_workers or prefetch_factor (and persistent_workers=True, "
+                    f"so they are not started again each epoch), {cheaper}")
+        return (f"Load batches in worker processes while the step trains: DataLoader(..., num_workers=N, "
+                f"persistent_workers=True) with N up to the cores the training leaves free (pin_memory=True for a "
+                f"GPU), {cheaper}")
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
 

@@ -51,11 +51,12 @@ def _epochs(run, pid, offset_s):
     """The epochs, the one the run stopped in too (kept apart from finished ones: it shows what ran
     up to the stop)."""
     clock, has_steps = 0.0, len(run.steps(every=True)) > 0
-    apart = [run.unfinished_epoch] if run.unfinished_epoch is not None and run.unfinished_epoch not in run.epochs else []
-    for r in [*run.epochs, *apart]:
+    stopped = run.unfinished_epoch
+    for r in [*run.epochs, *([stopped] if stopped is not None and stopped not in run.epochs else [])]:
         start = r["start_s"] if r.get("start_s") is not None else clock
         clock = start + r["wall_s"]
-        yield {"name": f"epoch {r['epoch']}" + (" (unfinished)" if r.get("unfinished") else ""), "cat": "epoch", "ph": "X", "pid": pid, "tid": EPOCHS_TID,
+        name = f"epoch {r['epoch']}" + (" (unfinished)" if r.get("unfinished") else "")
+        yield {"name": name, "cat": "epoch", "ph": "X", "pid": pid, "tid": EPOCHS_TID,
                "ts": _us(start, offset_s), "dur": _us(r["wall_s"], 0.0),
                "args": {"gc_pause_s": r["gc"]["pause_s"], "collections": r["gc"]["collections"],
                         "rss_bytes": r["rss_bytes"], "estimated_start": r.get("start_s") is None}}

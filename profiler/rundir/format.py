@@ -39,6 +39,7 @@ LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "
                               ("gc1_s", "<f4"), ("gc2_s", "<f4")])
 
 FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the longest paused first
+DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data
 
 # One garbage collection worth keeping (every generation-2 one, and any above the Session's
 # threshold): start (seconds since the clock origin), duration, generation, objects collected.

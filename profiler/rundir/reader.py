@@ -249,10 +249,10 @@ def read_run(path):
     if status in ("completed", "halted") and type(written) is int and written != len(epochs):
         problems.append(f"{META} counts {written} epochs but {EPOCHS} holds {len(epochs)}: lines were lost "
                         f"or removed after the run")
+    trained = any(r.get("steps") for r in epochs)   # a finished epoch has steps: not just set-up's time windows
     if unfinished is not None:
-        promoted = not any(r.get("steps") for r in epochs)
-        problems.append(_stopped_in(unfinished, promoted))
-        if promoted:   # a run of one long epoch that crashed (after set-up's time windows): read as it stood
+        problems.append(_stopped_in(unfinished, promoted=not trained))
+        if not trained:   # a run of one long epoch that crashed (after set-up's time windows): read as it stood
             epochs = [*epochs, unfinished]
     missed = {r["epoch"]: sum(r["gc"]["missed"]) for r in epochs if sum(r["gc"].get("missed") or ())}
     if missed:
@@ -265,7 +265,7 @@ def read_run(path):
     run = Run(path, meta, epochs, problems, cautions, unfinished_epoch=unfinished)
     lined = {r["epoch"] for r in epochs}
     step_epochs, kept = _check_records(run, max(lined, default=-1))
-    if unfinished is None and not any(r.get("steps") for r in epochs) and status == "running":
+    if unfinished is None and not trained and status == "running":
         _killed_in(run, kept)
     _unlined_steps(run, step_epochs - {r["epoch"] for r in run.epochs}, kept)
     for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):

@@ -2,17 +2,28 @@
 DistributedSampler, no profiler code. On rank STRAGGLER_RANK (none by default) the script keeps a
 per-step log sized up front and a record of every sample it has seen, the way a metrics history or
 a "seen samples" cache grows in real jobs: its automatic full collections stall the other ranks.
+On rank SLOW_LOAD_RANK (none by default) each sample takes 0.3 ms to load, as from slow storage:
+the other ranks wait for its gradients at every step, with no stall of its own to show.
 
     torchrun --nproc-per-node 2 -m profiler run --out runs/ddp tests/scripts/ddp_train.py --epochs 4
 """
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+class SlowStorage(TensorDataset):
+    def __getitem__(self, index):
+        end = time.perf_counter() + 0.0003
+        while time.perf_counter() < end:
+            pass
+        return super().__getitem__(index)
 
 
 def main():
@@ -25,7 +36,8 @@ def main():
     torch.manual_seed(0)
     x = torch.randn(args.samples, 32)
     y = (x.sum(dim=1) > 0).long()
-    data = TensorDataset(x, y)
+    slow = rank == int(os.environ.get("SLOW_LOAD_RANK", "-1"))
+    data = (SlowStorage if slow else TensorDataset)(x, y)
     sampler = DistributedSampler(data, shuffle=True, seed=0)
     loader = DataLoader(data, batch_size=32, sampler=sampler)
     model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
