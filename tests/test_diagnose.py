@@ -1147,12 +1147,12 @@ def test_one_long_flat_noisy_epoch_gets_no_finding(tmp_path, seed):
     assert "compute-growth" not in patterns(d)
 
 
-def _loading(tmp_path, name, share, workers=None):
-    """Ten 100-ms epochs whose training thread waits `share` of each for DataLoader batches (32 calls)."""
-    op = {"name": "DataLoader.__next__", "tags": {}, "calls": 32, "total_s": 0.1 * share, "timed": 32}
-    records = [dict(epoch(i, 0.1, start_s=0.1 * i, steps=32), ops={"DataLoader.__next__": op},
-                    **({"workers": {"count": workers, "uss_bytes": 0, "pss_bytes": 0}} if workers is not None else {}))
-               for i in range(10)]
+def _loading(tmp_path, name, share, workers=None, calls=32, new=None):
+    """Ten 100-ms epochs whose training thread waits `share` of each for `calls` DataLoader batches."""
+    op = {"name": "DataLoader.__next__", "tags": {}, "calls": calls, "total_s": 0.1 * share, "timed": calls}
+    sampled = {"count": workers, "uss_bytes": 0, "pss_bytes": 0, **({"new": new} if new is not None else {})}
+    records = [dict(epoch(i, 0.1, start_s=0.1 * i, steps=calls), ops={"DataLoader.__next__": op},
+                    **({"workers": sampled} if workers is not None else {})) for i in range(10)]
     return analyze(write_run(tmp_path / name, records))
 
 
@@ -1164,7 +1164,14 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
     assert text.evidence(f).startswith("The steps wait for the DataLoader's next batch 40.0% of the epochs' time")
     assert text.evidence(f).endswith("with no worker process: the training process loads every batch itself")
     assert text.remedy(f).startswith("Load batches in worker processes while the step trains")
-    f = _loading(tmp_path, "workers", 0.4, workers=4).findings[0]
+    f = _loading(tmp_path, "workers", 0.4, workers=4, new=4).findings[0]
     assert text.evidence(f).endswith("with 4 worker processes loading them")
-    assert text.remedy(f).startswith("The workers do not keep up: raise num_workers or prefetch_factor")
-    assert patterns(_loading(tmp_path, "fed", 0.03, workers=4)) == []   # a few percent: a DataLoader keeping up
+    assert text.remedy(f).startswith("The workers do not keep up: raise num_workers or prefetch_factor (and "
+                                     "persistent_workers=True")
+    f = _loading(tmp_path, "persistent", 0.4, workers=4, new=0).findings[0]   # carried over: persistent already
+    assert "persistent_workers" not in text.remedy(f)
+    # batches gathered in well under a millisecond: a worker would cost as much to hand one over (a probe's 2
+    # workers took a TensorDataset's wait from 3.4 to 70 ms an epoch)
+    f = _loading(tmp_path, "cheap", 0.3, workers=0, calls=320).findings[0]
+    assert text.remedy(f).startswith("Each batch takes 93.8 µs to gather in the training process")
+    assert patterns(_loading(tmp_path, "fed", 0.16, workers=4)) == []   # under a fifth: gathering small batches

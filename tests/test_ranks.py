@@ -815,4 +815,4 @@ def test_ranks_that_load_alike_or_close_have_no_input_straggler(tmp_path, waits)
     assert a.input_straggler is None
     d = analyze(tmp_path)
     assert "rank-input-wait" not in [f.pattern for f in d.findings]
-    assert ("input-wait" in [f.pattern for f in d.findings]) == (min(waits) / 0.03 >= 0.05)
+    assert ("input-wait" in [f.pattern for f in d.findings]) == (min(waits) / 0.03 >= 0.2)   # the rank diagnosed

@@ -27,6 +27,9 @@ from ..rundir.format import DATALOADER_OP, FORCED_SITES
 from . import stats
 
 MEANINGFUL = 0.05            # share of the run's time that makes a cost a finding (and leads the ranking)
+INPUT_WAIT = 0.20            # share of the epochs' time waiting for DataLoader batches that makes input-wait:
+                             # gathering small batches in the training process takes 5-16% of a toy model's epoch
+CHEAP_BATCH_S = 1e-3         # a batch gathered faster than this costs about as much to hand over from a worker
 SPIKE_FRACTION = 0.02        # share of the run's time in spike excess that is worth a finding...
 SPIKE_GC_EXPLAINS = 0.5      # ...when GC pauses explain at least this share of it
 PAUSE_GROWTH = 0.25          # relative growth of full-collection time that is a finding...
@@ -212,6 +215,7 @@ class InputWait:
     calls: int              # its calls: each batch, and each pass's last (its end)
     wall_s: float           # the analysed epochs' time
     workers: int | None     # child processes (DataLoader workers) at the last epoch's sample; None: not recorded
+    persistent: bool = False  # they carried over from the epoch before (persistent_workers=True)
 
 
 @dataclass
@@ -587,14 +591,15 @@ def data_waits(records):
 
 
 def input_wait(records):
-    """input-wait: the training thread waits for its DataLoader's batches MEANINGFUL of the epochs' time."""
+    """input-wait: the training thread waits for its DataLoader's batches INPUT_WAIT of the epochs' time."""
     waits, wall = data_waits(records), float(sum(r["wall_s"] for r in records))
-    if waits is None or wall <= 0 or waits[0] / wall < MEANINGFUL:
+    if waits is None or wall <= 0 or waits[0] / wall < INPUT_WAIT:
         return None
     seconds, calls = waits
     sampled = next((r["workers"] for r in reversed(records) if r.get("workers")), None)
     evidence = InputWait(seconds / wall, seconds / max(calls, 1), calls, wall,
-                         int(sampled["count"]) if sampled else None)
+                         int(sampled["count"]) if sampled else None,
+                         bool(sampled and sampled["count"] and sampled.get("new") == 0))
     return Finding("compute", "input-wait", evidence.share, evidence)
 
 

@@ -691,6 +691,7 @@ class JobSide:
     straggler: Straggler | None
     cautions: list = field(default_factory=list)   # what its ranks' records leave out, each as "rank N: ..."; too
                                                    # few aligned steps to tell a straggler
+    input_straggler: InputStraggler | None = None  # a rank slow to load its batches
 
 
 @dataclass
@@ -711,7 +712,7 @@ def _side(run_dir):
                    ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
                    lost_fraction=merged.lost_fraction,
                    gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers,
-                   cautions=_cautions(merged) + _compared_as_is(merged))
+                   cautions=_cautions(merged) + _compared_as_is(merged), input_straggler=merged.input_straggler)
 
 
 def compare_ranks(run_a, run_b):

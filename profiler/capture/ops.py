@@ -87,6 +87,12 @@ class _Timer:
             self._untimed += _GAPS[gap]
         return False
 
+    def add(self, ns):
+        """One call of `ns` nanoseconds, timed by its caller (a call that counts only when it returns:
+        a DataLoader's next batch, not the StopIteration that ends the pass)."""
+        self.total_ns += ns
+        self.timed += 1
+
     @property
     def calls(self):
         """Calls since the last take: the timed ones, those sampling skipped (the gaps drawn so
@@ -114,12 +120,19 @@ class _Idle(_Timer):
     __slots__ = ()
 
     def __enter__(self):
+        self._activate()
+        return _Timer.__enter__(self)
+
+    def _activate(self):
         owner = self._owner
         with owner.lock:
             if self.__class__ is _Idle:   # another thread may have made it active meanwhile
                 self.__class__ = _Timer
                 owner.active.append(self)
-        return _Timer.__enter__(self)
+
+    def add(self, ns):
+        self._activate()
+        _Timer.add(self, ns)
 
 
 def _check_identity(name, tags):

@@ -10,8 +10,9 @@ class ReportCommand:
     @staticmethod
     def add_arguments(p):
         p.description = ("Find what makes a run slow or slower (GC steady share, GC spikes, growing pauses, GC "
-                         "between epochs, memory growth, compute growth by op, worker memory; on a multi-rank "
-                         "directory the straggler rank and the stalls), ranked by the time each costs.")
+                         "between epochs, memory growth, compute growth by op, steps waiting for their DataLoader, "
+                         "worker memory; on a multi-rank directory the straggler rank, the stalls and a rank slow to "
+                         "load), ranked by the time each costs.")
         p.add_argument("run_dir")
         p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
         p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report")

@@ -12,18 +12,22 @@ dataset) and ends when it is exhausted or, in the main thread, just after its it
 pass over another DataLoader started while one is still being iterated (a validation pass in the
 middle of a training pass) belongs to the outer one; a new pass over the same DataLoader ends the
 one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers stepping on each
-batch make two steps per batch. Each next batch a DataLoader gives the training thread is timed as
-the op format.DATALOADER_OP: the time the step waits for its data (a rank slow to load holds every
-rank of a data-parallel job back without a stall of its own).
+batch make two steps per batch. Each batch a DataLoader gives the training thread is timed as the op
+format.DATALOADER_OP, its GC pauses left out (the GC findings count them): the time the step waits
+for its data (a rank slow to load holds every rank of a data-parallel job back without a stall of
+its own). The call that ends a pass (StopIteration: workers shut down) is no batch's.
 """
 
 import contextlib
 import sys
+import time
 import weakref
 
 from ..rundir.format import DATALOADER_OP
 from . import pending
 from .marks import Marks, succeeded
+
+_now = time.perf_counter_ns
 
 
 def batch_bytes(batch, depth=0):
@@ -63,7 +67,9 @@ class TorchHooks:
         from torch.utils.data import dataloader
         hooks = self
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
-        waits = self.marks.session.op(DATALOADER_OP)
+        session = getattr(self.marks, "session", None)
+        waits = session.op(DATALOADER_OP) if session is not None else None
+        gc_timer = getattr(session, "gc_timer", None)
 
         def __iter__(loader):
             began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers
@@ -82,15 +88,16 @@ class TorchHooks:
             return iterator
 
         def __next__(iterator):
+            timed = waits is not None and hooks.marks.in_thread()
+            if timed:   # the wait for a batch, its GC pauses left to the GC findings
+                paused, start = sum(gc_timer.pause_ns), _now()
             try:
-                if hooks.marks.in_thread():
-                    with waits:
-                        batch = iter_next(iterator)
-                else:
-                    batch = iter_next(iterator)
-            except StopIteration:
+                batch = iter_next(iterator)
+            except StopIteration:   # the pass's end (its workers shut down, the profiler samples them): no batch
                 hooks._pass_ended(iterator)
                 raise
+            if timed:
+                waits.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
             if hooks._weigh is not None and hooks._weigh[0]() is iterator:
                 prefetch, hooks._weigh = hooks._weigh[1], None
                 hooks.workers.note_batch(batch_bytes(batch), prefetch)

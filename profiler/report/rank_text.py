@@ -224,11 +224,14 @@ def summary(ra):
 def _side(j):
     text_ = (f"{j.label}: {text.ms(j.step_s)} per step, {text.ms(j.lost_s_per_step)} of it lost waiting "
              f"({text.pct(j.lost_fraction)}), GC {text.pct(j.gc_share)} of the ranks' time")
-    s = j.straggler
-    if s is None:
-        return text_ + "; no rank stands out"
-    return (text_ + f"; rank {s.rank} straggles in {text.pct(s.step_fraction)} of the steps, costing "
-            f"{text.pct(s.time_fraction)} of the job, {text.pct(s.gc_explained_fraction)} of it its own GC")
+    s, i = j.straggler, j.input_straggler
+    if s is not None:
+        text_ += (f"; rank {s.rank} straggles in {text.pct(s.step_fraction)} of the steps, costing "
+                  f"{text.pct(s.time_fraction)} of the job, {text.pct(s.gc_explained_fraction)} of it its own GC")
+    if i is not None:
+        text_ += (f"; rank {i.rank} waits {text.ms(i.wait_s)} a step for its DataLoader against "
+                  f"{text.ms(i.others_wait_s)} on the others, {text.pct(i.time_fraction)} of the job's median step")
+    return text_ if s is not None or i is not None else text_ + "; no rank stands out"
 
 
 def comparison_verdict(c):

@@ -395,8 +395,13 @@ def remedy(f):
         cheaper = ("or make the Dataset's __getitem__ cheaper (decode or augment once and cache, read from faster "
                    "storage); `profiler flamegraph` shows where the loading time goes.")
         if e.workers:
-            return (f"The workers do not keep up: raise num_workers or prefetch_factor (and persistent_workers=True, "
-                    f"so they are not started again each epoch), {cheaper}")
+            again = "" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch)"
+            return f"The workers do not keep up: raise num_workers or prefetch_factor{again}, {cheaper}"
+        if e.wait_s < fnd.CHEAP_BATCH_S:
+            return (f"Each batch takes {ms(e.wait_s)} to gather in the training process, about what a worker process "
+                    f"costs to hand one over: gather it cheaper, indexing tensors held in memory with the whole batch's "
+                    f"indices (a BatchSampler as the DataLoader's sampler, batch_size=None) instead of one __getitem__ "
+                    f"a sample, or use larger batches.")
         return (f"Load batches in worker processes while the step trains: DataLoader(..., num_workers=N, "
                 f"persistent_workers=True) with N up to the cores the training leaves free (pin_memory=True for a "
                 f"GPU), {cheaper}")
