@@ -1160,7 +1160,7 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
     d = _loading(tmp_path, "alone", 0.4, workers=0)
     assert patterns(d) == ["input-wait"] and d.primary_cause == "compute"
     f = d.findings[0]
-    assert f.time_fraction == pytest.approx(0.4) and f.evidence.calls == 32 * (10 - d.epoch_time.warmup_epochs_skipped)
+    assert f.time_fraction == pytest.approx(0.4) and f.evidence.batches == 32 * (10 - d.epoch_time.warmup_epochs_skipped)
     assert text.evidence(f).startswith("The steps wait for the DataLoader's next batch 40.0% of the epochs' time")
     assert text.evidence(f).endswith("with no worker process: the training process loads every batch itself")
     assert text.remedy(f).startswith("Load batches in worker processes while the step trains")

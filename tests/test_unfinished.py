@@ -57,17 +57,22 @@ def test_a_run_of_one_epoch_that_raises_keeps_its_steps_and_is_read_as_that_epoc
     assert diagnosis.epoch_time.step_trend.change.relative > 1
 
 
-def test_the_epoch_a_run_stops_in_after_finished_ones_is_left_out_of_them(tmp_path):
-    run_dir = tmp_path / "run"
+def interrupted(run_dir, steps):
+    """A run of epochs of `steps` steps each, Ctrl-C in the last one."""
     with pytest.raises(KeyboardInterrupt):
         with Session(run_dir) as session:
-            for e in range(3):
+            for e, n in enumerate(steps):
                 with session.epoch():
-                    for _ in range(5 if e < 2 else 7):
+                    for _ in range(n):
                         with session.step():
                             pass
-                    if e == 2:
+                    if e == len(steps) - 1:
                         raise KeyboardInterrupt
+    return run_dir
+
+
+def test_the_epoch_a_run_stops_in_after_finished_ones_is_left_out_of_them(tmp_path):
+    run_dir = interrupted(tmp_path / "run", [5, 5, 7])
     assert [r.get("unfinished") for r in lines(run_dir)] == [None, None, True]
     run = read_run(run_dir)
     assert run.status == "interrupted" and [r["epoch"] for r in run.epochs] == [0, 1]
@@ -347,16 +352,7 @@ def test_the_epoch_a_run_stops_in_after_set_up_epochs_without_steps_is_read_with
 
 def test_the_timeline_draws_the_epoch_a_run_stopped_in_with_its_steps(tmp_path):
     from profiler.report.trace import write_run as write_trace
-    run_dir = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        with Session(run_dir) as session:
-            for e in range(2):
-                with session.epoch():
-                    for _ in range(3 if e == 0 else 4):
-                        with session.step():
-                            pass
-                    if e == 1:
-                        raise KeyboardInterrupt
+    run_dir = interrupted(tmp_path / "run", [3, 4])
     assert write_trace(run_dir, tmp_path / "t.json")[1] == 7
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     assert [e["name"] for e in events if e.get("cat") == "epoch"] == ["epoch 0", "epoch 1 (unfinished)"]

@@ -211,8 +211,8 @@ class WorkerMemory:
 @dataclass
 class InputWait:
     share: float            # of the analysed epochs' time, the training thread's wait for DataLoader batches
-    wait_s: float           # the mean wait a call of the DataLoader iterator's __next__
-    calls: int              # its calls: each batch, and each pass's last (its end)
+    wait_s: float           # the mean wait for a batch
+    batches: int
     wall_s: float           # the analysed epochs' time
     workers: int | None     # child processes (DataLoader workers) at the last epoch's sample; None: not recorded
     persistent: bool = False  # they carried over from the epoch before (persistent_workers=True)
@@ -583,7 +583,7 @@ def step_compute_growth(trend, wall_s, ops):
 
 
 def data_waits(records):
-    """(seconds, calls) the training thread waited for torch DataLoader batches in `records` (the op
+    """(seconds, batches) the training thread waited for torch DataLoader batches in `records` (the op
     format.DATALOADER_OP), or None when none was timed."""
     waits = [(op["total_s"], op["calls"]) for r in records for op in (r.get("ops") or {}).values()
              if op.get("name") == DATALOADER_OP and not op.get("tags")]
@@ -595,9 +595,9 @@ def input_wait(records):
     waits, wall = data_waits(records), float(sum(r["wall_s"] for r in records))
     if waits is None or wall <= 0 or waits[0] / wall < INPUT_WAIT:
         return None
-    seconds, calls = waits
+    seconds, batches = waits
     sampled = next((r["workers"] for r in reversed(records) if r.get("workers")), None)
-    evidence = InputWait(seconds / wall, seconds / max(calls, 1), calls, wall,
+    evidence = InputWait(seconds / wall, seconds / max(batches, 1), batches, wall,
                          int(sampled["count"]) if sampled else None,
                          bool(sampled and sampled["count"] and sampled.get("new") == 0))
     return Finding("compute", "input-wait", evidence.share, evidence)

@@ -558,7 +558,8 @@ def analyze_ranks(run_dir):
         straggled_steps=int(straggled.sum()), stragglers=stragglers,
         lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
         ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
-        events=_few(top_stall[straggled]), input_straggler=_input_straggler(per_rank, median) if unit == "step" else None)
+        events=_few(top_stall[straggled]),
+        input_straggler=_input_straggler(per_rank, median) if unit == "step" else None)
 
 
 def rank_heatmap(run_dir, bins=400):

@@ -281,7 +281,7 @@ def evidence(f):
         loads = ("" if e.workers is None else ", with no worker process: the training process loads every batch itself"
                  if e.workers == 0 else f", with {e.workers} worker process{'' if e.workers == 1 else 'es'} loading them")
         return (f"The steps wait for the DataLoader's next batch {pct(e.share)} of the epochs' time "
-                f"({ms(e.share * e.wall_s)} of {ms(e.wall_s)}, {ms(e.wait_s)} a call over {e.calls:,} calls){loads}")
+                f"({ms(e.share * e.wall_s)} of {ms(e.wall_s)}, {ms(e.wait_s)} a batch over {e.batches:,} batches){loads}")
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
 
 
