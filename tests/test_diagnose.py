@@ -1175,3 +1175,5 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
     f = _loading(tmp_path, "cheap", 0.3, workers=0, calls=320).findings[0]
     assert text.remedy(f).startswith("Each batch takes 93.8 µs to gather in the training process")
     assert patterns(_loading(tmp_path, "fed", 0.16, workers=4)) == []   # under a fifth: gathering small batches
+    f = _loading(tmp_path, "untold", 0.4).findings[0]   # no worker count recorded (integrations.torch.track)
+    assert text.remedy(f).startswith("Without DataLoader workers, load batches in worker processes")

@@ -7,8 +7,8 @@ step (rare: most steps see none). The buffer is written as it is when the epoch 
 fills, and at the end of the first step FLUSH_NS after the last write (its epoch slots filled in one
 slice assignment, no conversion), so memory stays constant for any number of steps, every finished
 epoch's steps are on disk when the next epoch begins, and a process killed inside a long epoch
-leaves all but its last second of steps on disk. An abandoned epoch's steps are dropped, those
-written already included.
+leaves all but its last second of steps on disk. An abandoned epoch's steps are written and held
+with its record, or dropped, those written already included (the Session decides: abandon_epoch).
 """
 
 import array

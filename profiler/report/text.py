@@ -397,6 +397,10 @@ def remedy(f):
         if e.workers:
             again = "" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch)"
             return f"The workers do not keep up: raise num_workers or prefetch_factor{again}, {cheaper}"
+        if e.workers is None:   # not sampled (integrations.torch.track records no workers)
+            return (f"Without DataLoader workers, load batches in worker processes while the step trains "
+                    f"(num_workers=N, persistent_workers=True); with them, raise num_workers or prefetch_factor; "
+                    f"{cheaper}")
         if e.wait_s < fnd.CHEAP_BATCH_S:
             return (f"Each batch takes {ms(e.wait_s)} to gather in the training process, about what a worker process "
                     f"costs to hand one over: gather it cheaper, indexing tensors held in memory with the whole batch's "
