@@ -296,4 +296,4 @@ def analyze(run_dir):
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,
         workers=_workers(workers[-1]) if workers else None,
-        spikes=spikes, meta=run.user_meta, unfinished=bool(run.epochs[-1].get("unfinished")))
+        spikes=spikes, meta=run.user_meta, unfinished=run.ends_unfinished)

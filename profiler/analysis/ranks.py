@@ -268,7 +268,7 @@ def _rank(rank_dir, unit):
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
-        epochs=len(epochs) - bool(epochs and epochs[-1].get("unfinished")),   # finished: not the one it stopped in
+        epochs=len(epochs) - run.ends_unfinished,   # finished: not the one it stopped in
         steps=len(steps), last_step=(len(wall) - 1) if len(wall) else None,
         median_s=float(np.median(wall)) if len(wall) else 0.0,
         gc_share=sum(pause) / total if total > 0 else 0.0, gc_pause_s=pause, rss_growth_bytes_per_epoch=rss_rate,

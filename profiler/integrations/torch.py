@@ -67,9 +67,9 @@ class TorchHooks:
         from torch.utils.data import dataloader
         hooks = self
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
-        session = getattr(self.marks, "session", None)
+        session = self.marks.session if self.marks is not None else None   # None: a WorkerProbe's hooks alone
         waits = session.op(DATALOADER_OP) if session is not None else None
-        gc_timer = getattr(session, "gc_timer", None)
+        gc_timer = session.gc_timer if session is not None else None
 
         def __iter__(loader):
             began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers

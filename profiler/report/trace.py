@@ -51,8 +51,8 @@ def _epochs(run, pid, offset_s):
     """The epochs, the one the run stopped in too (kept apart from finished ones: it shows what ran
     up to the stop)."""
     clock, has_steps = 0.0, len(run.steps(every=True)) > 0
-    stopped = run.unfinished_epoch
-    for r in [*run.epochs, *([stopped] if stopped is not None and stopped not in run.epochs else [])]:
+    apart = run.unfinished_epoch is not None and not run.ends_unfinished
+    for r in [*run.epochs, *([run.unfinished_epoch] if apart else [])]:
         start = r["start_s"] if r.get("start_s") is not None else clock
         clock = start + r["wall_s"]
         name = f"epoch {r['epoch']}" + (" (unfinished)" if r.get("unfinished") else "")

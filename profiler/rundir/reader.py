@@ -43,6 +43,11 @@ class Run:
         return not self.problems and self.status in ("completed", "halted")
 
     @property
+    def ends_unfinished(self):
+        """Whether the last of `epochs` is the one the run stopped in (no finished epoch has steps)."""
+        return bool(self.epochs) and self.epochs[-1] is self.unfinished_epoch
+
+    @property
     def gc_policy(self):
         """The --gc-policy the run recorded (meta.json options.gc_policy), or None."""
         return (self.meta.get("options") or {}).get("gc_policy")   # a string or None (_check_meta)
