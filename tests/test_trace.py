@@ -36,15 +36,18 @@ def test_trace_of_a_stepped_run(tmp_path):
     assert steps[5]["ts"] == pytest.approx(50_000) and steps[5]["dur"] == pytest.approx(60_000)
     assert gcs[0]["tid"] == trace.GC_TID + 2 and gcs[0]["dur"] == pytest.approx(50_000)
     assert steps[5]["ts"] <= gcs[0]["ts"] <= steps[5]["ts"] + steps[5]["dur"]
-    counters = [e for e in events if e["ph"] == "C"]
+    counters = [e for e in events if e["ph"] == "C" and e["cat"] == "gc"]
     assert [c["args"]["gen2"] for c in counters] == [pytest.approx(50.0), 0.0]
     assert {c["name"] for c in counters} == {"GC pause in steps (ms)"}
+    # the RSS counter: each epoch's reading at its end (the run has no rss.bin)
+    rss = [(e["ts"], e["args"]["rss"]) for e in events if e["ph"] == "C" and e["cat"] == "memory"]
+    assert [r for _, r in rss] == [200.0] * 3 and [t for t, _ in rss] == [pytest.approx(e["ts"] + e["dur"]) for e in epochs]
 
 
 def test_a_run_without_steps_counts_the_pause_in_epochs(tmp_path):
     run = write_run(tmp_path / "run", [epoch(i, 0.010, start_s=0.010 * i, pause=(0.001, 0.0, 0.002)) for i in range(2)])
     trace.write_run(run, tmp_path / "t.json")
-    counters = [e for e in load(tmp_path / "t.json")["traceEvents"] if e["ph"] == "C"]
+    counters = [e for e in load(tmp_path / "t.json")["traceEvents"] if e["ph"] == "C" and e["cat"] == "gc"]
     assert {c["name"] for c in counters} == {"GC pause in epochs (ms)"}
     assert [(c["ts"], c["args"]["gen2"]) for c in counters] == [(0, pytest.approx(2.0)), (10_000, 0.0),
                                                                 (10_000, pytest.approx(2.0)), (20_000, 0.0)]

@@ -75,6 +75,8 @@ class Allocation:
     span_epochs: float          # ...from the first index to the last
     rss_limit_bytes: float      # RSS growth over the run that counts as growing memory
     rss_rise_bytes: float = 0.0   # the rise of RSS's level, its last third's over its first (findings.level_rise)
+    rss_trend: object = None    # findings.MemoryTrend: RSS through the epochs' time, read about once a second
+                                # inside them, when they are too few to fit a growth per epoch (None: fewer samples)
 
 
 @dataclass
@@ -248,7 +250,9 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    memory = fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
+    rss_trend = fnd.rss_trend(run.rss_samples(), records) if len(records) < fnd.MEMORY_MIN_EPOCHS else None
+    memory = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
+              or fnd.rss_growth(rss_trend))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with
     # CPython's full collections ever further apart (a quarter more objects each time), too few to fit
     growing = ("gc-growing-pauses" if growth else "allocation-growth"
@@ -291,7 +295,8 @@ def analyze(run_dir):
                               rss_end_bytes=_float(records[-1]["rss_bytes"]), top_sites=sites,
                               epochs=len(records), span_epochs=float(idx[-1] - idx[0]),
                               rss_limit_bytes=fnd.rss_limit(records),
-                              rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records])),
+                              rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records]),
+                              rss_trend=rss_trend),
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,

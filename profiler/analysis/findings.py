@@ -7,6 +7,8 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     gc-between-epochs   collections in the gaps between epochs (a gc.collect() after each one), as a
                         share of the epochs' time and the gaps' together
     allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
+                        over the epochs; in a run of too few epochs to fit, RSS that keeps growing
+                        through their time (read about once a second inside them: an LLM's one epoch)
     compute-growth      a sustained slowdown that GC does not explain, by op
     input-wait          the training thread waiting for a torch DataLoader's next batch
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
@@ -40,6 +42,7 @@ MIN_EVENTS = 8               # full collections needed to fit their trend
 RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
 MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory growing
+RSS_TREND_SAMPLES = 10       # RSS samples inside fewer epochs than that which tell a trend through their time
 TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
@@ -165,6 +168,21 @@ class MemoryGrowth:
     sites_share: float | None = None   # of the growth per epoch, the share the sites' growth per traced epoch is
     traced_epochs: int = 0          # the epochs deep capture traced (the sites' source)
     deep: object = None             # the run's tracemalloc setting: False, True or "auto" (None: not recorded)
+
+
+@dataclass
+class MemoryTrend:
+    """RSS through the analysed epochs' time, from the samples read inside them (rundir.Run.rss_samples):
+    the memory trend of a run whose epochs are too few to fit one."""
+    growth_bytes_per_s: float
+    total_growth_bytes: float       # over the sampled span
+    start_bytes: float              # the first sample's RSS
+    end_bytes: float                # the last's
+    span_s: float                   # from the first sample to the last
+    samples: int
+    epochs: int                     # the epochs they were read in
+    levels_off: bool                # the last third grows at under LEVELS_OFF of the overall rate
+    limit_bytes: float              # growth over the span that counts as growing memory
 
 
 @dataclass
@@ -539,6 +557,37 @@ def memory_growth(records, sites, sited, deep=None):
             traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites,
             sites_share=None if share is None else float(share), traced_epochs=traced, deep=deep))
     return None
+
+
+def rss_trend(samples, records):
+    """MemoryTrend of the RSS samples (format.RSS_DTYPE) inside the time of `records`, None with
+    fewer than RSS_TREND_SAMPLES of them (or records written before start_s)."""
+    starts = [r.get("start_s") for r in records]
+    if None in starts:
+        return None
+    order = np.argsort(starts)
+    walls = np.array([r["wall_s"] for r in records])[order]
+    epoch, inside = stats.within(np.array(starts)[order], walls, samples["t_s"])
+    t, rss = samples["t_s"][inside], samples["rss_bytes"][inside].astype(float)
+    if len(t) < RSS_TREND_SAMPLES:
+        return None
+    span = float(t[-1] - t[0])
+    rate = max(stats.slope(t, rss), level_rise(rss) / span) if span > 0 else 0.0
+    third = max(3, len(t) // 3)
+    return MemoryTrend(growth_bytes_per_s=rate, total_growth_bytes=rate * span, start_bytes=float(rss[0]),
+                       end_bytes=float(rss[-1]), span_s=span, samples=int(len(t)),
+                       epochs=int(len(np.unique(epoch[inside]))),
+                       levels_off=bool(rate > 0 and stats.slope(t[-third:], rss[-third:]) < LEVELS_OFF * rate),
+                       limit_bytes=max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(rss[0])))
+
+
+def rss_growth(trend):
+    """allocation-growth from an RSS trend through the epochs' time (a MemoryTrend, or None) that
+    keeps growing to the end: a level reached early and held is the run's warm-up (its allocator,
+    its caches filling), which the epochs' trend leaves out with the warm-up epochs."""
+    if trend is None or trend.levels_off or trend.total_growth_bytes < trend.limit_bytes:
+        return None
+    return Finding("allocation", "allocation-growth", 0.0, trend)
 
 
 def op_growth(records, op_series):

@@ -23,6 +23,8 @@ class EpochSeries:
     traced_bytes: np.ndarray
     epochs: int
     downsampled: bool
+    rss_t_s: np.ndarray = None      # the RSS read inside epochs (rundir.Run.rss_samples), binned: when...
+    rss_read_bytes: np.ndarray = None   # ...and how much
 
 
 @dataclass
@@ -46,7 +48,8 @@ def _bin_means(values, edges):
 
 def series(run_dir, max_points=1000):
     """EpochSeries of every finished epoch (the warm-up included: the plot shows it)."""
-    recs = load(run_dir, "plot").run.epochs
+    run = load(run_dir, "plot").run
+    recs, samples = run.epochs, run.rss_samples()
     n = len(recs)
     edges = _edges(n, max_points)
     wall, gens = spk.epoch_arrays(recs)
@@ -59,7 +62,9 @@ def series(run_dir, max_points=1000):
         malloc_epoch=_bin_means([e for e, _ in malloc], malloc_edges),
         malloc_bytes=_bin_means([b for _, b in malloc], malloc_edges),
         traced_epoch=np.array([e for e, _ in traced], float), traced_bytes=np.array([b for _, b in traced], float),
-        epochs=n, downsampled=n > max_points)
+        epochs=n, downsampled=n > max_points,
+        rss_t_s=_bin_means(samples["t_s"], _edges(len(samples), max_points)),
+        rss_read_bytes=_bin_means(samples["rss_bytes"], _edges(len(samples), max_points)))
 
 
 def step_series(run_dir, max_points=2000):

@@ -12,7 +12,9 @@ Frameworks that call back at boundaries use begin_epoch()/end_epoch()/abandon_ep
 begin_step()/end_step()/abandon_step() instead of the context managers.
 
 Each finished epoch is one line in epochs.jsonl, flushed as the epoch ends, with its steps
-(steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory. An
+(steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory. The
+process's RSS is read as steps are written, at most once a second (rss.bin): a long epoch's
+memory on the way, not only at its end. An
 epoch with steps that the run stops in (an exception, Ctrl-C, SIGTERM) is written too, flagged
 "unfinished": a run of one long epoch that crashes keeps its steps.
 Options are checked when the Session is built, before anything is written. The hooks
@@ -43,6 +45,9 @@ from .ops import OpTimers
 from .steps import StepRecorder
 
 _now = time.perf_counter_ns
+# steps written at least this long after the last RSS reading take one (~1 us): the steps' own once-a-second
+# write (steps.FLUSH_NS), due a few microseconds after the reading before, takes one each time
+RSS_SAMPLE_NS = 990_000_000
 _active = None
 _lock = threading.Lock()
 
@@ -145,6 +150,7 @@ class Session:
         self._unlined = None         # (steps on disk, epochs file size) of the closing epoch before its line
         self._held = None            # (line, index, steps on disk) of an epoch abandoned with steps (_hold)
         self._start_ns = 0
+        self._rss_due_ns = 0         # steps written after this read the RSS (rss.bin)
         self._ended_ns = 0           # when the last epoch written ended, the profiler's work for it done
         self._gap_s = None           # the open epoch's gap_s: the program's time since then
         self._gc_before = None       # the open epoch's gc_before: the collections in that time
@@ -591,6 +597,10 @@ class Session:
         self._term = "waits"
         try:
             self._writer.append_binary(fmt.STEPS, data)
+            now = _now()
+            if now >= self._rss_due_ns:
+                self._rss_due_ns = now + RSS_SAMPLE_NS
+                self._writer.append_binary(fmt.RSS, fmt.RSS_SAMPLE.pack(now, self.memory.rss()))
         finally:
             waited, self._term = self._term, None
             if waited == "came":

@@ -10,7 +10,7 @@ class TimelineCommand:
 
     @staticmethod
     def add_arguments(p):
-        p.description = ("Epochs, steps, per-epoch op totals and GC pauses (one track per generation) on one "
+        p.description = ("Epochs, steps, per-epoch op totals, GC pauses (one track per generation) and RSS on one "
                          "time axis, as Chrome trace event JSON: open it in https://ui.perfetto.dev or chrome://tracing.")
         p.add_argument("run_dir")
         p.add_argument("--out", default="trace.json", help="trace file to write (default trace.json)")

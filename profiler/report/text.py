@@ -188,7 +188,23 @@ def _gen(g):
     return "full (generation 2)" if g == 2 else f"generation {g}"
 
 
+def _pace(rate, span_s, sign=signed_size):
+    """'+68.2 MiB a second', or over spans of ten minutes or more '+1.2 GiB a minute'."""
+    return f"{sign(rate)} a second" if span_s < 600 else f"{sign(rate * 60)} a minute"
+
+
+def _through(trend):
+    return "the epoch" if trend.epochs == 1 else f"the {trend.epochs} epochs"
+
+
+def _memory_trend(e):
+    return (f"RSS grows {_pace(e.growth_bytes_per_s, e.span_s, size)} through {_through(e)} ({size(e.start_bytes)} -> "
+            f"{size(e.end_bytes)} over {duration(e.span_s)}, read {e.samples:,} times) and keeps growing to the end")
+
+
 def _memory(e):
+    if isinstance(e, fnd.MemoryTrend):
+        return _memory_trend(e)
     name = e.measure.upper() if e.measure == "rss" else e.measure
     grows = (f"grew {size(e.end_bytes - e.start_bytes)}" if e.levels_off
              else f"grows {size(e.growth_bytes_per_epoch)} per epoch")
@@ -351,6 +367,10 @@ def remedy(f):
         if fnd.forced_leads(e):
             text += " And " + _forced_remedy(e.forced, e.policy)
         return text
+    if f.pattern == "allocation-growth" and isinstance(e, fnd.MemoryTrend):
+        return (f"Look for what each step keeps: a loss kept with its graph (keep loss.item()), outputs or tensors "
+                f"appended to a list. To name the line, mark shorter epochs (session.epoch() around every few hundred "
+                f"steps, or --epoch-fn on a function called per chunk of them) and run with {_DEEP_ON}.")
     if f.pattern == "allocation-growth":
         site = e.top_sites[0].site if e.top_sites else None   # the line that grew most, numpy's buffers too
         if e.levels_off:
@@ -515,7 +535,15 @@ def _rss_rate(a):
 
 
 def _memory_not_found(a):
-    rate = a.rss_growth_bytes_per_epoch
+    rate, trend = a.rss_growth_bytes_per_epoch, a.rss_trend
+    rise = trend.end_bytes - trend.start_bytes if trend is not None else 0.0
+    if rise >= FLAT_BYTES and (trend.levels_off or trend.total_growth_bytes < rise / 2):   # the trend misses the rise
+        return (f"memory held after it rose early in {_through(trend)} (RSS {size(trend.start_bytes)} -> "
+                f"{size(trend.end_bytes)} over {duration(trend.span_s)}, read {trend.samples:,} times)")
+    if trend is not None:
+        return (f"memory does not grow through {_through(trend)} (RSS "
+                f"{_pace(trend.growth_bytes_per_s, trend.span_s)} over {duration(trend.span_s)}: "
+                f"{signed_size(trend.total_growth_bytes)}, under the {size(trend.limit_bytes)} that counts as growing)")
     if rate is None:
         return "memory cannot show a trend in one epoch"
     per_epoch = f"{signed_size(rate)} per epoch"
@@ -619,6 +647,8 @@ def diagnosis(d):
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
               f"memory       RSS {_rss_rate(a)}/epoch"
+              + (f"   through {_through(a.rss_trend)} {_pace(a.rss_trend.growth_bytes_per_s, a.rss_trend.span_s)}"
+                 if a.rss_trend is not None else "")
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")
               + (f"   traced {size(a.traced_growth_bytes_per_epoch)}/epoch"

@@ -12,6 +12,9 @@ the tracks:
              one slice per collection in gc_events.bin (every full collection and every long one)
     GC pause in steps / GC pause in epochs (counter)
              the GC pause inside each step by generation, from steps.bin (each epoch's without steps)
+    RSS (counter)
+             the process's resident memory as read inside epochs with steps (rss.bin, about once a
+             second), and at each epoch's end
 
 `events(run, pid)` yields the events of one run; `write(path, streams)` writes any number of
 them as one file, streaming, so a million steps never sit in memory as Python objects. The steps
@@ -92,6 +95,16 @@ def _steps(run, pid, offset_s, shown):
                 yield _gc_counter(pid, start + wall, offset_s, [0.0, 0.0, 0.0])
 
 
+def _rss(run, pid, offset_s):
+    """The RSS counter: the samples inside epochs and each epoch's reading at its end, in time order."""
+    samples = run.rss_samples()
+    ends = [(r["start_s"] + r["wall_s"], r["rss_bytes"]) for r in run.epochs
+            if r.get("start_s") is not None and r["rss_bytes"] is not None]
+    for at, rss in sorted([*zip(samples["t_s"].tolist(), samples["rss_bytes"].tolist()), *ends]):
+        yield {"name": "RSS (MiB)", "cat": "memory", "ph": "C", "pid": pid, "tid": 0, "ts": _us(at, offset_s),
+               "args": {"rss": round(rss / (1 << 20), 3)}}
+
+
 def _gc_events(run, pid, offset_s):
     events = run.gc_events()
     for a in range(0, len(events), CHUNK):
@@ -107,6 +120,7 @@ def events(run, pid=0, offset_s=0.0, name=None, steps=slice(0, MAX_STEPS)):
     yield from _meta(pid, name or str(run.path))
     yield from _epochs(run, pid, offset_s)
     yield from _steps(run, pid, offset_s, steps)
+    yield from _rss(run, pid, offset_s)
     yield from _gc_events(run, pid, offset_s)
 
 

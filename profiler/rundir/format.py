@@ -15,8 +15,8 @@ import numpy as np
 from ..errors import UsageError
 
 FORMAT = 1
-META, EPOCHS, STEPS, GC_EVENTS = "meta.json", "epochs.jsonl", "steps.bin", "gc_events.bin"
-RECORDS = (META, EPOCHS, STEPS, GC_EVENTS)   # the files a run directory holds
+META, EPOCHS, STEPS, GC_EVENTS, RSS = "meta.json", "epochs.jsonl", "steps.bin", "gc_events.bin", "rss.bin"
+RECORDS = (META, EPOCHS, STEPS, GC_EVENTS, RSS)   # the files a run directory holds
 STATUSES = ("running", "completed", "halted", "failed", "interrupted", "terminated")
 RANK_PREFIX = "rank-"
 
@@ -37,6 +37,14 @@ STEP_DTYPE = np.dtype(list(STEP_FIELDS))
 # steps.bin of runs written before clock_origin_ns (meta.json has none): the step in seconds.
 LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "<f4"), ("gc0_s", "<f4"),
                               ("gc1_s", "<f4"), ("gc2_s", "<f4")])
+
+# The process's resident memory inside epochs with steps (rss.bin), read as the steps are written, at
+# most once a second: when (a perf_counter_ns() reading, as steps.bin's) and the bytes. An epoch's
+# record holds its RSS at its end only; these show a long epoch's memory on the way (an LLM's one
+# epoch, a job the OOM killer stopped).
+RSS_SAMPLE = struct.Struct("<qq")
+RSS_RECORD = np.dtype([("t_ns", "<i8"), ("rss_bytes", "<i8")])
+RSS_DTYPE = np.dtype([("t_s", "<f8"), ("rss_bytes", "<i8")])   # as readers see them: seconds since the clock origin
 
 FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the longest paused first
 DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, STATUSES,
-                     STEP_DTYPE, STEP_RECORD, STEPS, capped_error, run_path)
+from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, RSS, RSS_DTYPE,
+                     RSS_RECORD, STATUSES, STEP_DTYPE, STEP_RECORD, STEPS, capped_error, run_path)
 
 CHUNK = 1 << 18              # records checked at a time
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
@@ -68,6 +68,17 @@ class Run:
     def gc_events(self):
         """Every recorded GC event as a read-only structured array (memory-mapped; empty if none)."""
         return _records(self.path / GC_EVENTS, GC_EVENT_DTYPE)
+
+    def rss_samples(self):
+        """The RSS read inside epochs with steps, at most once a second, as a structured array of
+        format.RSS_DTYPE (seconds since the clock origin, bytes); empty if none (16 bytes a sample:
+        a day's run holds 1.4 MB of them)."""
+        records = _records(self.path / RSS, RSS_RECORD)
+        samples = np.empty(len(records), RSS_DTYPE)
+        if len(records):
+            samples["t_s"] = (records["t_ns"] - self.meta.get("clock_origin_ns", 0)) / 1e9
+            samples["rss_bytes"] = records["rss_bytes"]
+        return samples
 
 
 class Steps:
@@ -273,7 +284,7 @@ def read_run(path):
     if unfinished is None and not trained and status == "running":
         _killed_in(run, kept)
     _unlined_steps(run, step_epochs - {r["epoch"] for r in run.epochs}, kept)
-    for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE)):
+    for name, dtype in ((STEPS, _step_layout(meta)), (GC_EVENTS, GC_EVENT_DTYPE), (RSS, RSS_RECORD)):
         torn = _torn_bytes(path / name, dtype)
         if torn:
             problems.append(f"{name} ends with {torn} bytes of a record cut short (a crash mid-write); they were "
@@ -304,7 +315,7 @@ def _killed_in(run, kept):
     """A run killed inside its first epoch with steps (SIGKILL, the OOM killer: no final status, no
     line), or still live in it, with its steps on disk (written at least once a second) is read as
     that epoch, rebuilt from them a chunk at a time: an unfinished record with its steps' time and
-    GC pauses, and no memory or op records."""
+    GC pauses, its RSS the last sample inside it (rss.bin), and no op records."""
     steps = run.steps(every=True)
     n = len(steps) - kept
     if not n or steps[kept]["epoch"] != steps[-1]["epoch"]:
@@ -317,16 +328,19 @@ def _killed_in(run, kept):
         pause += gc.sum(axis=1)
         paused += np.count_nonzero(gc, axis=1)
     start = float(steps[kept]["start_s"])
+    samples = run.rss_samples()
+    read = samples["rss_bytes"][(samples["t_s"] >= start) & (samples["t_s"] <= end)]
     record = {"epoch": int(steps[kept]["epoch"]), "start_s": start, "wall_s": end - start, "steps": n,
               "gc": {"pause_s": pause.tolist(), "collections": paused.tolist()},
-              "rss_bytes": None, "malloc_bytes": None, "heap": None, "ops": {}, "unfinished": True,
-              "from_steps": True}
+              "rss_bytes": int(read[-1]) if len(read) else None, "malloc_bytes": None, "heap": None, "ops": {},
+              "unfinished": True, "from_steps": True}
     run.unfinished_epoch, run.epochs, run.kept_steps = record, [*run.epochs, record], None
+    memory = "its RSS the last read in it" if len(read) else "no memory records"
     run.problems.append(f"epoch {record['epoch']} did not finish: its steps stop {_into(record)} into it (the "
                         f"process was killed, or is still running), after {n:,} on disk (a kill loses the last "
                         f"second's); no epoch with steps finished, so "
-                        f"it is read from those steps (its time runs to the last of them, not a whole epoch's; no "
-                        f"memory or op records; collections counted as the steps they paused)")
+                        f"it is read from those steps (its time runs to the last of them, not a whole epoch's; "
+                        f"{memory}; no op records; collections counted as the steps they paused)")
 
 
 def _unlined_steps(run, unlined, kept):
@@ -352,9 +366,10 @@ def _unlined_steps(run, unlined, kept):
 
 
 def _check_records(run, last_lined):
-    """RunDirError for the first record of steps.bin or gc_events.bin this profiler cannot have
-    written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
-    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2. Read a chunk at a
+    """RunDirError for the first record of steps.bin, gc_events.bin or rss.bin this profiler cannot
+    have written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
+    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, a size outside
+    0..MAX_BYTES. Read a chunk at a
     time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
     many steps belong to epochs up to `last_lined`: a prefix, as steps are in epoch order)."""
     source = run.path / GC_EVENTS
@@ -366,6 +381,13 @@ def _check_records(run, last_lined):
             i = int(np.argmax(block["generation"] > 2))
             raise RunDirError(f"{source} record {a + i} has generation {int(block['generation'][i])}, not 0, 1 or 2: "
                               f"not written by this profiler")
+    source, samples = run.path / RSS, run.rss_samples()
+    _check_times(samples, ("t_s",), source, 0)
+    bad = (samples["rss_bytes"] < 0) | (samples["rss_bytes"] > MAX_BYTES)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise RunDirError(f"{source} record {i} has rss_bytes {int(samples['rss_bytes'][i])}, not a size between 0 and "
+                          f"{MAX_BYTES} bytes: not written by this profiler")
     source, steps, last = run.path / STEPS, run.steps(), 0
     seen, kept = set(), 0
     for a in range(0, len(steps), CHUNK):

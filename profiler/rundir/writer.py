@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import RunWriteError, UsageError
-from .format import EPOCHS, GC_EVENTS, META, RANK_PREFIX, STEPS
+from .format import EPOCHS, GC_EVENTS, META, RANK_PREFIX, RSS, STEPS
 from .reader import listed
 
 def _epoch_encoder():
@@ -154,7 +154,7 @@ class RunWriter:
         self._append(EPOCHS, line, index)
 
     def append_binary(self, name, data):
-        """Append packed records to `name` (STEPS or GC_EVENTS), all of them or none. A removed run
+        """Append packed records to `name` (STEPS, GC_EVENTS or RSS), all of them or none. A removed run
         directory is caught by the epoch lines written after them (_check_alive)."""
         if data:
             self._append(name, data)
@@ -238,7 +238,7 @@ class RunWriter:
     def discard(self):
         """Remove what this writer created (a run whose start failed leaves no unusable directory)."""
         self.close()
-        for name in (EPOCHS, STEPS, GC_EVENTS, META + ".tmp"):
+        for name in (EPOCHS, STEPS, GC_EVENTS, RSS, META + ".tmp"):
             try:
                 (self.path / name).unlink(missing_ok=True)
             except OSError:

@@ -1,0 +1,223 @@
+"""RSS read inside epochs (rss.bin): written with the steps at most once a second, read back on the
+run's clock, and judged when the epochs are too few to fit a growth per epoch (an LLM's one epoch,
+a job the OOM killer stopped)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler import Session
+from profiler.analysis import analyze, findings, series
+from profiler.capture import session as session_module
+from profiler.capture import steps as steps_module
+from profiler.errors import RunDirError
+from profiler.report import figures, text, trace
+from profiler.rundir import read_run
+from profiler.rundir.format import RSS, RSS_RECORD, RSS_SAMPLE
+
+from .fixtures import MIB, epoch, write_run
+
+SCRIPT = Path(__file__).parent / "scripts" / "torch_one_epoch.py"
+
+
+def with_samples(path, records, samples, status="completed", steps=()):
+    """A run of `records` whose rss.bin holds `samples` ((t_s, rss_bytes), ...) on a clock whose origin is 0."""
+    write_run(path, records, status=status, steps=steps)
+    (path / RSS).write_bytes(b"".join(RSS_SAMPLE.pack(round(t * 1e9), int(b)) for t, b in samples))
+    return path
+
+
+def one_epoch(path, rss_at, seconds=100.0, **kwargs):
+    """One epoch of `seconds` from t=1 s, its RSS read each second as rss_at(t)."""
+    times = np.arange(2.0, 1.0 + seconds, 1.0)
+    return with_samples(path, [epoch(0, seconds, start_s=1.0, rss=rss_at(1.0 + seconds))],
+                        [(t, rss_at(t)) for t in times], **kwargs)
+
+
+def told(d):
+    """The text report, its lines joined."""
+    return " ".join(text.diagnosis(d).split())
+
+
+def memory_findings(d):
+    return [f for f in d.findings if f.pattern == "allocation-growth"]
+
+
+# -- capture ---------------------------------------------------------------------------------------
+
+def test_rss_is_read_with_the_steps_writes_at_most_once_a_second(tmp_path, monkeypatch):
+    clock = [10_000_000_000]
+    now = lambda: clock[0]   # noqa: E731
+    monkeypatch.setattr(session_module, "_now", now)
+    monkeypatch.setattr(steps_module, "_now", now)
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            for _ in range(10):
+                with session.step():
+                    clock[0] += 400_000_000   # 0.4 s a step: the steps are written after steps 3, 6 and 9
+        with session.epoch(1):   # a short epoch a moment later: its steps' write reads no RSS
+            with session.step():
+                clock[0] += 1_000
+    samples = np.fromfile(tmp_path / "run" / RSS, RSS_RECORD)
+    assert samples["t_ns"].tolist() == [clock[0] - 1_000 - 4_000_000_000 + d for d in
+                                        (1_200_000_000, 2_400_000_000, 3_600_000_000)]
+    assert (samples["rss_bytes"] > 1 << 20).all()
+    read = read_run(tmp_path / "run").rss_samples()
+    assert read["t_s"] == pytest.approx((samples["t_ns"] - 10_000_000_000) / 1e9)
+
+
+def test_a_run_without_steps_writes_no_rss_samples(tmp_path):
+    with Session(tmp_path / "run") as session:
+        for i in range(3):
+            with session.epoch(i):
+                pass
+    assert not (tmp_path / "run" / RSS).exists()
+    assert len(read_run(tmp_path / "run").rss_samples()) == 0
+
+
+# -- the reader ------------------------------------------------------------------------------------
+
+def test_a_torn_sample_is_skipped_and_named(tmp_path):
+    path = with_samples(tmp_path / "r", [epoch(0, 3.0, start_s=0.0)], [(1.0, 100 * MIB), (2.0, 101 * MIB)])
+    with open(path / RSS, "ab") as f:
+        f.write(b"\x01\x02\x03")
+    run = read_run(path)
+    assert run.rss_samples()["rss_bytes"].tolist() == [100 * MIB, 101 * MIB]
+    assert "rss.bin ends with 3 bytes of a record cut short (a crash mid-write); they were skipped" in run.problems
+
+
+@pytest.mark.parametrize("sample, what", [((-1.0, MIB), "has t_s -1, not a time"),
+                                          ((1.0, -5), "has rss_bytes -5, not a size between 0 and")])
+def test_a_sample_this_profiler_cannot_have_written_is_refused(tmp_path, sample, what):
+    path = with_samples(tmp_path / "r", [epoch(0, 3.0, start_s=0.0)], [(0.5, MIB), sample])
+    with pytest.raises(RunDirError, match=f"rss.bin record 1 {what}"):
+        read_run(path)
+
+
+def test_a_killed_run_read_from_its_steps_has_the_last_rss_read_inside_it(tmp_path):
+    path = with_samples(tmp_path / "r", [], [(0.5, 50 * MIB), (1.5, 60 * MIB), (2.5, 70 * MIB), (9.0, 99 * MIB)],
+                        status="running", steps=[(0, 1.0, 1.0, 0, 0, 0), (0, 2.0, 1.0, 0, 0, 0)])
+    run = read_run(path)
+    (record,) = run.epochs
+    assert record["from_steps"] and record["rss_bytes"] == 70 * MIB   # the read at 9 s is outside its steps
+    assert "its RSS the last read in it; no op records" in run.problems[-1]
+    assert analyze(path).allocation.rss_end_bytes == 70 * MIB
+
+
+# -- analysis: known answers -----------------------------------------------------------------------
+
+def test_one_epoch_whose_rss_keeps_growing_is_allocation_growth(tmp_path):
+    d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB))
+    (f,) = memory_findings(d)
+    e = f.evidence
+    assert isinstance(e, findings.MemoryTrend) and f.cause == "allocation" and d.primary_cause == "allocation"
+    assert e.growth_bytes_per_s == pytest.approx(MIB) and e.samples == 99 and e.epochs == 1
+    assert e.span_s == pytest.approx(98.0) and e.start_bytes == 502 * MIB and e.end_bytes == 600 * MIB
+    assert not e.levels_off and d.allocation.rss_trend == e
+    assert text.evidence(f) == ("RSS grows 1.0 MiB a second through the epoch (502.0 MiB -> 600.0 MiB over 98 s, "
+                                "read 99 times) and keeps growing to the end")
+    assert text.remedy(f).startswith("Look for what each step keeps: a loss kept with its graph (keep loss.item())")
+    assert "memory RSS -/epoch through the epoch +1.0 MiB a second" in told(d)
+
+
+def test_growth_over_ten_minutes_is_told_a_minute(tmp_path):
+    d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB, seconds=1200.0))
+    (f,) = memory_findings(d)
+    assert text.evidence(f).startswith("RSS grows 60.0 MiB a minute through the epoch (")
+
+
+@pytest.mark.parametrize("rss_at, said", [
+    # noise around a level: a tenth of a MiB each way
+    (lambda t: 800 * MIB + (t % 3) * 100_000, "memory does not grow through the epoch (RSS "),
+    # growth under the limit: 10 MiB over the epoch against max(16 MiB, 5% of 800 MiB)
+    (lambda t: 800 * MIB + t * MIB / 10, "memory does not grow through the epoch (RSS +102.4 KiB a second over 98 s: "
+                                         "+9.8 MiB, under the 40.0 MiB that counts as growing)"),
+    # the warm-up: 300 MiB in the first 10 s, then a level
+    (lambda t: 500 * MIB + min(t, 10.0) * 30 * MIB,
+     "memory held after it rose early in the epoch (RSS 560.0 MiB -> 800.0 MiB over 98 s, read 99 times)"),
+])
+def test_one_epoch_whose_rss_does_not_keep_growing_has_no_finding(tmp_path, rss_at, said):
+    d = analyze(one_epoch(tmp_path / "r", rss_at))
+    assert not memory_findings(d) and d.allocation.rss_trend is not None
+    assert said in told(d)
+
+
+def test_samples_outside_the_analysed_epochs_and_too_few_inside_tell_no_trend(tmp_path):
+    # nine reads inside the epoch, the growth between the epochs outside it
+    samples = [(t, 100 * MIB + t * 10 * MIB) for t in np.arange(1.5, 10.0, 1.0)] + [(20.0 + t, 900 * MIB)
+                                                                                   for t in range(20)]
+    d = analyze(with_samples(tmp_path / "r", [epoch(0, 9.5, start_s=1.0)], samples))
+    assert d.allocation.rss_trend is None and not memory_findings(d)
+    assert "memory cannot show a trend in one epoch" in told(d)
+
+
+def test_enough_epochs_are_judged_by_their_own_readings(tmp_path):
+    records = [epoch(i, 10.0, start_s=10.0 * i, rss=300 * MIB) for i in range(6)]
+    samples = [(t + 0.5, 300 * MIB + t * MIB) for t in range(60)]   # readings that grow inside flat epochs
+    d = analyze(with_samples(tmp_path / "r", records, samples))
+    assert d.allocation.rss_trend is None and not memory_findings(d)
+
+
+def test_growth_through_two_epochs_names_them(tmp_path):
+    records = [epoch(i, 30.0, start_s=1.0 + 30.0 * i, rss=500 * MIB) for i in range(2)]
+    samples = [(t, 400 * MIB + t * MIB) for t in np.arange(2.0, 60.0, 1.0)]
+    d = analyze(with_samples(tmp_path / "r", records, samples))
+    (f,) = memory_findings(d)
+    assert f.evidence.epochs == 2 and "through the 2 epochs (" in text.evidence(f)
+
+
+# -- renderers -------------------------------------------------------------------------------------
+
+def test_the_report_json_is_strict_and_holds_the_trend(tmp_path):
+    path = one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB)
+    out = subprocess.run([sys.executable, "-m", "profiler", "report", "--json", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert data["allocation"]["rss_trend"]["samples"] == 99
+    assert data["findings"][0]["data"]["growth_bytes_per_s"] == pytest.approx(MIB)
+
+
+def test_the_trace_has_an_rss_counter_with_the_samples_and_the_epochs_ends(tmp_path):
+    path = with_samples(tmp_path / "r", [epoch(0, 3.0, start_s=0.0, rss=130 * MIB)],
+                        [(1.0, 110 * MIB), (2.0, 120 * MIB)])
+    counters = [e for e in trace.events(read_run(path)) if e["name"] == "RSS (MiB)"]
+    assert [(c["ts"], c["args"]["rss"], c["ph"]) for c in counters] == [(1e6, 110.0, "C"), (2e6, 120.0, "C"),
+                                                                       (3e6, 130.0, "C")]
+
+
+def test_the_memory_figure_in_time_draws_the_samples(tmp_path):
+    path = one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB)
+    s = series(path)
+    fig = figures.memory_in_time(s)
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_xdata().tolist() == np.arange(2.0, 101.0).tolist()
+    assert line.get_ydata() == pytest.approx(500 + np.arange(2.0, 101.0))
+    figures.plt.close(fig)
+
+
+# -- end to end: an unmodified PyTorch script of one epoch ------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leak", [True, False])
+def test_a_torch_script_of_one_epoch_that_keeps_its_activations_is_told_so(tmp_path, leak):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "profiler", "run", "--quiet", "--out", str(out), str(SCRIPT), "--seconds", "14"]
+    done = subprocess.run(args + ([] if leak else ["--no-leak"]), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    kept = json.loads(done.stdout.strip().splitlines()[-1])   # the script's own count of what it kept
+    d = analyze(out)
+    assert d.epochs == 1 and d.allocation.rss_trend is not None and d.allocation.rss_trend.samples >= 10
+    grown = memory_findings(d)
+    if leak:
+        (f,) = grown
+        kept_per_s = kept["bytes"] / kept["seconds"]
+        # the tensors kept are RSS's growth, give or take the allocator's rounding and its pages
+        assert 0.7 * kept_per_s < f.evidence.growth_bytes_per_s < 1.6 * kept_per_s
+    else:
+        assert not grown and kept["bytes"] == 0
