@@ -207,7 +207,7 @@ def test_the_memory_figure_in_time_draws_the_samples(tmp_path):
 def test_a_torch_script_of_one_epoch_that_keeps_its_activations_is_told_so(tmp_path, leak):
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "profiler", "run", "--quiet", "--out", str(out), str(SCRIPT), "--seconds", "14"]
+    args = [sys.executable, "-m", "profiler", "run", "--quiet", "--out", str(out), str(SCRIPT)]
     done = subprocess.run(args + ([] if leak else ["--no-leak"]), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     kept = json.loads(done.stdout.strip().splitlines()[-1])   # the script's own count of what it kept
