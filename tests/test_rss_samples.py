@@ -16,7 +16,8 @@ from profiler.capture import session as session_module
 from profiler.capture import steps as steps_module
 from profiler.errors import RunDirError
 from profiler.report import figures, text, trace
-from profiler.rundir import read_run
+from profiler.rundir import RunWriteError, read_run
+from profiler.rundir.writer import RunWriter
 from profiler.rundir.format import RSS, RSS_RECORD, RSS_SAMPLE
 
 from .fixtures import MIB, epoch, write_run
@@ -49,11 +50,16 @@ def memory_findings(d):
 
 # -- capture ---------------------------------------------------------------------------------------
 
-def test_rss_is_read_with_the_steps_writes_at_most_once_a_second(tmp_path, monkeypatch):
-    clock = [10_000_000_000]
-    now = lambda: clock[0]   # noqa: E731
-    monkeypatch.setattr(session_module, "_now", now)
-    monkeypatch.setattr(steps_module, "_now", now)
+@pytest.fixture
+def clock(monkeypatch):
+    """The Session's and the step recorder's clock, moved by hand."""
+    now = [10_000_000_000]
+    monkeypatch.setattr(session_module, "_now", lambda: now[0])
+    monkeypatch.setattr(steps_module, "_now", lambda: now[0])
+    return now
+
+
+def test_rss_is_read_with_the_steps_writes_at_most_once_a_second(tmp_path, clock):
     with Session(tmp_path / "run") as session:
         with session.epoch(0):
             for _ in range(10):
@@ -68,6 +74,49 @@ def test_rss_is_read_with_the_steps_writes_at_most_once_a_second(tmp_path, monke
     assert (samples["rss_bytes"] > 1 << 20).all()
     read = read_run(tmp_path / "run").rss_samples()
     assert read["t_s"] == pytest.approx((samples["t_ns"] - 10_000_000_000) / 1e9)
+
+
+def test_an_rss_reading_that_cannot_be_written_stops_the_readings_not_the_training(tmp_path, clock, monkeypatch,
+                                                                                    capsys):
+    append = RunWriter.append_binary
+
+    def full(self, name, data):
+        if name == RSS:
+            raise RunWriteError(f"cannot append to {self.path / name}: [Errno 28] No space left on device")
+        append(self, name, data)
+
+    monkeypatch.setattr(RunWriter, "append_binary", full)
+    with Session(tmp_path / "run") as session:
+        with session.epoch(0):
+            for _ in range(10):
+                with session.step():
+                    clock[0] += 400_000_000
+    run = read_run(tmp_path / "run")
+    assert run.complete and run.epochs[0]["steps"] == len(run.steps()) == 10
+    assert capsys.readouterr().err.count("No space left on device; RSS is read at each epoch's end only from now on") == 1
+
+
+def test_an_interrupt_while_rss_is_read_leaves_the_steps_unwritten_and_counted_so(tmp_path, clock, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        with Session(tmp_path / "run") as session:
+            reads = [0]
+            rss = session.memory.rss
+
+            def interrupted():
+                reads[0] += 1
+                if reads[0] == 2:
+                    raise KeyboardInterrupt
+                return rss()
+
+            monkeypatch.setattr(session.memory, "rss", interrupted)
+            with session.epoch(0):
+                for _ in range(10):
+                    with session.step():
+                        clock[0] += 400_000_000
+    run = read_run(tmp_path / "run")
+    # the first write's three steps landed, the second's did not: the line counts what steps.bin holds
+    assert run.status == "interrupted" and run.epochs[0]["unfinished"]
+    assert run.epochs[0]["steps"] == len(run.steps()) == 3
 
 
 def test_a_run_without_steps_writes_no_rss_samples(tmp_path):
@@ -98,12 +147,13 @@ def test_a_sample_this_profiler_cannot_have_written_is_refused(tmp_path, sample,
         read_run(path)
 
 
-def test_a_killed_run_read_from_its_steps_has_the_last_rss_read_inside_it(tmp_path):
-    path = with_samples(tmp_path / "r", [], [(0.5, 50 * MIB), (1.5, 60 * MIB), (2.5, 70 * MIB), (9.0, 99 * MIB)],
+def test_a_killed_run_read_from_its_steps_has_the_last_rss_read_since_it_began(tmp_path):
+    # as the Session writes them: each reading just after the last step its write holds
+    path = with_samples(tmp_path / "r", [], [(0.5, 50 * MIB), (2.0 + 1e-5, 60 * MIB), (3.0 + 1e-5, 70 * MIB)],
                         status="running", steps=[(0, 1.0, 1.0, 0, 0, 0), (0, 2.0, 1.0, 0, 0, 0)])
     run = read_run(path)
     (record,) = run.epochs
-    assert record["from_steps"] and record["rss_bytes"] == 70 * MIB   # the read at 9 s is outside its steps
+    assert record["from_steps"] and record["rss_bytes"] == 70 * MIB   # the read at 0.5 s is before its steps
     assert "its RSS the last read in it; no op records" in run.problems[-1]
     assert analyze(path).allocation.rss_end_bytes == 70 * MIB
 
@@ -115,11 +165,12 @@ def test_one_epoch_whose_rss_keeps_growing_is_allocation_growth(tmp_path):
     (f,) = memory_findings(d)
     e = f.evidence
     assert isinstance(e, findings.MemoryTrend) and f.cause == "allocation" and d.primary_cause == "allocation"
-    assert e.growth_bytes_per_s == pytest.approx(MIB) and e.samples == 99 and e.epochs == 1
-    assert e.span_s == pytest.approx(98.0) and e.start_bytes == 502 * MIB and e.end_bytes == 600 * MIB
+    # 99 readings inside the epoch and its record's at its end; the levels are the first and last tenth's medians
+    assert e.growth_bytes_per_s == pytest.approx(MIB) and e.samples == 100 and e.epochs == 1
+    assert e.span_s == pytest.approx(99.0) and e.start_bytes == 506.5 * MIB and e.end_bytes == 596.5 * MIB
     assert not e.levels_off and d.allocation.rss_trend == e
-    assert text.evidence(f) == ("RSS grows 1.0 MiB a second through the epoch (502.0 MiB -> 600.0 MiB over 98 s, "
-                                "read 99 times) and keeps growing to the end")
+    assert text.evidence(f) == ("RSS grows 1.0 MiB a second through the epoch (506.5 MiB -> 596.5 MiB over 99 s, "
+                                "read 100 times) and keeps growing to the end")
     assert text.remedy(f).startswith("Look for what each step keeps: a loss kept with its graph (keep loss.item())")
     assert "memory RSS -/epoch through the epoch +1.0 MiB a second" in told(d)
 
@@ -134,11 +185,16 @@ def test_growth_over_ten_minutes_is_told_a_minute(tmp_path):
     # noise around a level: a tenth of a MiB each way
     (lambda t: 800 * MIB + (t % 3) * 100_000, "memory does not grow through the epoch (RSS "),
     # growth under the limit: 10 MiB over the epoch against max(16 MiB, 5% of 800 MiB)
-    (lambda t: 800 * MIB + t * MIB / 10, "memory does not grow through the epoch (RSS +102.4 KiB a second over 98 s: "
-                                         "+9.8 MiB, under the 40.0 MiB that counts as growing)"),
+    (lambda t: 800 * MIB + t * MIB / 10, "memory does not grow through the epoch (RSS +102.4 KiB a second over 99 s, "
+                                         "read 100 times: +9.9 MiB, under the 40.0 MiB that counts as growing)"),
     # the warm-up: 300 MiB in the first 10 s, then a level
     (lambda t: 500 * MIB + min(t, 10.0) * 30 * MIB,
-     "memory held after it rose early in the epoch (RSS 560.0 MiB -> 800.0 MiB over 98 s, read 99 times)"),
+     "memory held after it rose early in the epoch (RSS 695.0 MiB -> 800.0 MiB over 99 s, read 100 times)"),
+    # a jump in the last 4 readings (an allocation before a kill): no trend, and no early rise
+    (lambda t: 500 * MIB + (300 * MIB if t >= 98 else 0), "memory does not grow through the epoch (RSS +0 B a second "),
+    # up for 70 s, then back down
+    (lambda t: 500 * MIB + (t if t <= 70 else 70 - (t - 70) * 2.3) * MIB,
+     "memory does not keep growing through the epoch (RSS 506.5 MiB at first, "),
 ])
 def test_one_epoch_whose_rss_does_not_keep_growing_has_no_finding(tmp_path, rss_at, said):
     d = analyze(one_epoch(tmp_path / "r", rss_at))
@@ -147,12 +203,27 @@ def test_one_epoch_whose_rss_does_not_keep_growing_has_no_finding(tmp_path, rss_
 
 
 def test_samples_outside_the_analysed_epochs_and_too_few_inside_tell_no_trend(tmp_path):
-    # nine reads inside the epoch, the growth between the epochs outside it
-    samples = [(t, 100 * MIB + t * 10 * MIB) for t in np.arange(1.5, 10.0, 1.0)] + [(20.0 + t, 900 * MIB)
-                                                                                   for t in range(20)]
+    # eight readings inside the epoch and its own at its end, the growth between the epochs outside it
+    samples = [(t, 100 * MIB + t * 10 * MIB) for t in np.arange(1.5, 9.0, 1.0)] + [(20.0 + t, 900 * MIB)
+                                                                                  for t in range(20)]
     d = analyze(with_samples(tmp_path / "r", [epoch(0, 9.5, start_s=1.0)], samples))
     assert d.allocation.rss_trend is None and not memory_findings(d)
     assert "memory cannot show a trend in one epoch" in told(d)
+
+
+def test_a_level_that_drops_in_the_last_readings_is_still_growth_with_its_level_at_the_end(tmp_path):
+    d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + (t * MIB if t < 98 else 0)))
+    (f,) = memory_findings(d)
+    assert f.evidence.end_bytes > 590 * MIB   # not the last reading's 500 MiB
+
+
+def test_the_warm_up_epochs_readings_are_left_out(tmp_path):
+    # 4 epochs of which the first is the warm-up: RSS grows 300 MiB inside it, then holds
+    records = [epoch(i, 20.0, start_s=20.0 * i, rss=800 * MIB) for i in range(4)]
+    samples = [(t + 0.5, 500 * MIB + min(t, 19) * 15 * MIB) for t in range(80)]
+    d = analyze(with_samples(tmp_path / "r", records, samples))
+    assert d.epoch_time.warmup_epochs_skipped == 1 and not memory_findings(d)
+    assert d.allocation.rss_trend.start_bytes == 785 * MIB and d.allocation.rss_trend.epochs == 3
 
 
 def test_enough_epochs_are_judged_by_their_own_readings(tmp_path):
@@ -163,7 +234,7 @@ def test_enough_epochs_are_judged_by_their_own_readings(tmp_path):
 
 
 def test_growth_through_two_epochs_names_them(tmp_path):
-    records = [epoch(i, 30.0, start_s=1.0 + 30.0 * i, rss=500 * MIB) for i in range(2)]
+    records = [epoch(i, 30.0, start_s=1.0 + 30.0 * i, rss=(431 + 30 * i) * MIB) for i in range(2)]
     samples = [(t, 400 * MIB + t * MIB) for t in np.arange(2.0, 60.0, 1.0)]
     d = analyze(with_samples(tmp_path / "r", records, samples))
     (f,) = memory_findings(d)
@@ -178,7 +249,7 @@ def test_the_report_json_is_strict_and_holds_the_trend(tmp_path):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
-    assert data["allocation"]["rss_trend"]["samples"] == 99
+    assert data["allocation"]["rss_trend"]["samples"] == 100
     assert data["findings"][0]["data"]["growth_bytes_per_s"] == pytest.approx(MIB)
 
 

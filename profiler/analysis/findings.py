@@ -176,10 +176,11 @@ class MemoryTrend:
     the memory trend of a run whose epochs are too few to fit one."""
     growth_bytes_per_s: float
     total_growth_bytes: float       # over the sampled span
-    start_bytes: float              # the first sample's RSS
-    end_bytes: float                # the last's
-    span_s: float                   # from the first sample to the last
-    samples: int
+    start_bytes: float              # RSS's level at the start: the median of the first tenth of the readings...
+    end_bytes: float                # ...and at the end, of the last tenth
+    early_rise_bytes: float         # how far the median of the first third lies above start_bytes
+    span_s: float                   # from the first reading to the last
+    samples: int                    # readings: inside the epochs, and each epoch's at its end
     epochs: int                     # the epochs they were read in
     levels_off: bool                # the last third grows at under LEVELS_OFF of the overall rate
     limit_bytes: float              # growth over the span that counts as growing memory
@@ -560,25 +561,34 @@ def memory_growth(records, sites, sited, deep=None):
 
 
 def rss_trend(samples, records):
-    """MemoryTrend of the RSS samples (format.RSS_DTYPE) inside the time of `records`, None with
-    fewer than RSS_TREND_SAMPLES of them (or records written before start_s)."""
+    """MemoryTrend of the RSS read inside the time of `records` (samples: format.RSS_DTYPE) and at
+    each one's end (its record's), None with fewer than RSS_TREND_SAMPLES readings (or records
+    written before start_s). A reading taken as an epoch's steps were written at its end falls just
+    after it: its record's own, read at its end, stands for it."""
     starts = [r.get("start_s") for r in records]
     if None in starts:
         return None
     order = np.argsort(starts)
-    walls = np.array([r["wall_s"] for r in records])[order]
-    epoch, inside = stats.within(np.array(starts)[order], walls, samples["t_s"])
-    t, rss = samples["t_s"][inside], samples["rss_bytes"][inside].astype(float)
+    begins = np.array(starts, float)[order]
+    walls = np.array([records[i]["wall_s"] for i in order], float)
+    epoch, inside = stats.within(begins, walls, samples["t_s"])
+    ended = [k for k, i in enumerate(order) if records[i]["rss_bytes"] is not None]
+    t = np.concatenate([samples["t_s"][inside], begins[ended] + walls[ended]])
+    rss = np.concatenate([samples["rss_bytes"][inside], [records[order[k]]["rss_bytes"] for k in ended]]).astype(float)
+    by_time = np.argsort(t, kind="stable")
+    t, rss, read_in = t[by_time], rss[by_time], np.concatenate([epoch[inside], ended])[by_time]
     if len(t) < RSS_TREND_SAMPLES:
         return None
     span = float(t[-1] - t[0])
     rate = max(stats.slope(t, rss), level_rise(rss) / span) if span > 0 else 0.0
-    third = max(3, len(t) // 3)
-    return MemoryTrend(growth_bytes_per_s=rate, total_growth_bytes=rate * span, start_bytes=float(rss[0]),
-                       end_bytes=float(rss[-1]), span_s=span, samples=int(len(t)),
-                       epochs=int(len(np.unique(epoch[inside]))),
+    third, tenth = max(3, len(t) // 3), max(1, len(t) // 10)
+    start = float(np.median(rss[:tenth]))
+    return MemoryTrend(growth_bytes_per_s=rate, total_growth_bytes=rate * span, start_bytes=start,
+                       end_bytes=float(np.median(rss[-tenth:])),
+                       early_rise_bytes=float(np.median(rss[:third])) - start, span_s=span, samples=int(len(t)),
+                       epochs=int(len(np.unique(read_in))),
                        levels_off=bool(rate > 0 and stats.slope(t[-third:], rss[-third:]) < LEVELS_OFF * rate),
-                       limit_bytes=max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * float(rss[0])))
+                       limit_bytes=max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * start))
 
 
 def rss_growth(trend):

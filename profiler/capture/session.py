@@ -593,18 +593,29 @@ class Session:
     # -- writing -------------------------------------------------------------------------------
     def _write_steps(self, data):
         """Append steps, the Session's SIGTERM handler waiting for the write: it writes the open epoch,
-        which would count these steps before they are written, or write them twice."""
+        which would count these steps before they are written, or write them twice. The RSS is read
+        first (_read_rss): whatever stops it leaves the steps unwritten, as the recorder counts them."""
         self._term = "waits"
         try:
-            self._writer.append_binary(fmt.STEPS, data)
             now = _now()
             if now >= self._rss_due_ns:
                 self._rss_due_ns = now + RSS_SAMPLE_NS
-                self._writer.append_binary(fmt.RSS, fmt.RSS_SAMPLE.pack(now, self.memory.rss()))
+                self._read_rss(now)
+            self._writer.append_binary(fmt.STEPS, data)
         finally:
             waited, self._term = self._term, None
             if waited == "came":
                 self._on_sigterm(signal.SIGTERM, None)
+
+    def _read_rss(self, now):
+        """Append the RSS to rss.bin. One that cannot be written (a full disk) stops the readings, said
+        once on stderr, and not the training: its epochs' lines still hold their RSS."""
+        try:
+            self._writer.append_binary(fmt.RSS, fmt.RSS_SAMPLE.pack(now, self.memory.rss()))
+        except (RunWriteError, OSError) as e:
+            self._rss_due_ns = 1 << 63
+            with contextlib.suppress(OSError, ValueError):
+                print(f"profiler: {e}; RSS is read at each epoch's end only from now on", file=sys.stderr)
 
     def _drop_steps(self, n):
         self._writer.drop_binary(fmt.STEPS, n * fmt.STEP_RECORD.itemsize)

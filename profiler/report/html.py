@@ -62,8 +62,9 @@ def diagnosis_section(d, s, steps=None):
     if steps is not None:
         spikes = d.spikes if d.spikes.unit == "step" else None
         parts.append(_img(figures.step_time(steps, spikes and spikes.median_s, spikes and spikes.threshold_s)))
-    parts += [_img(figures.epoch_time(s)),
-              _img(figures.memory_in_time(s) if d.allocation.rss_trend is not None else figures.memory(s))]
+    parts += [_img(figures.epoch_time(s)), _img(figures.memory(s))]
+    if d.allocation.rss_trend is not None:   # few epochs: their readings on the way
+        parts.append(_img(figures.memory_in_time(s)))
     sites = d.allocation.top_sites
     if sites:
         parts.append(_img(figures.top_sites(sites)))

@@ -536,16 +536,20 @@ def _rss_rate(a):
 
 def _memory_not_found(a):
     rate, trend = a.rss_growth_bytes_per_epoch, a.rss_trend
-    rise = trend.end_bytes - trend.start_bytes if trend is not None else 0.0
-    if rise >= FLAT_BYTES and (trend.levels_off or trend.total_growth_bytes < rise / 2):   # the trend misses the rise
-        return (f"memory held after it rose early in {_through(trend)} (RSS {size(trend.start_bytes)} -> "
-                f"{size(trend.end_bytes)} over {duration(trend.span_s)}, read {trend.samples:,} times)")
     if trend is not None:
-        return (f"memory does not grow through {_through(trend)} (RSS "
-                f"{_pace(trend.growth_bytes_per_s, trend.span_s)} over {duration(trend.span_s)}: "
-                f"{signed_size(trend.total_growth_bytes)}, under the {size(trend.limit_bytes)} that counts as growing)")
+        rise, read = trend.end_bytes - trend.start_bytes, f"over {duration(trend.span_s)}, read {trend.samples:,} times"
+        if rise >= FLAT_BYTES and abs(trend.early_rise_bytes - rise) <= rise / 2:   # the first third near the end's level
+            return (f"memory held after it rose early in {_through(trend)} (RSS {size(trend.start_bytes)} -> "
+                    f"{size(trend.end_bytes)} {read})")
+        if trend.levels_off and trend.total_growth_bytes >= trend.limit_bytes:
+            return (f"memory does not keep growing through {_through(trend)} (RSS {size(trend.start_bytes)} at first, "
+                    f"{size(trend.end_bytes)} at the end, {read}: it stopped growing by the last third)")
+        return (f"memory does not grow through {_through(trend)} (RSS {_pace(trend.growth_bytes_per_s, trend.span_s)} "
+                f"{read}: {signed_size(trend.total_growth_bytes)}, under the {size(trend.limit_bytes)} that counts as "
+                f"growing)")
     if rate is None:
-        return "memory cannot show a trend in one epoch"
+        return (f"memory cannot show a trend in one epoch (RSS is read about once a second inside it, and a trend "
+                f"needs {fnd.RSS_TREND_SAMPLES} readings)")
     per_epoch = f"{signed_size(rate)} per epoch"
     if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_rise_bytes < FLAT_BYTES:
         if a.rss_end_bytes - a.rss_start_bytes >= FLAT_BYTES:   # a rise in the first epochs, then a level

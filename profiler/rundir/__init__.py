@@ -4,6 +4,7 @@
     epochs.jsonl   one JSON object per finished epoch, appended and flushed as the epoch ends
     steps.bin      one fixed-size record per training step (when steps are recorded)
     gc_events.bin  one fixed-size record per generation-2 or long collection
+    rss.bin        one fixed-size record per RSS reading inside epochs with steps (about one a second)
 
 `writer` is what capture uses, `reader` what analysis uses; `format` holds what both agree on.
 """

@@ -315,7 +315,7 @@ def _killed_in(run, kept):
     """A run killed inside its first epoch with steps (SIGKILL, the OOM killer: no final status, no
     line), or still live in it, with its steps on disk (written at least once a second) is read as
     that epoch, rebuilt from them a chunk at a time: an unfinished record with its steps' time and
-    GC pauses, its RSS the last sample inside it (rss.bin), and no op records."""
+    GC pauses, its RSS the last reading since it began (rss.bin), and no op records."""
     steps = run.steps(every=True)
     n = len(steps) - kept
     if not n or steps[kept]["epoch"] != steps[-1]["epoch"]:
@@ -329,7 +329,7 @@ def _killed_in(run, kept):
         paused += np.count_nonzero(gc, axis=1)
     start = float(steps[kept]["start_s"])
     samples = run.rss_samples()
-    read = samples["rss_bytes"][(samples["t_s"] >= start) & (samples["t_s"] <= end)]
+    read = samples["rss_bytes"][samples["t_s"] >= start]   # the last, read as the last steps were written, after them
     record = {"epoch": int(steps[kept]["epoch"]), "start_s": start, "wall_s": end - start, "steps": n,
               "gc": {"pause_s": pause.tolist(), "collections": paused.tolist()},
               "rss_bytes": int(read[-1]) if len(read) else None, "malloc_bytes": None, "heap": None, "ops": {},
@@ -368,8 +368,8 @@ def _unlined_steps(run, unlined, kept):
 def _check_records(run, last_lined):
     """RunDirError for the first record of steps.bin, gc_events.bin or rss.bin this profiler cannot
     have written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
-    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, a size outside
-    0..MAX_BYTES. Read a chunk at a
+    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, an RSS outside
+    0..MAX_BYTES or read before the one before it. Steps and events are read a chunk at a
     time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
     many steps belong to epochs up to `last_lined`: a prefix, as steps are in epoch order)."""
     source = run.path / GC_EVENTS
@@ -381,13 +381,15 @@ def _check_records(run, last_lined):
             i = int(np.argmax(block["generation"] > 2))
             raise RunDirError(f"{source} record {a + i} has generation {int(block['generation'][i])}, not 0, 1 or 2: "
                               f"not written by this profiler")
-    source, samples = run.path / RSS, run.rss_samples()
+    source, samples = run.path / RSS, run.rss_samples()   # 16 bytes a second: read whole
     _check_times(samples, ("t_s",), source, 0)
-    bad = (samples["rss_bytes"] < 0) | (samples["rss_bytes"] > MAX_BYTES)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise RunDirError(f"{source} record {i} has rss_bytes {int(samples['rss_bytes'][i])}, not a size between 0 and "
-                          f"{MAX_BYTES} bytes: not written by this profiler")
+    rss, t = samples["rss_bytes"], samples["t_s"]
+    for bad, shown in (((rss < 0) | (rss > MAX_BYTES), lambda i: f"rss_bytes {rss[i]}, not a size between 0 and "
+                                                                 f"{MAX_BYTES} bytes"),
+                       (np.diff(t, prepend=0.0) < 0, lambda i: f"t_s {t[i]:.6g}, before the reading before it")):
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise RunDirError(f"{source} record {i} has {shown(i)}: not written by this profiler")
     source, steps, last = run.path / STEPS, run.steps(), 0
     seen, kept = set(), 0
     for a in range(0, len(steps), CHUNK):
