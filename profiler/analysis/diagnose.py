@@ -75,8 +75,9 @@ class Allocation:
     span_epochs: float          # ...from the first index to the last
     rss_limit_bytes: float      # RSS growth over the run that counts as growing memory
     rss_rise_bytes: float = 0.0   # the rise of RSS's level, its last third's over its first (findings.level_rise)
-    rss_trend: object = None    # findings.MemoryTrend: RSS through the epochs' time, read about once a second
-                                # inside them, when they are too few to fit a growth per epoch (None: fewer samples)
+    rss_trend: object = None    # findings.MemoryTrend: anonymous RSS through the epochs' time, read about once a
+                                # second inside them, when they are too few to fit a growth per epoch (None: fewer
+                                # readings)
 
 
 @dataclass
@@ -250,7 +251,9 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    rss_trend = fnd.rss_trend(run.rss_samples(), records) if len(records) < fnd.MEMORY_MIN_EPOCHS else None
+    begins = [r.get("start_s") for r in [*run.epochs, *([run.unfinished_epoch] if run.unfinished_epoch else [])]]
+    rss_trend = (fnd.rss_trend(run.rss_samples(), records, [b for b in begins if b is not None])
+                 if len(records) < fnd.MEMORY_MIN_EPOCHS else None)
     memory = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
               or fnd.rss_growth(rss_trend))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with

@@ -7,8 +7,9 @@ as numbers (the sentences and remedies are written by profiler/report/text.py).
     gc-between-epochs   collections in the gaps between epochs (a gc.collect() after each one), as a
                         share of the epochs' time and the gaps' together
     allocation-growth   RSS, malloc or traced memory that keeps growing (or grew, then levelled off)
-                        over the epochs; in a run of too few epochs to fit, RSS that keeps growing
-                        through their time (read about once a second inside them: an LLM's one epoch)
+                        over the epochs; in a run of too few epochs to fit, anonymous memory (RSS less
+                        its shared pages) that keeps growing through their time (read about once a
+                        second inside them: an LLM's one epoch)
     compute-growth      a sustained slowdown that GC does not explain, by op
     input-wait          the training thread waiting for a torch DataLoader's next batch
     worker-copy-on-read child processes (DataLoader workers) whose private memory approaches the
@@ -172,15 +173,16 @@ class MemoryGrowth:
 
 @dataclass
 class MemoryTrend:
-    """RSS through the analysed epochs' time, from the samples read inside them (rundir.Run.rss_samples):
+    """Anonymous memory (RSS less its shared pages: a memory-mapped dataset's file pages are no
+    leak) through the analysed epochs' time, from the readings inside them (rundir.Run.rss_samples):
     the memory trend of a run whose epochs are too few to fit one."""
-    growth_bytes_per_s: float
-    total_growth_bytes: float       # over the sampled span
-    start_bytes: float              # RSS's level at the start: the median of the first tenth of the readings...
+    growth_bytes_per_s: float       # the readings' Theil-Sen slope
+    total_growth_bytes: float       # over the span
+    start_bytes: float              # the level at the start: the median of the first tenth of the readings...
     end_bytes: float                # ...and at the end, of the last tenth
     early_rise_bytes: float         # how far the median of the first third lies above start_bytes
     span_s: float                   # from the first reading to the last
-    samples: int                    # readings: inside the epochs, and each epoch's at its end
+    samples: int
     epochs: int                     # the epochs they were read in
     levels_off: bool                # the last third grows at under LEVELS_OFF of the overall rate
     limit_bytes: float              # growth over the span that counts as growing memory
@@ -560,34 +562,32 @@ def memory_growth(records, sites, sited, deep=None):
     return None
 
 
-def rss_trend(samples, records):
-    """MemoryTrend of the RSS read inside the time of `records` (samples: format.RSS_DTYPE) and at
-    each one's end (its record's), None with fewer than RSS_TREND_SAMPLES readings (or records
-    written before start_s). A reading taken as an epoch's steps were written at its end falls just
-    after it: its record's own, read at its end, stands for it."""
-    starts = [r.get("start_s") for r in records]
+def rss_trend(samples, records, begins):
+    """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, None with fewer
+    than RSS_TREND_SAMPLES (or records written before start_s). begins: when each epoch the run
+    wrote began (the unfinished one's too). Steps are written only inside an epoch and as it ends,
+    so a reading belongs to the last epoch begun before it: the one taken as an epoch's steps are
+    written at its end falls just after it."""
+    starts = {r.get("start_s") for r in records}
     if None in starts:
         return None
-    order = np.argsort(starts)
-    begins = np.array(starts, float)[order]
-    walls = np.array([records[i]["wall_s"] for i in order], float)
-    epoch, inside = stats.within(begins, walls, samples["t_s"])
-    ended = [k for k, i in enumerate(order) if records[i]["rss_bytes"] is not None]
-    t = np.concatenate([samples["t_s"][inside], begins[ended] + walls[ended]])
-    rss = np.concatenate([samples["rss_bytes"][inside], [records[order[k]]["rss_bytes"] for k in ended]]).astype(float)
-    by_time = np.argsort(t, kind="stable")
-    t, rss, read_in = t[by_time], rss[by_time], np.concatenate([epoch[inside], ended])[by_time]
+    begins = np.sort(np.asarray(begins, float))
+    last = np.searchsorted(begins, samples["t_s"], side="right") - 1
+    mine = (last >= 0) & np.isin(begins[np.maximum(last, 0)], list(starts))
+    t = samples["t_s"][mine]
+    anon = (samples["rss_bytes"][mine] - samples["shared_bytes"][mine]).astype(float)
     if len(t) < RSS_TREND_SAMPLES:
         return None
     span = float(t[-1] - t[0])
-    rate = max(stats.slope(t, rss), level_rise(rss) / span) if span > 0 else 0.0
+    # the slope alone: growth that goes on, not a level that rose once (a buffer allocated late)
+    rate = stats.slope(t, anon)
     third, tenth = max(3, len(t) // 3), max(1, len(t) // 10)
-    start = float(np.median(rss[:tenth]))
+    start = float(np.median(anon[:tenth]))
     return MemoryTrend(growth_bytes_per_s=rate, total_growth_bytes=rate * span, start_bytes=start,
-                       end_bytes=float(np.median(rss[-tenth:])),
-                       early_rise_bytes=float(np.median(rss[:third])) - start, span_s=span, samples=int(len(t)),
-                       epochs=int(len(np.unique(read_in))),
-                       levels_off=bool(rate > 0 and stats.slope(t[-third:], rss[-third:]) < LEVELS_OFF * rate),
+                       end_bytes=float(np.median(anon[-tenth:])),
+                       early_rise_bytes=float(np.median(anon[:third])) - start, span_s=span, samples=int(len(t)),
+                       epochs=int(len(np.unique(last[mine]))),
+                       levels_off=bool(rate > 0 and stats.slope(t[-third:], anon[-third:]) < LEVELS_OFF * rate),
                        limit_bytes=max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * start))
 
 

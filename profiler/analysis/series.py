@@ -24,7 +24,8 @@ class EpochSeries:
     epochs: int
     downsampled: bool
     rss_t_s: np.ndarray = None      # the RSS read inside epochs (rundir.Run.rss_samples), binned: when...
-    rss_read_bytes: np.ndarray = None   # ...and how much
+    rss_read_bytes: np.ndarray = None   # ...how much...
+    rss_shared_bytes: np.ndarray = None   # ...and of it, shared pages (mapped files, shared memory)
 
 
 @dataclass
@@ -63,8 +64,8 @@ def series(run_dir, max_points=1000):
         malloc_bytes=_bin_means([b for _, b in malloc], malloc_edges),
         traced_epoch=np.array([e for e, _ in traced], float), traced_bytes=np.array([b for _, b in traced], float),
         epochs=n, downsampled=n > max_points,
-        rss_t_s=_bin_means(samples["t_s"], _edges(len(samples), max_points)),
-        rss_read_bytes=_bin_means(samples["rss_bytes"], _edges(len(samples), max_points)))
+        **{f"rss_{name}": _bin_means(samples[field], _edges(len(samples), max_points))
+           for name, field in (("t_s", "t_s"), ("read_bytes", "rss_bytes"), ("shared_bytes", "shared_bytes"))})
 
 
 def step_series(run_dir, max_points=2000):

@@ -55,12 +55,18 @@ class MemoryProbe:
             pass
 
     def rss(self):
+        return self.resident()[0]
+
+    def resident(self):
+        """(RSS, its shared part: pages of mapped files and shared memory; 0 where not told) in bytes."""
         if self._statm is not None:
-            return int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+            fields = os.pread(self._statm, 128, 0).split()
+            return int(fields[1]) * self._page, int(fields[2]) * self._page
         if self._process is None:
             import psutil
             self._process = psutil.Process()
-        return self._process.memory_info().rss
+        info = self._process.memory_info()
+        return info.rss, getattr(info, "shared", 0)
 
     def read(self):
         """(rss_bytes, malloc_bytes), malloc_bytes None off glibc or when its budget skips the read."""

@@ -88,8 +88,10 @@ def memory_in_time(s):
     """s: analysis.EpochSeries: the RSS read inside the epochs, over the run's time (a run of few
     long epochs, whose per-epoch readings are a point or two)."""
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.plot(s.rss_t_s, s.rss_read_bytes / MIB, "o-" if len(s.rss_t_s) < 50 else "-", ms=3,
-            label="process RSS, read inside the epochs")
+    style = "o-" if len(s.rss_t_s) < 50 else "-"
+    ax.plot(s.rss_t_s, s.rss_read_bytes / MIB, style, ms=3, label="process RSS, read inside the epochs")
+    ax.plot(s.rss_t_s, (s.rss_read_bytes - s.rss_shared_bytes) / MIB, style, ms=3,
+            label="anonymous (RSS less shared pages: mapped files)")
     ax.set(title="Memory through the epochs", xlabel="seconds since the run began", ylabel="MiB")
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)

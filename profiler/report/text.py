@@ -197,9 +197,13 @@ def _through(trend):
     return "the epoch" if trend.epochs == 1 else f"the {trend.epochs} epochs"
 
 
+_ANON = "anonymous memory (RSS less its shared pages: a memory-mapped file's are no leak)"
+
+
 def _memory_trend(e):
-    return (f"RSS grows {_pace(e.growth_bytes_per_s, e.span_s, size)} through {_through(e)} ({size(e.start_bytes)} -> "
-            f"{size(e.end_bytes)} over {duration(e.span_s)}, read {e.samples:,} times) and keeps growing to the end")
+    return (f"{_ANON[0].upper() + _ANON[1:]} grows {_pace(e.growth_bytes_per_s, e.span_s, size)} through {_through(e)} "
+            f"({size(e.start_bytes)} -> {size(e.end_bytes)} over {duration(e.span_s)}, read {e.samples:,} times) and "
+            f"keeps growing to the end")
 
 
 def _memory(e):
@@ -370,7 +374,10 @@ def remedy(f):
     if f.pattern == "allocation-growth" and isinstance(e, fnd.MemoryTrend):
         return (f"Look for what each step keeps: a loss kept with its graph (keep loss.item()), outputs or tensors "
                 f"appended to a list. To name the line, mark shorter epochs (session.epoch() around every few hundred "
-                f"steps, or --epoch-fn on a function called per chunk of them) and run with {_DEEP_ON}.")
+                f"steps, or --epoch-fn on a function called per chunk of them) and run with {_DEEP_ON}. If it keeps "
+                f"nothing, the allocator holds what it cannot give back: batches of varying sizes fragment glibc's "
+                f"heap (bucket their shapes, or set MALLOC_MMAP_THRESHOLD_=1048576 so large buffers are returned "
+                f"when freed).")
     if f.pattern == "allocation-growth":
         site = e.top_sites[0].site if e.top_sites else None   # the line that grew most, numpy's buffers too
         if e.levels_off:
@@ -538,15 +545,16 @@ def _memory_not_found(a):
     rate, trend = a.rss_growth_bytes_per_epoch, a.rss_trend
     if trend is not None:
         rise, read = trend.end_bytes - trend.start_bytes, f"over {duration(trend.span_s)}, read {trend.samples:,} times"
+        levels = f"{size(trend.start_bytes)} at first, {size(trend.end_bytes)} at the end, {read}"
         if rise >= FLAT_BYTES and abs(trend.early_rise_bytes - rise) <= rise / 2:   # the first third near the end's level
-            return (f"memory held after it rose early in {_through(trend)} (RSS {size(trend.start_bytes)} -> "
-                    f"{size(trend.end_bytes)} {read})")
+            return f"memory held after it rose early in {_through(trend)} ({_ANON}: {levels})"
         if trend.levels_off and trend.total_growth_bytes >= trend.limit_bytes:
-            return (f"memory does not keep growing through {_through(trend)} (RSS {size(trend.start_bytes)} at first, "
-                    f"{size(trend.end_bytes)} at the end, {read}: it stopped growing by the last third)")
-        return (f"memory does not grow through {_through(trend)} (RSS {_pace(trend.growth_bytes_per_s, trend.span_s)} "
-                f"{read}: {signed_size(trend.total_growth_bytes)}, under the {size(trend.limit_bytes)} that counts as "
-                f"growing)")
+            return f"memory does not keep growing through {_through(trend)} ({_ANON}: {levels}; it stopped by the last third)"
+        if rise >= trend.limit_bytes:   # a level that rose once or twice, late: no steady growth
+            return f"memory rose in a step, not steadily, through {_through(trend)} ({_ANON}: {levels})"
+        return (f"memory does not grow through {_through(trend)} ({_ANON}: "
+                f"{_pace(trend.growth_bytes_per_s, trend.span_s)} {read}: {signed_size(trend.total_growth_bytes)}, "
+                f"under the {size(trend.limit_bytes)} that counts as growing)")
     if rate is None:
         return (f"memory cannot show a trend in one epoch (RSS is read about once a second inside it, and a trend "
                 f"needs {fnd.RSS_TREND_SAMPLES} readings)")
@@ -651,7 +659,8 @@ def diagnosis(d):
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
               f"memory       RSS {_rss_rate(a)}/epoch"
-              + (f"   through {_through(a.rss_trend)} {_pace(a.rss_trend.growth_bytes_per_s, a.rss_trend.span_s)}"
+              + (f"   anonymous through {_through(a.rss_trend)} "
+                 f"{_pace(a.rss_trend.growth_bytes_per_s, a.rss_trend.span_s)}"
                  if a.rss_trend is not None else "")
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")

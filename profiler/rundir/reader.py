@@ -71,13 +71,14 @@ class Run:
 
     def rss_samples(self):
         """The RSS read inside epochs with steps, at most once a second, as a structured array of
-        format.RSS_DTYPE (seconds since the clock origin, bytes); empty if none (16 bytes a sample:
-        a day's run holds 1.4 MB of them)."""
+        format.RSS_DTYPE (seconds since the clock origin, resident and shared bytes); empty if none
+        (24 bytes a reading: a day's run holds 2.1 MB of them)."""
         records = _records(self.path / RSS, RSS_RECORD)
         samples = np.empty(len(records), RSS_DTYPE)
         if len(records):
             samples["t_s"] = (records["t_ns"] - self.meta.get("clock_origin_ns", 0)) / 1e9
             samples["rss_bytes"] = records["rss_bytes"]
+            samples["shared_bytes"] = records["shared_bytes"]
         return samples
 
 
@@ -369,7 +370,7 @@ def _check_records(run, last_lined):
     """RunDirError for the first record of steps.bin, gc_events.bin or rss.bin this profiler cannot
     have written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
     (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, an RSS outside
-    0..MAX_BYTES or read before the one before it. Steps and events are read a chunk at a
+    0..MAX_BYTES, a shared part above it, or a reading before the one before it. Steps and events are read a chunk at a
     time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
     many steps belong to epochs up to `last_lined`: a prefix, as steps are in epoch order)."""
     source = run.path / GC_EVENTS
@@ -383,9 +384,11 @@ def _check_records(run, last_lined):
                               f"not written by this profiler")
     source, samples = run.path / RSS, run.rss_samples()   # 16 bytes a second: read whole
     _check_times(samples, ("t_s",), source, 0)
-    rss, t = samples["rss_bytes"], samples["t_s"]
+    rss, shared, t = samples["rss_bytes"], samples["shared_bytes"], samples["t_s"]
     for bad, shown in (((rss < 0) | (rss > MAX_BYTES), lambda i: f"rss_bytes {rss[i]}, not a size between 0 and "
                                                                  f"{MAX_BYTES} bytes"),
+                       ((shared < 0) | (shared > rss), lambda i: f"shared_bytes {shared[i]}, not a size between 0 and "
+                                                                 f"its rss_bytes"),
                        (np.diff(t, prepend=0.0) < 0, lambda i: f"t_s {t[i]:.6g}, before the reading before it")):
         if bad.any():
             i = int(np.argmax(bad))
