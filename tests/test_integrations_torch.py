@@ -265,12 +265,15 @@ def test_each_batch_the_training_thread_waits_for_is_timed_as_an_op(tmp_path):
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     train = DataLoader(Slow(), batch_size=10)
+    val = DataLoader(Slow(), batch_size=20)
     with Session(tmp_path / "run") as session, track(session):
         for epoch in range(2):
-            for x, y in train:
+            for i, (x, y) in enumerate(train):
                 optimizer.zero_grad()
                 torch.nn.functional.cross_entropy(model(x), y).backward()
                 optimizer.step()
+                if i == 1:
+                    list(val)   # a validation pass inside the training pass: its batches are no step's wait
             other = threading.Thread(target=lambda: list(DataLoader(Slow(), batch_size=10)))   # not the training's
             other.start()
             other.join()

@@ -15,7 +15,8 @@ one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers st
 batch make two steps per batch. Each batch a DataLoader gives the training thread is timed as the op
 format.DATALOADER_OP, its GC pauses left out (the GC findings count them): the time the step waits
 for its data (a rank slow to load holds every rank of a data-parallel job back without a stall of
-its own). The call that ends a pass (StopIteration: workers shut down) is no batch's.
+its own); during a pass, only that pass's batches (a validation pass inside it waits for no step's
+data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
 """
 
 import contextlib
@@ -88,7 +89,10 @@ class TorchHooks:
             return iterator
 
         def __next__(iterator):
-            timed = waits is not None and hooks.marks.in_thread()
+            # the training thread's wait for the epoch's own batches (another loader iterated inside the
+            # pass, a validation pass, is no step's wait); every loader's when no pass marks epochs
+            current = hooks._current()
+            timed = waits is not None and (current is None or current is iterator) and hooks.marks.in_thread()
             if timed:   # the wait for a batch, its GC pauses left to the GC findings
                 paused, start = sum(gc_timer.pause_ns), _now()
             try:
