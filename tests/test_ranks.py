@@ -253,7 +253,8 @@ def test_a_ranks_memory_growth_needs_three_epochs_after_its_warm_up(tmp_path):
     a = analyze_ranks(tmp_path)
     assert a.per_rank[0].rss_growth_bytes_per_epoch == pytest.approx(4 << 20)
     assert a.per_rank[1].rss_growth_bytes_per_epoch is None
-    rows = {line.split()[0]: line[-11:].strip() for line in rank_text.summary(a) if line.split()[:1] in (["0"], ["1"])}
+    rows = {line.split()[0]: line[-22:-11].strip() for line in rank_text.summary(a)
+            if line.split()[:1] in (["0"], ["1"])}
     assert rows == {"0": "4.0 MiB", "1": "-"}
 
 
@@ -436,7 +437,8 @@ def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_
     assert [line for line in lines if "RSS grows" in line] == [
         "!            rank 2's RSS grows 8.0 MiB per epoch against 1000 B on the median rank: `profiler report` on "
         "its directory for the growth"]
-    assert lines[lines.index(next(line for line in lines if line.lstrip().startswith("rank host"))) + 3].endswith("8.0 MiB")
+    assert lines[lines.index(next(line for line in lines if line.lstrip().startswith("rank host"))) + 3].endswith(
+        "8.0 MiB          -")
 
 
 @pytest.mark.parametrize("collective, where, pause_s", [("in-step", "step", 0.008), ("between-steps", "step", 0.008),
@@ -805,6 +807,24 @@ def test_a_rank_slow_to_load_its_batches_is_named_though_no_rank_stalls(tmp_path
     words = text.diagnosis(d)
     assert "Rank 2 waits 12.00 ms a step for its DataLoader's next batch, against 0.50 ms on the other ranks" in words
     assert "38.3% of the job's median step (30.00 ms)" in words
+    table = rank_text.summary(a)
+    header = next(i for i, line in enumerate(table) if line.lstrip().startswith("rank host"))
+    assert table[header].endswith("data wait") and [line.split()[-2] for line in table[header + 1:header + 5]] == [
+        "0.50", "0.50", "12.00", "0.50"]   # ms a step
+
+
+def test_a_rank_whose_memory_grows_through_its_one_epoch_is_said(tmp_path):
+    from profiler.rundir.format import RSS, RSS_SAMPLE
+    for r in range(3):
+        path = write_rank(tmp_path / f"rank-{r}", r, 3, np.full(3000, 0.01))   # one epoch of 30 s
+        grows = (2 << 20) if r == 1 else 0   # rank 1's anonymous memory: 2 MiB a second
+        (path / RSS).write_bytes(b"".join(RSS_SAMPLE.pack(int(t * 1e9), 300 * (1 << 20) + int(grows * t), 0)
+                                          for t in np.arange(1.0, 30.0)))
+    a = analyze_ranks(tmp_path)
+    assert [r.memory_trend.growth_bytes_per_s for r in a.per_rank] == pytest.approx([0, 2 << 20, 0])
+    assert [line for line in rank_text.summary(a) if "memory grows" in line] == [
+        "!            rank 1's anonymous memory grows 2.0 MiB a second against 0 B on the median rank: `profiler "
+        "report` on its directory for the growth"]
 
 
 @pytest.mark.parametrize("waits", [[0.012, 0.012, 0.012, 0.012],    # every rank as slow: each its own input-wait

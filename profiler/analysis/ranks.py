@@ -45,7 +45,7 @@ from .. import rundir
 from ..rundir.reader import step_count
 from ..rundir.ranks import MAX_UNIX, rank_dirs
 from . import diagnose, findings, stats
-from .load import left_out
+from .load import begins, left_out
 
 BLOCK_VALUES = 1 << 18   # ranks x steps per block
 STALL_FLOOR = 0.10       # a stall counts when it exceeds this share of the job's median step
@@ -101,6 +101,8 @@ class RankSummary:
     silent_s: float | None = None   # from its last recorded step's (epoch's) end to its final status (a hang,
                                     # or work outside its steps); None when not known
     data_wait_s: float | None = None   # its wait for DataLoader batches per step after the warm-up (None: not timed)
+    memory_trend: object = None  # findings.MemoryTrend of its anonymous memory through fewer epochs than
+                                 # findings.MEMORY_MIN_EPOCHS after its warm-up (None: more, or too few readings)
 
 
 @dataclass
@@ -266,6 +268,8 @@ def _rank(rank_dir, unit):
     on_disk = run.steps(every=True)   # the steps of the epoch it stopped in too: recorded, if not compared
     waits, stepped = findings.data_waits(used), sum(e.get("steps") or 0 for e in used)
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
+    trend = (findings.rss_trend(run.rss_samples(), used, begins(run)) if len(used) < findings.MEMORY_MIN_EPOCHS
+             else None)
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs) - run.ends_unfinished,   # finished: not the one it stopped in
@@ -276,7 +280,7 @@ def _rank(rank_dir, unit):
         stopped_unix=_stopped(run, on_disk, rank_dir.clock_origin_unix), complete=run.complete,
         silent_s=_silent(run, on_disk, rank_dir.clock_origin_unix),
         cautions=list(run.cautions), forced=findings.forced(used),
-        data_wait_s=waits[0] / stepped if waits and stepped else None)
+        data_wait_s=waits[0] / stepped if waits and stepped else None, memory_trend=trend)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 

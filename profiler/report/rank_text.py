@@ -181,14 +181,27 @@ def uneven(ra):
 
 def growing(ra):
     """A line per rank whose memory grows while the others' does not (a leak on one rank shows in its
-    own report, which this one is not unless it is the diagnosed rank)."""
+    own report, which this one is not unless it is the diagnosed rank): by its RSS per epoch, or,
+    through fewer epochs, by its anonymous memory's trend through them."""
     told = [r for r in ra.per_rank if r.rss_growth_bytes_per_epoch is not None]   # enough epochs to fit one
     rates = sorted(r.rss_growth_bytes_per_epoch for r in told)
     typical = rates[(len(rates) - 1) // 2] if rates else 0.0
-    return [f"rank {r.rank}'s RSS grows {text.size(r.rss_growth_bytes_per_epoch)} per epoch against "
-            f"{text.size(typical)} on the median rank: `profiler report` on its directory for the growth"
-            for r in told if r.rank != ra.diagnosed
-            and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
+    lines = [f"rank {r.rank}'s RSS grows {text.size(r.rss_growth_bytes_per_epoch)} per epoch against "
+             f"{text.size(typical)} on the median rank: `profiler report` on its directory for the growth"
+             for r in told if r.rank != ra.diagnosed
+             and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
+    trends = [r for r in ra.per_rank if r.memory_trend is not None]
+    paces = sorted(r.memory_trend.growth_bytes_per_s for r in trends)
+    pace = paces[(len(paces) - 1) // 2] if paces else 0.0
+    return lines + [f"rank {r.rank}'s anonymous memory grows {text.size(r.memory_trend.growth_bytes_per_s)} a second "
+                    f"against {text.size(pace)} on the median rank: `profiler report` on its directory for the growth"
+                    for r in trends if r.rank != ra.diagnosed and findings.rss_growth(r.memory_trend) is not None
+                    and r.memory_trend.growth_bytes_per_s > 2 * max(pace, 0)]
+
+
+def wait(seconds):
+    """A rank's wait for its DataLoader per step, "-" when it timed none."""
+    return "-" if seconds is None else text.ms(seconds)
 
 
 def rate(bytes_per_epoch):
@@ -205,12 +218,12 @@ def summary(ra):
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
     lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra) + growing(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
-                  f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s}"]
+                  f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s} {'data wait':>10s}"]
     for r in ra.per_rank[:64]:
         count = r.steps if ra.unit == "step" else r.epochs
         lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
-                     f"{rate(r.rss_growth_bytes_per_epoch):>11s}")
+                     f"{rate(r.rss_growth_bytes_per_epoch):>11s} {wait(r.data_wait_s):>10s}")
     if len(ra.per_rank) > 64:
         worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
         lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
