@@ -392,3 +392,23 @@ def test_a_sigterm_during_a_steps_write_waits_for_it(tmp_path, when):
     assert record["unfinished"] and record["steps"] == 3
     assert (tmp_path / "run" / STEPS).stat().st_size == 3 * STEP_RECORD.itemsize
     assert read_run(tmp_path / "run").problems[0] == "the run was terminated: SIGTERM"
+
+
+def test_a_second_ctrl_c_while_the_first_ones_epoch_is_held_keeps_it(tmp_path, monkeypatch):
+    flush = StepRecorder.flush
+
+    def interrupted(recorder):   # the second Ctrl-C lands as the held epoch's steps are written
+        monkeypatch.setattr(StepRecorder, "flush", flush)
+        signal.raise_signal(signal.SIGINT)
+        flush(recorder)
+
+    with pytest.raises(KeyboardInterrupt):
+        with Session(tmp_path / "run") as session:
+            with session.epoch(0):
+                for _ in range(5):
+                    with session.step():
+                        pass
+                monkeypatch.setattr(StepRecorder, "flush", interrupted)
+                raise KeyboardInterrupt   # the first
+    run = read_run(tmp_path / "run")
+    assert run.status == "interrupted" and run.epochs[0]["unfinished"] and run.epochs[0]["steps"] == len(run.steps()) == 5

@@ -473,20 +473,22 @@ class Session:
         for the next epoch. One with steps is held (_hold) until the run ends, in case the run ends
         on it. GC events are kept. Called while the loop's own exception propagates, so a failure
         to write or cut the steps is one line on stderr, not an exception in its place (see
-        _cut_unwritten for the steps left on disk)."""
+        _cut_unwritten for the steps left on disk). A second Ctrl-C meanwhile (the first's
+        epoch being held) is raised once it is done: cut short, the hold lost the epoch."""
         if self._state != "open" or self._epoch is None:
             return
-        if self._steps.open_ns:
-            self._steps.abandon()
-        # not one whose clock has not started, nor one whose end took its record (one JSON cannot hold)
-        if self._steps.recorded and self._start_ns and self._gc_ending is None:
-            try:
-                self._hold()
-            except RunWriteError as e:   # its steps are cut below, as those of an epoch not held
-                print(f"profiler: {e}", file=sys.stderr)
-        self._dropped()
-        self._cut_unwritten()
-        self._write_pending_gc_events()
+        with interrupts_held():
+            if self._steps.open_ns:
+                self._steps.abandon()
+            # not one whose clock has not started, nor one whose end took its record (one JSON cannot hold)
+            if self._steps.recorded and self._start_ns and self._gc_ending is None:
+                try:
+                    self._hold()
+                except RunWriteError as e:   # its steps are cut below, as those of an epoch not held
+                    print(f"profiler: {e}", file=sys.stderr)
+            self._dropped()
+            self._cut_unwritten()
+            self._write_pending_gc_events()
 
     @property
     def holding(self):
