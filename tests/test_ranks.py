@@ -818,10 +818,11 @@ def test_a_rank_whose_memory_grows_through_its_one_epoch_is_said(tmp_path):
     for r in range(3):
         path = write_rank(tmp_path / f"rank-{r}", r, 3, np.full(3000, 0.01))   # one epoch of 30 s
         grows = (2 << 20) if r == 1 else 0   # rank 1's anonymous memory: 2 MiB a second
-        (path / RSS).write_bytes(b"".join(RSS_SAMPLE.pack(int(t * 1e9), 300 * (1 << 20) + int(grows * t), 0)
+        (path / RSS).write_bytes(b"".join(RSS_SAMPLE.pack(int(t * 1e9), 0, 300 * (1 << 20) + int(grows * t), 0)
                                           for t in np.arange(1.0, 30.0)))
     a = analyze_ranks(tmp_path)
-    assert [r.memory_trend.growth_bytes_per_s for r in a.per_rank] == pytest.approx([0, 2 << 20, 0])
+    assert [r.memory_trend.late_bytes_per_s for r in a.per_rank] == pytest.approx([0, 2 << 20, 0])
+    assert [r.memory_trend.shape for r in a.per_rank] == ["flat", "grows", "flat"]
     assert [line for line in rank_text.summary(a) if "memory grows" in line] == [
         "!            rank 1's anonymous memory grows 2.0 MiB a second against 0 B on the median rank: `profiler "
         "report` on its directory for the growth"]

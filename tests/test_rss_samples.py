@@ -26,10 +26,17 @@ SCRIPT = Path(__file__).parent / "scripts" / "torch_one_epoch.py"
 
 
 def with_samples(path, records, samples, status="completed", steps=()):
-    """A run of `records` whose rss.bin holds `samples` ((t_s, rss_bytes[, shared_bytes]), ...) on a clock
-    whose origin is 0."""
+    """A run of `records` whose rss.bin holds `samples` ((t_s, rss_bytes[, shared_bytes[, epoch]]), ...) on a
+    clock whose origin is 0; a reading's epoch is by default the last of `records` begun at or before it."""
     write_run(path, records, status=status, steps=steps)
-    (path / RSS).write_bytes(b"".join(RSS_SAMPLE.pack(round(s[0] * 1e9), *map(int, (*s[1:], 0)[:2])) for s in samples))
+    begun = sorted((r["start_s"], r["epoch"]) for r in records if r.get("start_s") is not None)
+
+    def packed(t, rss, shared=0, index=None):
+        if index is None:
+            index = max([e for b, e in begun if b <= t], default=0) if begun else 0
+        return RSS_SAMPLE.pack(round(t * 1e9), index, int(rss), int(shared))
+
+    (path / RSS).write_bytes(b"".join(packed(*sample) for sample in samples))
     return path
 
 
@@ -38,6 +45,9 @@ def one_epoch(path, rss_at, seconds=100.0, **kwargs):
     times = np.arange(2.0, 1.0 + seconds, 1.0)
     return with_samples(path, [epoch(0, seconds, start_s=1.0, rss=rss_at(1.0 + seconds))],
                         [(t, rss_at(t)) for t in times], **kwargs)
+
+
+ANON = "anonymous memory (RSS less its shared pages: a memory-mapped file's are no leak)"
 
 
 def told(d):
@@ -141,40 +151,51 @@ def test_a_torn_sample_is_skipped_and_named(tmp_path):
 
 
 @pytest.mark.parametrize("sample, what", [((-1.0, MIB), "has t_s -1, not a time"),
-                                          ((1.0, -5), "has rss_bytes -5, not a size between 0 and")])
+                                          ((1.0, -5), "has rss_bytes -5, not a size between 0 and"),
+                                          ((1.0, MIB, 2 * MIB), "has shared_bytes 2097152, not a size between 0 and "
+                                                                "its rss_bytes"),
+                                          ((1.0, MIB, 0, -1), "has epoch -1, not an epoch index"),
+                                          ((0.25, MIB), "has t_s 0.25, before the reading before it")])
 def test_a_sample_this_profiler_cannot_have_written_is_refused(tmp_path, sample, what):
     path = with_samples(tmp_path / "r", [epoch(0, 3.0, start_s=0.0)], [(0.5, MIB), sample])
     with pytest.raises(RunDirError, match=f"rss.bin record 1 {what}"):
         read_run(path)
 
 
-def test_a_killed_run_read_from_its_steps_has_the_last_rss_read_since_it_began(tmp_path):
-    # as the Session writes them: each reading just after the last step its write holds
-    path = with_samples(tmp_path / "r", [], [(0.5, 50 * MIB), (2.0 + 1e-5, 60 * MIB), (3.0 + 1e-5, 70 * MIB)],
+def test_a_killed_run_read_from_its_steps_has_its_epochs_last_reading(tmp_path):
+    # as the Session writes them: each reading just after the last step its write holds; the first, of
+    # an epoch 0 that was dropped (its index taken again by the epoch killed)
+    path = with_samples(tmp_path / "r", [], [(0.5, 50 * MIB, 0, 0), (2.0 + 1e-5, 60 * MIB, 0, 0),
+                                             (3.0 + 1e-5, 70 * MIB, 0, 0)],
                         status="running", steps=[(0, 1.0, 1.0, 0, 0, 0), (0, 2.0, 1.0, 0, 0, 0)])
     run = read_run(path)
     (record,) = run.epochs
-    assert record["from_steps"] and record["rss_bytes"] == 70 * MIB   # the read at 0.5 s is before its steps
+    assert record["from_steps"] and record["rss_bytes"] == 70 * MIB
     assert "its RSS the last read in it; no op records" in run.problems[-1]
     assert analyze(path).allocation.rss_end_bytes == 70 * MIB
+    # killed before its own first reading: the dropped epoch's is not its
+    path = with_samples(tmp_path / "s", [], [(0.5, 50 * MIB, 0, 0)], status="running",
+                        steps=[(0, 1.0, 1.0, 0, 0, 0), (0, 2.0, 1.0, 0, 0, 0)])
+    assert read_run(path).epochs[0]["rss_bytes"] is None
 
 
 # -- analysis: known answers -----------------------------------------------------------------------
 
-def test_one_epoch_whose_rss_keeps_growing_is_allocation_growth(tmp_path):
+def test_one_epoch_whose_memory_keeps_growing_is_allocation_growth(tmp_path):
     d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB))
     (f,) = memory_findings(d)
     e = f.evidence
     assert isinstance(e, findings.MemoryTrend) and f.cause == "allocation" and d.primary_cause == "allocation"
-    # 99 readings; the levels are the first and last tenth's medians
-    assert e.growth_bytes_per_s == pytest.approx(MIB) and e.samples == 99 and e.epochs == 1
-    assert e.span_s == pytest.approx(98.0) and e.start_bytes == 506 * MIB and e.end_bytes == 596 * MIB
-    assert not e.levels_off and d.allocation.rss_trend == e
-    assert text.evidence(f) == ("Anonymous memory (RSS less its shared pages: a memory-mapped file's are no leak) "
-                                "grows 1.0 MiB a second through the epoch (506.0 MiB -> 596.0 MiB over 98 s, read 99 "
-                                "times) and keeps growing to the end")
+    # 99 readings; the levels are the first tenth's, first third's and last tenth's medians
+    assert e.shape == "grows" and e.late_bytes_per_s == pytest.approx(MIB) and e.samples == 99 and e.epochs == 1
+    assert e.span_s == pytest.approx(98.0) and (e.start_bytes, e.early_bytes, e.end_bytes) == (506 * MIB, 518 * MIB,
+                                                                                                 596 * MIB)
+    assert e.freed_bytes == 0 and d.allocation.rss_trend == e
+    assert text.evidence(f) == (f"{ANON[0].upper() + ANON[1:]} grows 1.0 MiB a second in its last third and keeps "
+                                f"growing to the end (506.0 MiB at first, 596.0 MiB at the end, over 98 s, read 99 "
+                                f"times)")
     assert text.remedy(f).startswith("Look for what each step keeps: a loss kept with its graph (keep loss.item())")
-    assert "memory RSS -/epoch anonymous through the epoch +1.0 MiB a second" in told(d)
+    assert "memory RSS -/epoch anonymous 506.0 MiB -> 596.0 MiB through the epoch (grows)" in told(d)
 
 
 def test_pages_of_mapped_files_are_no_growth(tmp_path):
@@ -183,43 +204,69 @@ def test_pages_of_mapped_files_are_no_growth(tmp_path):
                         [(t, 500 * MIB + t * MIB, 20 * MIB + t * MIB) for t in np.arange(2.0, 101.0)])
     d = analyze(path)
     assert not memory_findings(d) and d.allocation.rss_trend.start_bytes == 480 * MIB
-    assert "memory does not grow through the epoch (anonymous memory (RSS less its shared pages" in told(d)
+    assert f"memory does not grow through the epoch ({ANON}: 480.0 MiB at first" in told(d)
 
 
 def test_growth_over_ten_minutes_is_told_a_minute(tmp_path):
     d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB, seconds=1200.0))
     (f,) = memory_findings(d)
-    assert " grows 60.0 MiB a minute through the epoch (" in text.evidence(f)
+    assert " grows 60.0 MiB a minute in its last third " in text.evidence(f)
 
 
-@pytest.mark.parametrize("rss_at, said", [
+def test_growth_that_starts_late_is_found_at_its_rate(tmp_path):
+    # flat for 70 s, then 2 MiB a second to the end (the shape before an OOM kill)
+    d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + max(t - 70, 0) * 2 * MIB))
+    (f,) = memory_findings(d)
+    assert f.evidence.late_bytes_per_s == pytest.approx(2 * MIB)
+
+
+@pytest.mark.parametrize("rss_at, shape, said", [
     # noise around a level: a tenth of a MiB each way
-    (lambda t: 800 * MIB + (t % 3) * 100_000, "memory does not grow through the epoch ("),
+    (lambda t: 800 * MIB + (t % 3) * 100_000, "flat", "memory does not grow through the epoch ("),
     # growth under the limit: 10 MiB over the epoch against max(16 MiB, 5% of 800 MiB)
-    (lambda t: 800 * MIB + t * MIB / 10, "no leak): +102.4 KiB a second over 98 s, read 99 times: +9.8 MiB, under the "
-                                         "40.0 MiB that counts as growing)"),
+    (lambda t: 800 * MIB + t * MIB / 10, "flat", "read 99 times; under the 40.0 MiB that counts as growing)"),
+    # memory that falls
+    (lambda t: 800 * MIB - t * MIB, "flat", "memory does not grow through the epoch ("),
     # the warm-up: 300 MiB in the first 10 s, then a level
-    (lambda t: 500 * MIB + min(t, 10.0) * 30 * MIB,
-     "memory held after it rose early in the epoch (anonymous memory (RSS less its shared pages: a memory-mapped "
-     "file's are no leak): 680.0 MiB at first, 800.0 MiB at the end, over 98 s, read 99 times)"),
-    # a buffer allocated in the last third: a step, no steady growth
-    (lambda t: 500 * MIB + (80 * MIB if t >= 85 else 0), "memory rose in a step, not steadily, through the epoch ("),
+    (lambda t: 500 * MIB + min(t, 10.0) * 30 * MIB, "early",
+     f"memory held after it rose early in the epoch ({ANON}: 680.0 MiB at first, 800.0 MiB at the end, over 98 s, "
+     f"read 99 times)"),
+    # a ramp for 40 s, then a level
+    (lambda t: 500 * MIB + min(t, 40.0) * MIB, "early", "memory held after it rose early in the epoch ("),
+    # a buffer allocated in the last third
+    (lambda t: 500 * MIB + (80 * MIB if t >= 85 else 0), "step", "memory rose in a step, not steadily, through the "
+                                                               "epoch ("),
     # up for 70 s, then back down
-    (lambda t: 500 * MIB + (t if t <= 70 else 70 - (t - 70) * 2.3) * MIB,
-     "memory does not keep growing through the epoch ("),
+    (lambda t: 500 * MIB + (t if t <= 70 else 70 - (t - 70) * 2.3) * MIB, "cycles",
+     "memory grew and was freed again through the epoch ("),
+    # a cache that fills for 40 s and is cleared
+    (lambda t: 500 * MIB + (t % 40) * 3 * MIB, "cycles", "freed)"),
+    # growth that stopped at 60%
+    (lambda t: 500 * MIB + min(t, 60.0) * MIB, "levels", "; it stopped by the last third)"),
 ])
-def test_one_epoch_whose_rss_does_not_keep_growing_has_no_finding(tmp_path, rss_at, said):
+def test_one_epoch_whose_memory_does_not_keep_growing_has_no_finding(tmp_path, rss_at, shape, said):
     d = analyze(one_epoch(tmp_path / "r", rss_at))
-    assert not memory_findings(d) and d.allocation.rss_trend is not None
+    assert not memory_findings(d) and d.allocation.rss_trend.shape == shape
     assert said in told(d)
+
+
+def test_noise_of_tens_of_mib_a_reading_hides_neither_a_leak_nor_makes_one(tmp_path):
+    # a training step's buffers move RSS by tens of MiB from one reading to the next
+    found = {True: 0, False: 0}
+    for seed in range(20):
+        noise = np.random.default_rng(seed).normal(0, 20 * MIB, 102)
+        for leak in (True, False):
+            d = analyze(one_epoch(tmp_path / f"{seed}-{leak}", lambda t: 500 * MIB + leak * t * MIB + noise[int(t)]))
+            found[leak] += bool(memory_findings(d))
+    assert found[False] == 0 and found[True] >= 16   # 1 MiB a second: 100 MiB over the epoch
 
 
 def test_too_few_readings_tell_no_trend(tmp_path):
     samples = [(t, 100 * MIB + t * 10 * MIB) for t in np.arange(1.5, 10.0, 1.0)]   # nine
     d = analyze(with_samples(tmp_path / "r", [epoch(0, 9.5, start_s=1.0)], samples))
     assert d.allocation.rss_trend is None and not memory_findings(d)
-    assert "memory cannot show a trend in one epoch (RSS is read about once a second inside it, and a trend needs " \
-           "10 readings)" in told(d)
+    assert "memory cannot show a trend in one epoch (RSS is read about once a second inside epochs with steps, and " \
+           "a trend needs 10 readings)" in told(d)
 
 
 def test_the_readings_of_the_epoch_a_run_stopped_in_are_its_own(tmp_path):
@@ -230,6 +277,22 @@ def test_the_readings_of_the_epoch_a_run_stopped_in_are_its_own(tmp_path):
     steps = [(e, 30.0 * e, 1.0, 0, 0, 0) for e in range(3)]
     d = analyze(with_samples(tmp_path / "r", records, samples, status="failed", steps=steps))
     assert d.epochs == 2 and d.allocation.rss_trend.samples == 60 and not memory_findings(d)
+
+
+def test_the_readings_of_an_epoch_killed_after_a_finished_one_are_its_own(tmp_path):
+    # epoch 0 flat and written; epoch 1 grew 2 MiB a second until a kill (no line): its readings say epoch 1
+    samples = [(t + 0.5, 500 * MIB + max(t - 30, 0) * 2 * MIB, 0, 0 if t < 30 else 1) for t in range(90)]
+    path = with_samples(tmp_path / "r", [epoch(0, 30.0, start_s=0.0, steps=1)], samples, status="running",
+                        steps=[(0, 0.0, 1.0, 0, 0, 0), (1, 30.0, 1.0, 0, 0, 0)])
+    d = analyze(path)
+    assert d.epochs == 1 and d.allocation.rss_trend.samples == 30 and d.allocation.rss_trend.shape == "flat"
+
+
+def test_a_reading_taken_as_an_epoch_ends_is_that_epochs(tmp_path):
+    # the end's steps are written after its clock stops: the last reading falls just after the epoch
+    samples = [(t, 500 * MIB + t * MIB) for t in np.arange(2.0, 101.0)] + [(101.0 + 1e-4, 601 * MIB)]
+    d = analyze(with_samples(tmp_path / "r", [epoch(0, 100.0, start_s=1.0)], samples))
+    assert d.allocation.rss_trend.samples == 100
 
 
 def test_a_level_that_drops_in_the_last_readings_is_still_growth_with_its_level_at_the_end(tmp_path):
@@ -259,7 +322,15 @@ def test_growth_through_two_epochs_names_them(tmp_path):
     samples = [(t, 400 * MIB + t * MIB) for t in np.arange(2.0, 60.0, 1.0)]
     d = analyze(with_samples(tmp_path / "r", records, samples))
     (f,) = memory_findings(d)
-    assert f.evidence.epochs == 2 and "through the 2 epochs (" in text.evidence(f)
+    assert f.evidence.epochs == 2 and " in the 2 epochs' last third " in text.evidence(f)
+
+
+def test_memory_freed_at_each_epochs_end_is_no_growth(tmp_path):
+    # 2 epochs of 45 s, each gaining 3 MiB a second and freeing it all at its end
+    records = [epoch(i, 45.0, start_s=45.0 * i, rss=635 * MIB) for i in range(2)]
+    samples = [(t + 0.5, 500 * MIB + (t % 45) * 3 * MIB) for t in range(90)]
+    d = analyze(with_samples(tmp_path / "r", records, samples))
+    assert not memory_findings(d) and d.allocation.rss_trend.shape == "cycles"
 
 
 # -- renderers -------------------------------------------------------------------------------------
@@ -271,7 +342,7 @@ def test_the_report_json_is_strict_and_holds_the_trend(tmp_path):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert data["allocation"]["rss_trend"]["samples"] == 99
-    assert data["findings"][0]["data"]["growth_bytes_per_s"] == pytest.approx(MIB)
+    assert data["findings"][0]["data"]["late_bytes_per_s"] == pytest.approx(MIB)
 
 
 def test_the_trace_has_an_rss_counter_with_the_samples_and_the_epochs_ends(tmp_path):
@@ -280,6 +351,17 @@ def test_the_trace_has_an_rss_counter_with_the_samples_and_the_epochs_ends(tmp_p
     counters = [e for e in trace.events(read_run(path)) if e["name"] == "RSS (MiB)"]
     assert [(c["ts"], c["args"]["rss"], c["ph"]) for c in counters] == [(1e6, 110.0, "C"), (2e6, 120.0, "C"),
                                                                        (3e6, 130.0, "C")]
+
+
+def test_the_trace_has_the_rss_at_the_end_of_the_epoch_a_run_stopped_in(tmp_path):
+    records = [epoch(0, 1.0, start_s=0.0, steps=1, rss=100 * MIB),
+               {**epoch(1, 1.0, start_s=1.0, steps=1, rss=140 * MIB), "unfinished": True}]
+    path = with_samples(tmp_path / "r", records, [], status="failed",
+                        steps=[(0, 0.0, 1.0, 0, 0, 0), (1, 1.0, 1.0, 0, 0, 0)])
+    run = read_run(path)
+    assert run.unfinished_epoch is not None and not run.ends_unfinished   # kept apart
+    assert [(c["ts"], c["args"]["rss"]) for c in trace.events(run) if c["name"] == "RSS (MiB)"] == [(1e6, 100.0),
+                                                                                                (2e6, 140.0)]
 
 
 def test_the_memory_figure_in_time_draws_the_readings(tmp_path):
@@ -310,6 +392,6 @@ def test_a_torch_script_of_one_epoch_that_keeps_its_activations_is_told_so(tmp_p
         (f,) = grown
         kept_per_s = kept["bytes"] / kept["seconds"]
         # the tensors kept are RSS's growth, give or take the allocator's rounding and its pages
-        assert 0.7 * kept_per_s < f.evidence.growth_bytes_per_s < 1.6 * kept_per_s
+        assert 0.7 * kept_per_s < f.evidence.late_bytes_per_s < 1.6 * kept_per_s
     else:
         assert not grown and kept["bytes"] == 0

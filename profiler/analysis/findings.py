@@ -43,7 +43,8 @@ MIN_EVENTS = 8               # full collections needed to fit their trend
 RSS_LEAK_BYTES = 16 << 20    # growth over the run that counts as growing memory...
 RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
 MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory growing
-RSS_TREND_SAMPLES = 10       # RSS samples inside fewer epochs than that which tell a trend through their time
+RSS_TREND_SAMPLES = 10       # RSS readings inside fewer epochs than that which tell a trend through their time
+RSS_TREND_BINS = 12          # their rises and drops are summed over at most this many bin medians (noise tamed)
 TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
@@ -175,17 +176,27 @@ class MemoryGrowth:
 class MemoryTrend:
     """Anonymous memory (RSS less its shared pages: a memory-mapped dataset's file pages are no
     leak) through the analysed epochs' time, from the readings inside them (rundir.Run.rss_samples):
-    the memory trend of a run whose epochs are too few to fit one."""
-    growth_bytes_per_s: float       # the readings' Theil-Sen slope
-    total_growth_bytes: float       # over the span
-    start_bytes: float              # the level at the start: the median of the first tenth of the readings...
-    end_bytes: float                # ...and at the end, of the last tenth
-    early_rise_bytes: float         # how far the median of the first third lies above start_bytes
+    the memory trend of a run whose epochs are too few to fit one. Levels are medians of readings:
+    the first tenth's, the first third's and the last tenth's; rises and drops are those between
+    RSS_TREND_BINS bin medians, in time order."""
+    shape: str                      # "grows" (to the end: the finding), "levels" (stopped by the last third),
+                                    # "step" (one rise holds most of the growth), "cycles" (it frees much of
+                                    # what it gains), "early" (rose in the first third, then held), "flat"
+    start_bytes: float
+    early_bytes: float              # the first third's level
+    end_bytes: float
+    late_bytes_per_s: float         # the Theil-Sen slope of the last third of the readings
+    gained_bytes: float             # the rises, summed...
+    freed_bytes: float              # ...the drops...
+    largest_rise_bytes: float       # ...and the largest rise ending after the first third
     span_s: float                   # from the first reading to the last
     samples: int
     epochs: int                     # the epochs they were read in
-    levels_off: bool                # the last third grows at under LEVELS_OFF of the overall rate
-    limit_bytes: float              # growth over the span that counts as growing memory
+    limit_bytes: float              # growth after the first third that counts as growing memory
+
+    @property
+    def levels_off(self):
+        return self.shape == "levels"
 
 
 @dataclass
@@ -562,42 +573,51 @@ def memory_growth(records, sites, sited, deep=None):
     return None
 
 
-def rss_trend(samples, records, begins):
-    """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, None with fewer
-    than RSS_TREND_SAMPLES (or records written before start_s). begins: when each epoch the run
-    wrote began (the unfinished one's too). Steps are written only inside an epoch and as it ends,
-    so a reading belongs to the last epoch begun before it: the one taken as an epoch's steps are
-    written at its end falls just after it."""
-    starts = {r.get("start_s") for r in records}
-    if None in starts:
+def rss_trend(samples, records):
+    """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, each an epoch's
+    from its start (an index a dropped epoch left free is taken again by the next: its readings
+    come before), None with fewer than RSS_TREND_SAMPLES or no time between the first and the last
+    (or records written before start_s)."""
+    starts = {r["epoch"]: r.get("start_s") for r in records}
+    if None in starts.values():
         return None
-    begins = np.sort(np.asarray(begins, float))
-    last = np.searchsorted(begins, samples["t_s"], side="right") - 1
-    mine = (last >= 0) & np.isin(begins[np.maximum(last, 0)], list(starts))
-    t = samples["t_s"][mine]
+    begun = np.array([starts.get(e, np.inf) for e in samples["epoch"].tolist()])
+    mine = samples["t_s"] >= begun
+    t, epoch = samples["t_s"][mine], samples["epoch"][mine]
     anon = (samples["rss_bytes"][mine] - samples["shared_bytes"][mine]).astype(float)
-    if len(t) < RSS_TREND_SAMPLES:
+    if len(t) < RSS_TREND_SAMPLES or t[-1] <= t[0]:
         return None
     span = float(t[-1] - t[0])
-    # the slope alone: growth that goes on, not a level that rose once (a buffer allocated late)
-    rate = stats.slope(t, anon)
     third, tenth = max(3, len(t) // 3), max(1, len(t) // 10)
-    start = float(np.median(anon[:tenth]))
-    return MemoryTrend(growth_bytes_per_s=rate, total_growth_bytes=rate * span, start_bytes=start,
-                       end_bytes=float(np.median(anon[-tenth:])),
-                       early_rise_bytes=float(np.median(anon[:third])) - start, span_s=span, samples=int(len(t)),
-                       epochs=int(len(np.unique(last[mine]))),
-                       levels_off=bool(rate > 0 and stats.slope(t[-third:], anon[-third:]) < LEVELS_OFF * rate),
-                       limit_bytes=max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * start))
+    start, early, end = (float(np.median(part)) for part in (anon[:tenth], anon[:third], anon[-tenth:]))
+    bins = stats.binned(np.arange(len(t)), anon, RSS_TREND_BINS)   # medians of runs of readings: noise tamed
+    moves = np.diff(bins[1])
+    late_moves = moves[bins[0][1:] >= third]
+    after, limit = end - early, max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * start)
+    late = stats.slope(t[-third:], anon[-third:])
+    freed = float(-moves[moves < 0].sum())
+    gained = float(moves[moves > 0].sum())
+    if min(gained, freed) >= limit and freed > max(after, 0.0) / 2:
+        shape = "cycles"
+    elif after < limit:   # a rise past the limit, then: mostly in the first third
+        shape = "early" if end - start >= limit else "flat"
+    elif len(late_moves) and late_moves.max() > after / 2:
+        shape = "step"
+    elif late < LEVELS_OFF * after / (span * 2 / 3):
+        shape = "levels"
+    else:
+        shape = "grows"
+    return MemoryTrend(shape=shape, start_bytes=start, early_bytes=early, end_bytes=end, late_bytes_per_s=late,
+                       gained_bytes=gained, freed_bytes=freed,
+                       largest_rise_bytes=float(late_moves.max(initial=0.0)), span_s=span, samples=int(len(t)),
+                       epochs=int(len(np.unique(epoch))), limit_bytes=limit)
 
 
 def rss_growth(trend):
-    """allocation-growth from an RSS trend through the epochs' time (a MemoryTrend, or None) that
-    keeps growing to the end: a level reached early and held is the run's warm-up (its allocator,
-    its caches filling), which the epochs' trend leaves out with the warm-up epochs."""
-    if trend is None or trend.levels_off or trend.total_growth_bytes < trend.limit_bytes:
-        return None
-    return Finding("allocation", "allocation-growth", 0.0, trend)
+    """allocation-growth from a trend of anonymous memory through the epochs' time (a MemoryTrend,
+    or None) that keeps growing to the end."""
+    return Finding("allocation", "allocation-growth", 0.0, trend) if trend is not None and trend.shape == "grows" \
+        else None
 
 
 def op_growth(records, op_series):

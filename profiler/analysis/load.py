@@ -44,13 +44,6 @@ def left_out(epochs):
     return setup, stats.warmup(len(epochs) - setup)
 
 
-def begins(run):
-    """When each epoch the run wrote began, the one it stopped in too (findings.rss_trend: a reading
-    belongs to the last epoch begun before it); epochs written before start_s have none."""
-    written = [*run.epochs, *([run.unfinished_epoch] if run.unfinished_epoch is not None else [])]
-    return [r["start_s"] for r in written if r.get("start_s") is not None]
-
-
 def timed(records):
     """Indices of the records whose time analysis weighs: deep capture's traced epochs, which
     tracemalloc slows 2-10x, are left out when the others are the majority."""

@@ -613,7 +613,7 @@ class Session:
         """Append the RSS to rss.bin. One that cannot be written (a full disk) stops the readings, said
         once on stderr, and not the training: its epochs' lines still hold their RSS."""
         try:
-            self._writer.append_binary(fmt.RSS, fmt.RSS_SAMPLE.pack(now, *self.memory.resident()))
+            self._writer.append_binary(fmt.RSS, fmt.RSS_SAMPLE.pack(now, self._steps.epoch, *self.memory.resident()))
         except (RunWriteError, OSError) as e:
             self._rss_due_ns = 1 << 63
             with contextlib.suppress(OSError, ValueError):

@@ -191,12 +191,12 @@ def growing(ra):
              for r in told if r.rank != ra.diagnosed
              and r.rss_growth_bytes_per_epoch > 2 * max(typical, 0) + text.FLAT_BYTES]
     trends = [r for r in ra.per_rank if r.memory_trend is not None]
-    paces = sorted(r.memory_trend.growth_bytes_per_s for r in trends)
+    paces = sorted(r.memory_trend.late_bytes_per_s for r in trends)
     pace = paces[(len(paces) - 1) // 2] if paces else 0.0
-    return lines + [f"rank {r.rank}'s anonymous memory grows {text.size(r.memory_trend.growth_bytes_per_s)} a second "
+    return lines + [f"rank {r.rank}'s anonymous memory grows {text.size(r.memory_trend.late_bytes_per_s)} a second "
                     f"against {text.size(pace)} on the median rank: `profiler report` on its directory for the growth"
-                    for r in trends if r.rank != ra.diagnosed and findings.rss_growth(r.memory_trend) is not None
-                    and r.memory_trend.growth_bytes_per_s > 2 * max(pace, 0)]
+                    for r in trends if r.rank != ra.diagnosed and r.memory_trend.shape == "grows"
+                    and r.memory_trend.late_bytes_per_s > 2 * max(pace, 0)]
 
 
 def wait(seconds):

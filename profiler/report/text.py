@@ -188,9 +188,9 @@ def _gen(g):
     return "full (generation 2)" if g == 2 else f"generation {g}"
 
 
-def _pace(rate, span_s, sign=signed_size):
-    """'+68.2 MiB a second', or over spans of ten minutes or more '+1.2 GiB a minute'."""
-    return f"{sign(rate)} a second" if span_s < 600 else f"{sign(rate * 60)} a minute"
+def _pace(rate, span_s):
+    """'68.2 MiB a second', or over spans of ten minutes or more '1.2 GiB a minute'."""
+    return f"{size(rate)} a second" if span_s < 600 else f"{size(rate * 60)} a minute"
 
 
 def _through(trend):
@@ -200,10 +200,15 @@ def _through(trend):
 _ANON = "anonymous memory (RSS less its shared pages: a memory-mapped file's are no leak)"
 
 
+def _levels(e):
+    return (f"{size(e.start_bytes)} at first, {size(e.end_bytes)} at the end, over {duration(e.span_s)}, read "
+            f"{e.samples:,} times")
+
+
 def _memory_trend(e):
-    return (f"{_ANON[0].upper() + _ANON[1:]} grows {_pace(e.growth_bytes_per_s, e.span_s, size)} through {_through(e)} "
-            f"({size(e.start_bytes)} -> {size(e.end_bytes)} over {duration(e.span_s)}, read {e.samples:,} times) and "
-            f"keeps growing to the end")
+    last = "its last third" if e.epochs == 1 else f"the {e.epochs} epochs' last third"
+    return (f"{_ANON[0].upper() + _ANON[1:]} grows {_pace(e.late_bytes_per_s, e.span_s)} in {last} and keeps "
+            f"growing to the end ({_levels(e)})")
 
 
 def _memory(e):
@@ -541,23 +546,29 @@ def _rss_rate(a):
     return "-" if rate is None else signed_size(rate)
 
 
+_TREND_TOLD = {
+    "early": "memory held after it rose early in {}",
+    "cycles": "memory grew and was freed again through {}",
+    "step": "memory rose in a step, not steadily, through {}",
+    "levels": "memory does not keep growing through {}",
+    "flat": "memory does not grow through {}",
+}
+
+
 def _memory_not_found(a):
     rate, trend = a.rss_growth_bytes_per_epoch, a.rss_trend
     if trend is not None:
-        rise, read = trend.end_bytes - trend.start_bytes, f"over {duration(trend.span_s)}, read {trend.samples:,} times"
-        levels = f"{size(trend.start_bytes)} at first, {size(trend.end_bytes)} at the end, {read}"
-        if rise >= FLAT_BYTES and abs(trend.early_rise_bytes - rise) <= rise / 2:   # the first third near the end's level
-            return f"memory held after it rose early in {_through(trend)} ({_ANON}: {levels})"
-        if trend.levels_off and trend.total_growth_bytes >= trend.limit_bytes:
-            return f"memory does not keep growing through {_through(trend)} ({_ANON}: {levels}; it stopped by the last third)"
-        if rise >= trend.limit_bytes:   # a level that rose once or twice, late: no steady growth
-            return f"memory rose in a step, not steadily, through {_through(trend)} ({_ANON}: {levels})"
-        return (f"memory does not grow through {_through(trend)} ({_ANON}: "
-                f"{_pace(trend.growth_bytes_per_s, trend.span_s)} {read}: {signed_size(trend.total_growth_bytes)}, "
-                f"under the {size(trend.limit_bytes)} that counts as growing)")
+        told = _TREND_TOLD[trend.shape].format(_through(trend)) + f" ({_ANON}: {_levels(trend)}"
+        if trend.shape == "cycles":
+            told += f"; {size(trend.gained_bytes)} gained, {size(trend.freed_bytes)} freed"
+        elif trend.shape == "levels":
+            told += "; it stopped by the last third"
+        elif trend.shape == "flat":
+            told += f"; under the {size(trend.limit_bytes)} that counts as growing"
+        return told + ")"
     if rate is None:
-        return (f"memory cannot show a trend in one epoch (RSS is read about once a second inside it, and a trend "
-                f"needs {fnd.RSS_TREND_SAMPLES} readings)")
+        return (f"memory cannot show a trend in one epoch (RSS is read about once a second inside epochs with "
+                f"steps, and a trend needs {fnd.RSS_TREND_SAMPLES} readings)")
     per_epoch = f"{signed_size(rate)} per epoch"
     if (rate <= 0 or rate * max(a.span_epochs, 1) < FLAT_BYTES) and a.rss_rise_bytes < FLAT_BYTES:
         if a.rss_end_bytes - a.rss_start_bytes >= FLAT_BYTES:   # a rise in the first epochs, then a level
@@ -659,9 +670,8 @@ def diagnosis(d):
               + (f"   gc.collect() calls {pct(g.forced_share)} of the GC" if g.forced_share else "")
               + (f"   between epochs {pct(g.share_between)}" if g.share_between is not None else ""),
               f"memory       RSS {_rss_rate(a)}/epoch"
-              + (f"   anonymous through {_through(a.rss_trend)} "
-                 f"{_pace(a.rss_trend.growth_bytes_per_s, a.rss_trend.span_s)}"
-                 if a.rss_trend is not None else "")
+              + (f"   anonymous {size(a.rss_trend.start_bytes)} -> {size(a.rss_trend.end_bytes)} through "
+                 f"{_through(a.rss_trend)} ({a.rss_trend.shape})" if a.rss_trend is not None else "")
               + (f"   malloc {size(a.malloc_growth_bytes_per_epoch)}/epoch"
                  if a.malloc_growth_bytes_per_epoch is not None else "")
               + (f"   traced {size(a.traced_growth_bytes_per_epoch)}/epoch"

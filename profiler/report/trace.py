@@ -96,9 +96,11 @@ def _steps(run, pid, offset_s, shown):
 
 
 def _rss(run, pid, offset_s):
-    """The RSS counter: the samples inside epochs and each epoch's reading at its end, in time order."""
+    """The RSS counter: the readings inside epochs and each epoch's at its end (the one the run
+    stopped in too), in time order."""
     samples = run.rss_samples()
-    ends = [(r["start_s"] + r["wall_s"], r["rss_bytes"]) for r in run.epochs
+    apart = [run.unfinished_epoch] if run.unfinished_epoch is not None and not run.ends_unfinished else []
+    ends = [(r["start_s"] + r["wall_s"], r["rss_bytes"]) for r in [*run.epochs, *apart]
             if r.get("start_s") is not None and r["rss_bytes"] is not None]
     for at, rss in sorted([*zip(samples["t_s"].tolist(), samples["rss_bytes"].tolist()), *ends]):
         yield {"name": "RSS (MiB)", "cat": "memory", "ph": "C", "pid": pid, "tid": 0, "ts": _us(at, offset_s),

@@ -39,13 +39,14 @@ LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "
                               ("gc1_s", "<f4"), ("gc2_s", "<f4")])
 
 # The process's resident memory inside epochs with steps (rss.bin), read as the steps are written, at
-# most once a second: when (a perf_counter_ns() reading, as steps.bin's), the resident bytes and of
-# them the shared ones (pages of mapped files and shared memory: a memory-mapped dataset's). An
-# epoch's record holds its RSS at its end only; these show a long epoch's memory on the way (an
-# LLM's one epoch, a job the OOM killer stopped).
-RSS_SAMPLE = struct.Struct("<qqq")
-RSS_RECORD = np.dtype([("t_ns", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])
-RSS_DTYPE = np.dtype([("t_s", "<f8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])   # t_s: since the clock origin
+# most once a second: when (a perf_counter_ns() reading, as steps.bin's), the epoch whose steps were
+# being written, the resident bytes and of them the shared ones (pages of mapped files and shared
+# memory: a memory-mapped dataset's). An epoch's record holds its RSS at its end only; these show a
+# long epoch's memory on the way (an LLM's one epoch, a job the OOM killer stopped).
+RSS_SAMPLE = struct.Struct("<qqqq")
+RSS_RECORD = np.dtype([("t_ns", "<i8"), ("epoch", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])
+RSS_DTYPE = np.dtype([("t_s", "<f8"), ("epoch", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])   # t_s: since
+                                                                                                        # the origin
 
 FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the longest paused first
 DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data

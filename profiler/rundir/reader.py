@@ -71,14 +71,14 @@ class Run:
 
     def rss_samples(self):
         """The RSS read inside epochs with steps, at most once a second, as a structured array of
-        format.RSS_DTYPE (seconds since the clock origin, resident and shared bytes); empty if none
-        (24 bytes a reading: a day's run holds 2.1 MB of them)."""
+        format.RSS_DTYPE (seconds since the clock origin, the epoch whose steps were being written,
+        resident and shared bytes); empty if none (32 bytes a reading: a day's run holds 2.8 MB)."""
         records = _records(self.path / RSS, RSS_RECORD)
         samples = np.empty(len(records), RSS_DTYPE)
         if len(records):
             samples["t_s"] = (records["t_ns"] - self.meta.get("clock_origin_ns", 0)) / 1e9
-            samples["rss_bytes"] = records["rss_bytes"]
-            samples["shared_bytes"] = records["shared_bytes"]
+            for name in ("epoch", "rss_bytes", "shared_bytes"):
+                samples[name] = records[name]
         return samples
 
 
@@ -316,7 +316,7 @@ def _killed_in(run, kept):
     """A run killed inside its first epoch with steps (SIGKILL, the OOM killer: no final status, no
     line), or still live in it, with its steps on disk (written at least once a second) is read as
     that epoch, rebuilt from them a chunk at a time: an unfinished record with its steps' time and
-    GC pauses, its RSS the last reading since it began (rss.bin), and no op records."""
+    GC pauses, its RSS its last reading (rss.bin), and no op records."""
     steps = run.steps(every=True)
     n = len(steps) - kept
     if not n or steps[kept]["epoch"] != steps[-1]["epoch"]:
@@ -330,8 +330,9 @@ def _killed_in(run, kept):
         paused += np.count_nonzero(gc, axis=1)
     start = float(steps[kept]["start_s"])
     samples = run.rss_samples()
-    read = samples["rss_bytes"][samples["t_s"] >= start]   # the last, read as the last steps were written, after them
-    record = {"epoch": int(steps[kept]["epoch"]), "start_s": start, "wall_s": end - start, "steps": n,
+    index = int(steps[kept]["epoch"])
+    read = samples["rss_bytes"][(samples["epoch"] == index) & (samples["t_s"] >= start)]   # not a dropped one's
+    record = {"epoch": index, "start_s": start, "wall_s": end - start, "steps": n,
               "gc": {"pause_s": pause.tolist(), "collections": paused.tolist()},
               "rss_bytes": int(read[-1]) if len(read) else None, "malloc_bytes": None, "heap": None, "ops": {},
               "unfinished": True, "from_steps": True}
@@ -369,9 +370,9 @@ def _unlined_steps(run, unlined, kept):
 def _check_records(run, last_lined):
     """RunDirError for the first record of steps.bin, gc_events.bin or rss.bin this profiler cannot
     have written: a time outside 0..MAX_SECONDS, an epoch index below 0 or below the one before it
-    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, an RSS outside
-    0..MAX_BYTES, a shared part above it, or a reading before the one before it. Steps and events are read a chunk at a
-    time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
+    (steps are written epoch by epoch), a GC generation other than 0, 1 or 2, a reading's
+    negative epoch, RSS outside 0..MAX_BYTES, shared part above it, or time before the one before
+    it. Steps and events are read a chunk at a time, so the check needs memory for one chunk only. Returns (the steps' epoch indices, how
     many steps belong to epochs up to `last_lined`: a prefix, as steps are in epoch order)."""
     source = run.path / GC_EVENTS
     events = run.gc_events()
@@ -382,10 +383,11 @@ def _check_records(run, last_lined):
             i = int(np.argmax(block["generation"] > 2))
             raise RunDirError(f"{source} record {a + i} has generation {int(block['generation'][i])}, not 0, 1 or 2: "
                               f"not written by this profiler")
-    source, samples = run.path / RSS, run.rss_samples()   # 16 bytes a second: read whole
+    source, samples = run.path / RSS, run.rss_samples()   # 32 bytes a second: read whole
     _check_times(samples, ("t_s",), source, 0)
-    rss, shared, t = samples["rss_bytes"], samples["shared_bytes"], samples["t_s"]
-    for bad, shown in (((rss < 0) | (rss > MAX_BYTES), lambda i: f"rss_bytes {rss[i]}, not a size between 0 and "
+    rss, shared, t, epoch = samples["rss_bytes"], samples["shared_bytes"], samples["t_s"], samples["epoch"]
+    for bad, shown in ((epoch < 0, lambda i: f"epoch {epoch[i]}, not an epoch index"),
+                       ((rss < 0) | (rss > MAX_BYTES), lambda i: f"rss_bytes {rss[i]}, not a size between 0 and "
                                                                  f"{MAX_BYTES} bytes"),
                        ((shared < 0) | (shared > rss), lambda i: f"shared_bytes {shared[i]}, not a size between 0 and "
                                                                  f"its rss_bytes"),
