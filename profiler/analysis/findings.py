@@ -45,6 +45,7 @@ RSS_LEAK_SHARE = 0.05        # ...and as a share of the starting RSS
 MEMORY_MIN_EPOCHS = 4        # epochs (after the warm-up) needed to call memory growing
 RSS_TREND_SAMPLES = 10       # RSS readings inside fewer epochs than that which tell a trend through their time
 RSS_TREND_BINS = 12          # their rises and drops are summed over at most this many bin medians (noise tamed)
+STEP_NOISE = 6.0             # a rise from one reading to the next this many times their median move is a step
 TRACED_LEAK_BYTES = 4 << 20
 SITES_EXPLAIN = 0.1          # sites that account for less of a growth than this do not explain it
 LEVELS_OFF = 0.2             # growth in the last third below this share of the overall rate: levelled off
@@ -177,8 +178,8 @@ class MemoryTrend:
     """Anonymous memory (RSS less its shared pages: a memory-mapped dataset's file pages are no
     leak) through the analysed epochs' time, from the readings inside them (rundir.Run.rss_samples):
     the memory trend of a run whose epochs are too few to fit one. Levels are medians of readings:
-    the first tenth's, the first third's and the last tenth's; rises and drops are those between
-    RSS_TREND_BINS bin medians, in time order."""
+    the first tenth's, the first third's and the last tenth's; gains and frees are the rises and
+    drops between RSS_TREND_BINS bin medians, in time order."""
     shape: str                      # "grows" (to the end: the finding), "levels" (stopped by the last third),
                                     # "step" (one rise holds most of the growth), "cycles" (it frees much of
                                     # what it gains), "early" (rose in the first third, then held), "flat"
@@ -187,8 +188,8 @@ class MemoryTrend:
     end_bytes: float
     late_bytes_per_s: float         # the Theil-Sen slope of the last third of the readings
     gained_bytes: float             # the rises, summed...
-    freed_bytes: float              # ...the drops...
-    largest_rise_bytes: float       # ...and the largest rise ending after the first third
+    freed_bytes: float              # ...and the drops
+    largest_rise_bytes: float       # the largest rise from one reading to the next after the first third
     span_s: float                   # from the first reading to the last
     samples: int
     epochs: int                     # the epochs they were read in
@@ -590,9 +591,11 @@ def rss_trend(samples, records):
     span = float(t[-1] - t[0])
     third, tenth = max(3, len(t) // 3), max(1, len(t) // 10)
     start, early, end = (float(np.median(part)) for part in (anon[:tenth], anon[:third], anon[-tenth:]))
-    bins = stats.binned(np.arange(len(t)), anon, RSS_TREND_BINS)   # medians of runs of readings: noise tamed
-    moves = np.diff(bins[1])
-    late_moves = moves[bins[0][1:] >= third]
+    moves = np.diff(stats.binned(np.arange(len(t)), anon, RSS_TREND_BINS)[1])   # bin medians: noise tamed
+    # a step is one reading's rise, beyond the readings' noise (a bin can split it in two)
+    rises = np.diff(anon)
+    largest = float(rises[third - 1:].max(initial=0.0))
+    noise = float(np.median(np.abs(rises)))
     after, limit = end - early, max(RSS_LEAK_BYTES, RSS_LEAK_SHARE * start)
     late = stats.slope(t[-third:], anon[-third:])
     freed = float(-moves[moves < 0].sum())
@@ -601,7 +604,7 @@ def rss_trend(samples, records):
         shape = "cycles"
     elif after < limit:   # a rise past the limit, then: mostly in the first third
         shape = "early" if end - start >= limit else "flat"
-    elif len(late_moves) and late_moves.max() > after / 2:
+    elif largest > after / 2 and largest > STEP_NOISE * noise:
         shape = "step"
     elif late < LEVELS_OFF * after / (span * 2 / 3):
         shape = "levels"
@@ -609,7 +612,7 @@ def rss_trend(samples, records):
         shape = "grows"
     return MemoryTrend(shape=shape, start_bytes=start, early_bytes=early, end_bytes=end, late_bytes_per_s=late,
                        gained_bytes=gained, freed_bytes=freed,
-                       largest_rise_bytes=float(late_moves.max(initial=0.0)), span_s=span, samples=int(len(t)),
+                       largest_rise_bytes=largest, span_s=span, samples=int(len(t)),
                        epochs=int(len(np.unique(epoch))), limit_bytes=limit)
 
 
