@@ -263,6 +263,12 @@ def instrument_costs(rounds=15, n=100_000):
                 for _ in range(n):
                     time.perf_counter_ns()
             clock = _interleaved({"bare": bare, "clock": clocks}, n, rounds)
+
+            def rss_readings(n):   # what a write of the steps adds once a second inside an epoch (its
+                with session.epoch():   # one epoch spread over the n readings: ~10 ns each)
+                    for _ in range(n):
+                        session._read_rss(0)
+            rss = _interleaved({"bare": bare, "rss": rss_readings}, 2000, rounds)
         gc_costs = _gc_event_cost(rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -270,7 +276,7 @@ def instrument_costs(rounds=15, n=100_000):
             "timer_sampled_ns": later["timer"] - later["bare"], "op_call_ns": later["op"] - later["bare"],
             "plain_call_ns": later["plain"] - later["bare"], "null_ns": first["null"] - first["bare"],
             "empty_ns": first["empty"] - first["bare"], "epoch_us": (epoch["epoch"] - epoch["null"]) / 1e3,
-            "clock_ns": clock["clock"] - clock["bare"],
+            "clock_ns": clock["clock"] - clock["bare"], "rss_reading_ns": rss["rss"] - rss["bare"],
             **gc_costs}
 
 
@@ -603,6 +609,8 @@ def markdown(result):
             f"written, the JSON line and its flush (an empty epoch, called back to back) | {i['epoch_us']:.1f} us |",
             f"| the same at the end of an mlp epoch (median; 36 steps and 7 ops in the record, caches cold after "
             f"training) | {mlp['end_epoch_s'] * 1e6:.1f} us |",
+            f"| an RSS reading and its append to rss.bin (with a write of the steps, at most once a second inside "
+            f"an epoch) | {i['rss_reading_ns'] / 1e3:.1f} us |",
             f"| floor at the same point (epochs without a session): a call of an empty Python function | "
             f"{mlp['floor_call_s'] * 1e6:.1f} us |",
             f"| floor at the same point: one `os.write` of a 200-byte line to a file | "
