@@ -14,9 +14,9 @@ begin_step()/end_step()/abandon_step() instead of the context managers.
 Each finished epoch is one line in epochs.jsonl, flushed as the epoch ends, with its steps
 (steps.bin) and GC events (gc_events.bin) written before it; nothing accumulates in memory. The
 process's RSS is read as steps are written, at most once a second (rss.bin): a long epoch's
-memory on the way, not only at its end. An
-epoch with steps that the run stops in (an exception, Ctrl-C, SIGTERM) is written too, flagged
-"unfinished": a run of one long epoch that crashes keeps its steps.
+memory on the way, not only at its end. An epoch with steps that the run stops in (an exception,
+Ctrl-C, SIGTERM) is written too, flagged "unfinished": a run of one long epoch that crashes keeps
+its steps.
 Options are checked when the Session is built, before anything is written. The hooks
 (gc.callbacks, tracemalloc, a SIGTERM handler) are removed on every exit path, and the final
 status (completed, halted, failed, interrupted, terminated) is written to meta.json.

@@ -45,8 +45,8 @@ LEGACY_STEP_DTYPE = np.dtype([("epoch", "<i4"), ("start_s", "<f8"), ("wall_s", "
 # long epoch's memory on the way (an LLM's one epoch, a job the OOM killer stopped).
 RSS_SAMPLE = struct.Struct("<qqqq")
 RSS_RECORD = np.dtype([("t_ns", "<i8"), ("epoch", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])
-RSS_DTYPE = np.dtype([("t_s", "<f8"), ("epoch", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])   # t_s: since
-                                                                                                        # the origin
+# as readers see them: t_s in seconds since the clock origin
+RSS_DTYPE = np.dtype([("t_s", "<f8"), ("epoch", "<i8"), ("rss_bytes", "<i8"), ("shared_bytes", "<i8")])
 
 FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the longest paused first
 DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data
