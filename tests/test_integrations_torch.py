@@ -283,6 +283,39 @@ def test_each_batch_the_training_thread_waits_for_is_timed_as_an_op(tmp_path):
         assert r["steps"] == 4
 
 
+def test_the_batches_of_zipped_training_loaders_are_all_timed(tmp_path):
+    from torch.utils.data import DataLoader, Dataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    class Slow(Dataset):
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            time.sleep(self.seconds)
+            return torch.randn(4), torch.randint(0, 2, ())
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fast, slow, val = (DataLoader(Slow(s), batch_size=10) for s in (0.0, 0.002, 0.002))
+    with Session(tmp_path / "run") as session, track(session):
+        for epoch in range(2):
+            for i, ((x, y), (x2, y2)) in enumerate(zip(fast, slow)):   # the second loader's pass is nested
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(torch.cat([x, x2])), torch.cat([y, y2])).backward()
+                optimizer.step()
+                if i == 1:
+                    list(val)   # validation inside the pass: no step while it is iterated
+    for r in records(tmp_path / "run"):
+        waits = r["ops"]["DataLoader.__next__"]
+        assert r["steps"] == 4 and waits["calls"] == 8 and waits["total_s"] >= 40 * 0.002
+
+
 def test_a_pass_cut_short_by_an_exception_the_loop_handles_is_dropped(tmp_path):
     import logging
 

@@ -823,9 +823,13 @@ def test_a_rank_whose_memory_grows_through_its_one_epoch_is_said(tmp_path):
     a = analyze_ranks(tmp_path)
     assert [r.memory_trend.late_bytes_per_s for r in a.per_rank] == pytest.approx([0, 2 << 20, 0])
     assert [r.memory_trend.shape for r in a.per_rank] == ["flat", "grows", "flat"]
-    assert [line for line in rank_text.summary(a) if "memory grows" in line] == [
-        "!            rank 1's anonymous memory grows 2.0 MiB a second against 0 B on the median rank: `profiler "
-        "report` on its directory for the growth"]
+    said = ("rank 1's anonymous memory grows 2.0 MiB a second against 0 B on the median rank: `profiler report` on "
+            "its directory for the growth")
+    assert [line for line in rank_text.summary(a) if "memory grows" in line] == [f"!            {said}"]
+    import html as escaping
+
+    from profiler.report import html
+    assert escaping.escape(said) in html.ranks_section(a, rank_heatmap(tmp_path))
 
 
 @pytest.mark.parametrize("waits", [[0.012, 0.012, 0.012, 0.012],    # every rank as slow: each its own input-wait

@@ -1,4 +1,5 @@
-"""Light memory signals, read once per epoch: process RSS and, on glibc, malloc's bytes in use.
+"""Light memory signals, read once per epoch: process RSS and, on glibc, malloc's bytes in use (and
+RSS with its shared part about once a second inside epochs with steps: the Session's rss.bin).
 
 RSS alone misses leaks that fit in memory the allocator already holds (freed earlier and reused);
 mallinfo2's in-use count (small blocks + mmapped blocks) moves with every allocation that is kept,

@@ -15,8 +15,9 @@ one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers st
 batch make two steps per batch. Each batch a DataLoader gives the training thread is timed as the op
 format.DATALOADER_OP, its GC pauses left out (the GC findings count them): the time the step waits
 for its data (a rank slow to load holds every rank of a data-parallel job back without a stall of
-its own); during a pass, only that pass's batches (a validation pass inside it waits for no step's
-data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
+its own); during a pass, another loader's batches count once an optimizer steps before that loader
+is exhausted (zipped or cycled training loaders), not otherwise (a validation pass inside it waits
+for no step's data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
 """
 
 import contextlib
@@ -62,6 +63,9 @@ class TorchHooks:
         self._weigh = None                  # (weakref to an iterator whose first batch is to be weighed, prefetch)
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
+        self._waits = None                  # the Session's op timer of the waits for batches
+        self._nested = {}                   # id(iterator) -> its waits (ns) since the last optimizer step, of
+                                            # loaders iterated inside the pass: a step's data only if it steps
 
     def install(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -69,7 +73,7 @@ class TorchHooks:
         hooks = self
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
         session = self.marks.session if self.marks is not None else None   # None: a WorkerProbe's hooks alone
-        waits = session.op(DATALOADER_OP) if session is not None else None
+        waits = self._waits = session.op(DATALOADER_OP) if session is not None else None
         gc_timer = session.gc_timer if session is not None else None
 
         def __iter__(loader):
@@ -89,19 +93,17 @@ class TorchHooks:
             return iterator
 
         def __next__(iterator):
-            # the training thread's wait for the epoch's own batches (another loader iterated inside the
-            # pass, a validation pass, is no step's wait); every loader's when no pass marks epochs
-            current = hooks._current()
-            timed = waits is not None and (current is None or current is iterator) and hooks.marks.in_thread()
+            timed = waits is not None and hooks.marks.in_thread()
             if timed:   # the wait for a batch, its GC pauses left to the GC findings
                 paused, start = sum(gc_timer.pause_ns), _now()
             try:
                 batch = iter_next(iterator)
             except StopIteration:   # the pass's end (its workers shut down, the profiler samples them): no batch
+                hooks._nested.pop(id(iterator), None)   # a loader iterated inside the pass with no step: validation
                 hooks._pass_ended(iterator)
                 raise
             if timed:
-                waits.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
+                hooks._waited(iterator, max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
             if hooks._weigh is not None and hooks._weigh[0]() is iterator:
                 prefetch, hooks._weigh = hooks._weigh[1], None
                 hooks.workers.note_batch(batch_bytes(batch), prefetch)
@@ -143,6 +145,17 @@ class TorchHooks:
     def _current(self):
         return self._pass() if self._pass is not None else None
 
+    def _waited(self, iterator, ns):
+        """The training thread waited `ns` for a batch of `iterator`: the pass's own (or any, when no
+        pass marks epochs) is a step's wait; another loader's, iterated inside the pass, is one only
+        if an optimizer steps before it is exhausted (zipped or cycled training loaders, not a
+        validation pass)."""
+        current = self._current()
+        if current is None or current is iterator:
+            self._waits.add(ns)
+        else:
+            self._nested.setdefault(id(iterator), []).append(ns)
+
     def _pass_starting(self, loader):
         """A pass over `loader` is about to start (its iterator made, its workers started or woken,
         which the epoch and its first step include): whether it began an epoch."""
@@ -152,6 +165,7 @@ class TorchHooks:
             return False                                    # nested in the pass in progress
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
+        self._nested.clear()                                # waits since the last step fed none
         pending.cancel(self._pass)
         self._pass = self._loader = None
         if not self.marks.begin_epoch("torch"):
@@ -163,6 +177,7 @@ class TorchHooks:
         if self.epochs and self.marks.in_thread() and self._current() is iterator:
             pending.cancel(self._pass)
             self._pass = None
+            self._nested.clear()   # waits since the last step fed none
             self.marks.end_epoch("torch")
 
     def _pass_abandoned(self, frame):
@@ -191,6 +206,10 @@ class TorchHooks:
         if not self.marks.in_thread():
             self.marks.seen_elsewhere()
             return
+        for waits in self._nested.values():   # the other loaders' batches fed this step
+            for ns in waits:
+                self._waits.add(ns)
+        self._nested.clear()
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here
             self.marks.begin_step("torch")

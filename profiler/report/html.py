@@ -44,7 +44,7 @@ def ranks_section(ra, heatmap):
     from . import rank_figures, rank_text
     lines = rank_text.summary(ra)
     return "\n".join([
-        "<h2>Ranks</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines[:2 + len(ra.unfinished)]) + "</p>",
+        "<h2>Ranks</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines[:lines.index("")]) + "</p>",   # the table's above
         _img(rank_figures.heatmap(heatmap, ra.stragglers.rank if ra.stragglers else None)),
         _table(["rank", "host", "status", ra.unit + "s", "median", "GC share", "stalled", "cost", "RSS/epoch",
                 "data wait"],
