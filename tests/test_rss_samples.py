@@ -191,9 +191,9 @@ def test_one_epoch_whose_memory_keeps_growing_is_allocation_growth(tmp_path):
     assert e.span_s == pytest.approx(98.0) and (e.start_bytes, e.early_bytes, e.end_bytes) == (506 * MIB, 518 * MIB,
                                                                                                  596 * MIB)
     assert e.freed_bytes == 0 and d.allocation.rss_trend == e
-    assert text.evidence(f) == (f"{ANON[0].upper() + ANON[1:]} grows 1.0 MiB a second in its last third and keeps "
-                                f"growing to the end (506.0 MiB at first, 596.0 MiB at the end, over 98 s, read 99 "
-                                f"times)")
+    assert text.evidence(f) == (f"{ANON[0].upper() + ANON[1:]} grows through the epoch, 1.0 MiB a second in the last "
+                                f"third of its readings, and keeps growing to the end (506.0 MiB at first, 596.0 MiB at "
+                                f"the end, over 98 s, read 99 times)")
     assert text.remedy(f).startswith("Look for what each step keeps: a loss kept with its graph (keep loss.item())")
     assert "memory RSS -/epoch anonymous 506.0 MiB -> 596.0 MiB through the epoch (grows)" in told(d)
 
@@ -210,7 +210,7 @@ def test_pages_of_mapped_files_are_no_growth(tmp_path):
 def test_growth_over_ten_minutes_is_told_a_minute(tmp_path):
     d = analyze(one_epoch(tmp_path / "r", lambda t: 500 * MIB + t * MIB, seconds=1200.0))
     (f,) = memory_findings(d)
-    assert " grows 60.0 MiB a minute in its last third " in text.evidence(f)
+    assert " grows through the epoch, 60.0 MiB a minute in the last third of its readings, " in text.evidence(f)
 
 
 def test_growth_that_starts_late_is_found_at_its_rate(tmp_path):
@@ -269,23 +269,32 @@ def test_too_few_readings_tell_no_trend(tmp_path):
            "a trend needs 10 readings)" in told(d)
 
 
-def test_the_readings_of_the_epoch_a_run_stopped_in_are_its_own(tmp_path):
-    # two finished epochs of flat memory, then one that grew until the run failed: kept apart, its readings too
+def test_the_readings_of_the_epoch_a_failed_run_stopped_in_follow_the_analysed_ones(tmp_path):
+    # two finished epochs of flat memory, then one that grew until the run failed: the epoch is kept apart,
+    # its readings are the memory's way to the failure
     records = [epoch(0, 30.0, start_s=0.0, steps=1), epoch(1, 30.0, start_s=30.0, steps=1),
                {**epoch(2, 30.0, start_s=60.0, steps=1), "unfinished": True}]
     samples = [(t + 0.5, 300 * MIB + max(t - 60, 0) * 10 * MIB) for t in range(90)]
     steps = [(e, 30.0 * e, 1.0, 0, 0, 0) for e in range(3)]
     d = analyze(with_samples(tmp_path / "r", records, samples, status="failed", steps=steps))
-    assert d.epochs == 2 and d.allocation.rss_trend.samples == 60 and not memory_findings(d)
+    trend = d.allocation.rss_trend
+    assert d.epochs == 2 and (trend.samples, trend.epochs, trend.stopped_in, trend.shape) == (90, 2, True, "grows")
 
 
-def test_the_readings_of_an_epoch_killed_after_a_finished_one_are_its_own(tmp_path):
-    # epoch 0 flat and written; epoch 1 grew 2 MiB a second until a kill (no line): its readings say epoch 1
+def test_memory_that_climbs_in_the_epoch_a_run_was_killed_in_is_told(tmp_path):
+    # epoch 0 flat and written; epoch 1 grew 2 MiB a second until a kill (no line: the OOM killer)
     samples = [(t + 0.5, 500 * MIB + max(t - 30, 0) * 2 * MIB, 0, 0 if t < 30 else 1) for t in range(90)]
     path = with_samples(tmp_path / "r", [epoch(0, 30.0, start_s=0.0, steps=1)], samples, status="running",
                         steps=[(0, 0.0, 1.0, 0, 0, 0), (1, 30.0, 1.0, 0, 0, 0)])
     d = analyze(path)
-    assert d.epochs == 1 and d.allocation.rss_trend.samples == 30 and d.allocation.rss_trend.shape == "flat"
+    trend = d.allocation.rss_trend
+    assert d.epochs == 1 and trend.samples == 90 and trend.epochs == 1 and trend.stopped_in and trend.shape == "grows"
+    assert " grows through the epoch and the one the run stopped in, 2.0 MiB a second " in text.evidence(
+        memory_findings(d)[0])
+    # the same readings in a run that completed: a dropped epoch's, after the last line, are no epoch's
+    path = with_samples(tmp_path / "c", [epoch(0, 30.0, start_s=0.0, steps=1)], samples,
+                        steps=[(0, 0.0, 1.0, 0, 0, 0)])
+    assert analyze(path).allocation.rss_trend.samples == 30 and not analyze(path).allocation.rss_trend.stopped_in
 
 
 def test_a_reading_taken_as_an_epoch_ends_is_that_epochs(tmp_path):
@@ -322,7 +331,7 @@ def test_growth_through_two_epochs_names_them(tmp_path):
     samples = [(t, 400 * MIB + t * MIB) for t in np.arange(2.0, 60.0, 1.0)]
     d = analyze(with_samples(tmp_path / "r", records, samples))
     (f,) = memory_findings(d)
-    assert f.evidence.epochs == 2 and " in the 2 epochs' last third " in text.evidence(f)
+    assert f.evidence.epochs == 2 and " grows through the 2 epochs, " in text.evidence(f)
 
 
 def test_memory_freed_at_each_epochs_end_is_no_growth(tmp_path):

@@ -192,8 +192,9 @@ class MemoryTrend:
     largest_rise_bytes: float       # the largest rise from one reading to the next after the first third
     span_s: float                   # from the first reading to the last
     samples: int
-    epochs: int                     # the epochs they were read in
+    epochs: int                     # the analysed epochs they were read in
     limit_bytes: float              # growth after the first third that counts as growing memory
+    stopped_in: bool = False        # the readings of the epoch the run stopped in follow theirs
 
     @property
     def levels_off(self):
@@ -574,16 +575,21 @@ def memory_growth(records, sites, sited, deep=None):
     return None
 
 
-def rss_trend(samples, records):
+def rss_trend(samples, records, stopped=False):
     """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, each an epoch's
     from its start (an index a dropped epoch left free is taken again by the next: its readings
     come before), None with fewer than RSS_TREND_SAMPLES or no time between the first and the last
-    (or records written before start_s)."""
+    (or no records, or records written before start_s). stopped: the run ended in an epoch after them (failed,
+    killed: not in `records`), whose readings, those of a later index after the last record began,
+    count too: memory climbing to an OOM kill is in that epoch."""
     starts = {r["epoch"]: r.get("start_s") for r in records}
-    if None in starts.values():
+    if not records or None in starts.values():
         return None
     begun = np.array([starts.get(e, np.inf) for e in samples["epoch"].tolist()])
     mine = samples["t_s"] >= begun
+    last = max(records, key=lambda r: r["start_s"])
+    later = (samples["epoch"] > last["epoch"]) & (samples["t_s"] >= last["start_s"]) & stopped
+    mine |= later
     t, epoch = samples["t_s"][mine], samples["epoch"][mine]
     anon = (samples["rss_bytes"][mine] - samples["shared_bytes"][mine]).astype(float)
     if len(t) < RSS_TREND_SAMPLES or t[-1] <= t[0]:
@@ -613,7 +619,8 @@ def rss_trend(samples, records):
     return MemoryTrend(shape=shape, start_bytes=start, early_bytes=early, end_bytes=end, late_bytes_per_s=late,
                        gained_bytes=gained, freed_bytes=freed,
                        largest_rise_bytes=largest, span_s=span, samples=int(len(t)),
-                       epochs=int(len(np.unique(epoch))), limit_bytes=limit)
+                       epochs=int(len(np.unique(epoch[epoch <= last["epoch"]]))), limit_bytes=limit,
+                       stopped_in=bool(later.any()))
 
 
 def rss_growth(trend):

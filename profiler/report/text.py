@@ -194,7 +194,8 @@ def _pace(rate, span_s):
 
 
 def _through(trend):
-    return "the epoch" if trend.epochs == 1 else f"the {trend.epochs} epochs"
+    return ("the epoch" if trend.epochs == 1 else f"the {trend.epochs} epochs") + (
+        " and the one the run stopped in" if trend.stopped_in else "")
 
 
 _ANON = "anonymous memory (RSS less its shared pages: a memory-mapped file's are no leak)"
@@ -206,9 +207,8 @@ def _levels(e):
 
 
 def _memory_trend(e):
-    last = "its last third" if e.epochs == 1 else f"the {e.epochs} epochs' last third"
-    return (f"{_ANON[0].upper() + _ANON[1:]} grows {_pace(e.late_bytes_per_s, e.span_s)} in {last} and keeps "
-            f"growing to the end ({_levels(e)})")
+    return (f"{_ANON[0].upper() + _ANON[1:]} grows through {_through(e)}, {_pace(e.late_bytes_per_s, e.span_s)} in "
+            f"the last third of its readings, and keeps growing to the end ({_levels(e)})")
 
 
 def _memory(e):
