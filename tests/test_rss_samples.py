@@ -82,7 +82,8 @@ def test_rss_is_read_with_the_steps_writes_at_most_once_a_second(tmp_path, clock
     samples = np.fromfile(tmp_path / "run" / RSS, RSS_RECORD)
     assert samples["t_ns"].tolist() == [clock[0] - 1_000 - 4_000_000_000 + d for d in
                                         (1_200_000_000, 2_400_000_000, 3_600_000_000)]
-    assert (samples["rss_bytes"] > 1 << 20).all()
+    assert (samples["rss_bytes"] > 1 << 20).all() and samples["epoch"].tolist() == [0, 0, 0]
+    assert (0 < samples["shared_bytes"]).all() and (samples["shared_bytes"] < samples["rss_bytes"]).all()
     read = read_run(tmp_path / "run").rss_samples()
     assert read["t_s"] == pytest.approx((samples["t_ns"] - 10_000_000_000) / 1e9)
 
