@@ -316,6 +316,37 @@ def test_the_batches_of_zipped_training_loaders_are_all_timed(tmp_path):
         assert r["steps"] == 4 and waits["calls"] == 8 and waits["total_s"] >= 40 * 0.002
 
 
+def test_a_batch_drawn_from_a_fresh_iterator_each_step_is_timed_and_validation_is_not(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    def loader(n, batch):
+        return DataLoader(TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,))), batch_size=batch)
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train, extra, val = loader(40, 10), loader(40, 10), loader(40, 10)
+    with Session(tmp_path / "run") as session, track(session):
+        for epoch in range(2):
+            for x, y in train:
+                it = iter(extra)   # a fresh iterator each step, freed: a later one may take its id
+                x2, y2 = next(it)
+                del it
+                with torch.no_grad():
+                    for xv, _ in val:   # validation run to its end
+                        model(xv)
+                    for i, (xv, _) in enumerate(val):   # and one that breaks out
+                        if i == 1:
+                            break
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(torch.cat([x, x2])), torch.cat([y, y2])).backward()
+                optimizer.step()
+    assert [(r["steps"], r["ops"]["DataLoader.__next__"]["calls"]) for r in records(tmp_path / "run")] == [(4, 8),
+                                                                                                         (4, 8)]
+
+
 def test_a_pass_cut_short_by_an_exception_the_loop_handles_is_dropped(tmp_path):
     import logging
 

@@ -298,6 +298,26 @@ def test_memory_that_climbs_in_the_epoch_a_run_was_killed_in_is_told(tmp_path):
     assert analyze(path).allocation.rss_trend.samples == 30 and not analyze(path).allocation.rss_trend.stopped_in
 
 
+def test_the_readings_of_a_dropped_attempt_at_the_stopped_epochs_index_are_not_its(tmp_path):
+    # epoch 1 climbed, raised and was dropped; the loop went on and epoch 1 again, flat, failed the run
+    records = [epoch(0, 30.0, start_s=0.0, steps=1), {**epoch(1, 30.0, start_s=60.0, steps=1), "unfinished": True}]
+    samples = [(t + 0.5, 300 * MIB + (20 * (t - 30) * MIB if 30 <= t < 60 else 0), 0, 0 if t < 30 else 1)
+               for t in range(90)]
+    d = analyze(with_samples(tmp_path / "r", records, samples, status="failed",
+                             steps=[(0, 0.0, 1.0, 0, 0, 0), (1, 60.0, 1.0, 0, 0, 0)]))
+    trend = d.allocation.rss_trend
+    assert (trend.samples, trend.stopped_in, trend.shape) == (60, True, "flat")
+
+
+def test_a_run_whose_analysed_epochs_have_no_readings_names_the_one_it_stopped_in(tmp_path):
+    records = [epoch(i, 0.5, start_s=0.5 * i, steps=1) for i in range(3)]
+    samples = [(1.5 + t, 300 * MIB + t * 2 * MIB, 0, 3) for t in range(20)]   # epoch 3's, killed
+    d = analyze(with_samples(tmp_path / "r", records, samples, status="running",
+                             steps=[(e, 0.5 * e, 0.4, 0, 0, 0) for e in range(3)] + [(3, 1.5, 1.0, 0, 0, 0)]))
+    (f,) = memory_findings(d)
+    assert f.evidence.epochs == 0 and " grows through the epoch the run stopped in, " in text.evidence(f)
+
+
 def test_a_reading_taken_as_an_epoch_ends_is_that_epochs(tmp_path):
     # the end's steps are written after its clock stops: the last reading falls just after the epoch
     samples = [(t, 500 * MIB + t * MIB) for t in np.arange(2.0, 101.0)] + [(101.0 + 1e-4, 601 * MIB)]

@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import gapped, load, timed as timed_epochs
+from .load import gapped, load, stopped_start, timed as timed_epochs
 from .ops import followed, op_index, op_series, op_time
 
 
@@ -251,8 +251,8 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    stopped = run.status not in ("completed", "halted") and not run.ends_unfinished   # in an epoch not analysed
-    rss_trend = fnd.rss_trend(run.rss_samples(), records, stopped) if len(records) < fnd.MEMORY_MIN_EPOCHS else None
+    rss_trend = (fnd.rss_trend(run.rss_samples(), records, stopped_start(run))
+                 if len(records) < fnd.MEMORY_MIN_EPOCHS else None)
     memory = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
               or fnd.rss_growth(rss_trend))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with

@@ -575,20 +575,20 @@ def memory_growth(records, sites, sited, deep=None):
     return None
 
 
-def rss_trend(samples, records, stopped=False):
+def rss_trend(samples, records, stopped_s=None):
     """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, each an epoch's
     from its start (an index a dropped epoch left free is taken again by the next: its readings
     come before), None with fewer than RSS_TREND_SAMPLES or no time between the first and the last
-    (or no records, or records written before start_s). stopped: the run ended in an epoch after them (failed,
-    killed: not in `records`), whose readings, those of a later index after the last record began,
-    count too: memory climbing to an OOM kill is in that epoch."""
+    (or no records, or records written before start_s). stopped_s: when the epoch the run stopped
+    in began, an epoch after them not in `records` (load.stopped_start: failed, killed); its
+    readings (a later index, from then on) count too: memory climbing to an OOM kill is in it."""
     starts = {r["epoch"]: r.get("start_s") for r in records}
     if not records or None in starts.values():
         return None
     begun = np.array([starts.get(e, np.inf) for e in samples["epoch"].tolist()])
     mine = samples["t_s"] >= begun
     last = max(records, key=lambda r: r["start_s"])
-    later = (samples["epoch"] > last["epoch"]) & (samples["t_s"] >= last["start_s"]) & stopped
+    later = (samples["epoch"] > last["epoch"]) & (samples["t_s"] >= (np.inf if stopped_s is None else stopped_s))
     mine |= later
     t, epoch = samples["t_s"][mine], samples["epoch"][mine]
     anon = (samples["rss_bytes"][mine] - samples["shared_bytes"][mine]).astype(float)

@@ -44,6 +44,18 @@ def left_out(epochs):
     return setup, stats.warmup(len(epochs) - setup)
 
 
+def stopped_start(run):
+    """When the epoch the run stopped in began, when the run did not complete and that epoch is not
+    among `run.epochs` (its unfinished line kept apart, or no line at all: killed, its steps on disk
+    after the last line); else None."""
+    if run.status in ("completed", "halted") or run.ends_unfinished:
+        return None
+    if run.unfinished_epoch is not None:
+        return run.unfinished_epoch.get("start_s")
+    every, kept = run.steps(every=True), len(run.steps())
+    return float(every[kept]["start_s"]) if len(every) > kept else None
+
+
 def timed(records):
     """Indices of the records whose time analysis weighs: deep capture's traced epochs, which
     tracemalloc slows 2-10x, are left out when the others are the majority."""

@@ -87,11 +87,11 @@ class _Timer:
             self._untimed += _GAPS[gap]
         return False
 
-    def add(self, ns):
-        """One call of `ns` nanoseconds, timed by its caller (a call that counts only when it returns:
-        a DataLoader's next batch, not the StopIteration that ends the pass)."""
+    def add(self, ns, calls=1):
+        """`calls` calls of `ns` nanoseconds in all, timed by their caller (a call that counts only when
+        it returns: a DataLoader's next batch, not the StopIteration that ends the pass)."""
         self.total_ns += ns
-        self.timed += 1
+        self.timed += calls
 
     @property
     def calls(self):
@@ -130,9 +130,9 @@ class _Idle(_Timer):
                 self.__class__ = _Timer
                 owner.active.append(self)
 
-    def add(self, ns):
+    def add(self, ns, calls=1):
         self._activate()
-        _Timer.add(self, ns)
+        _Timer.add(self, ns, calls)
 
 
 def _check_identity(name, tags):

@@ -15,9 +15,9 @@ one in progress (`it = iter(loader)` and next(it) each epoch). Two optimizers st
 batch make two steps per batch. Each batch a DataLoader gives the training thread is timed as the op
 format.DATALOADER_OP, its GC pauses left out (the GC findings count them): the time the step waits
 for its data (a rank slow to load holds every rank of a data-parallel job back without a stall of
-its own); during a pass, another loader's batches count once an optimizer steps before that loader
-is exhausted (zipped or cycled training loaders), not otherwise (a validation pass inside it waits
-for no step's data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
+its own); during a pass, another loader's batches count when drawn with autograd on and an
+optimizer steps before that loader is exhausted (zipped training loaders), not otherwise (a
+validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
 """
 
 import contextlib
@@ -64,13 +64,16 @@ class TorchHooks:
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
         self._waits = None                  # the Session's op timer of the waits for batches
-        self._nested = {}                   # id(iterator) -> its waits (ns) since the last optimizer step, of
-                                            # loaders iterated inside the pass: a step's data only if it steps
+        self._nested = {}                   # id(iterator) -> [weakref to it, ns, batches] since the last optimizer
+                                            # step, of loaders iterated inside the pass: a step's data if it steps
+        self._grad_enabled = None           # torch.is_grad_enabled
 
     def install(self):
+        import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook
         from torch.utils.data import dataloader
         hooks = self
+        self._grad_enabled = torch.is_grad_enabled
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
         session = self.marks.session if self.marks is not None else None   # None: a WorkerProbe's hooks alone
         waits = self._waits = session.op(DATALOADER_OP) if session is not None else None
@@ -99,7 +102,7 @@ class TorchHooks:
             try:
                 batch = iter_next(iterator)
             except StopIteration:   # the pass's end (its workers shut down, the profiler samples them): no batch
-                hooks._nested.pop(id(iterator), None)   # a loader iterated inside the pass with no step: validation
+                hooks._exhausted(iterator)
                 hooks._pass_ended(iterator)
                 raise
             if timed:
@@ -148,13 +151,23 @@ class TorchHooks:
     def _waited(self, iterator, ns):
         """The training thread waited `ns` for a batch of `iterator`: the pass's own (or any, when no
         pass marks epochs) is a step's wait; another loader's, iterated inside the pass, is one only
-        if an optimizer steps before it is exhausted (zipped or cycled training loaders, not a
-        validation pass)."""
+        if it was drawn with autograd on and an optimizer steps before that loader is exhausted
+        (zipped training loaders, not a validation pass: under torch.no_grad(), or run to its end)."""
         current = self._current()
         if current is None or current is iterator:
             self._waits.add(ns)
-        else:
-            self._nested.setdefault(id(iterator), []).append(ns)
+        elif self._grad_enabled():
+            entry = self._nested.get(id(iterator))
+            if entry is None or entry[0]() is not iterator:   # a freed iterator's id taken again
+                entry = self._nested[id(iterator)] = [weakref.ref(iterator), 0, 0]
+            entry[1] += ns
+            entry[2] += 1
+
+    def _exhausted(self, iterator):
+        """A loader iterated inside the pass ran out with no optimizer step since: no step's data."""
+        entry = self._nested.get(id(iterator))
+        if entry is not None and entry[0]() is iterator:
+            del self._nested[id(iterator)]
 
     def _pass_starting(self, loader):
         """A pass over `loader` is about to start (its iterator made, its workers started or woken,
@@ -206,9 +219,8 @@ class TorchHooks:
         if not self.marks.in_thread():
             self.marks.seen_elsewhere()
             return
-        for waits in self._nested.values():   # the other loaders' batches fed this step
-            for ns in waits:
-                self._waits.add(ns)
+        for _, ns, batches in self._nested.values():   # the other loaders' batches fed this step
+            self._waits.add(ns, batches)
         self._nested.clear()
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here

@@ -194,6 +194,8 @@ def _pace(rate, span_s):
 
 
 def _through(trend):
+    if not trend.epochs:   # the analysed epochs, shorter than a second, have no readings
+        return "the epoch the run stopped in"
     return ("the epoch" if trend.epochs == 1 else f"the {trend.epochs} epochs") + (
         " and the one the run stopped in" if trend.stopped_in else "")
 
