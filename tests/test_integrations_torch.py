@@ -316,6 +316,28 @@ def test_the_batches_of_zipped_training_loaders_are_all_timed(tmp_path):
         assert r["steps"] == 4 and waits["calls"] == 8 and waits["total_s"] >= 40 * 0.002
 
 
+def test_the_waits_of_a_freed_iterator_whose_id_is_taken_again_still_feed_the_next_step():
+    import weakref
+
+    from profiler.capture.ops import OpTimers
+    from profiler.integrations.torch import TorchHooks
+
+    class Iterator:
+        pass
+
+    hooks = TorchHooks(None)
+    hooks._waits, hooks._grad_enabled = OpTimers().op("wait"), lambda: True
+    own, freed, validation = Iterator(), Iterator(), Iterator()
+    hooks._pass = weakref.ref(own)
+    hooks._waited(freed, 5)
+    hooks._nested[id(validation)] = hooks._nested.pop(id(freed))   # as if `validation` took the freed one's id
+    del freed
+    hooks._waited(validation, 7)
+    hooks._exhausted(validation)   # run to its end: no step's
+    hooks._fed_a_step()
+    assert (hooks._waits.total_ns, hooks._waits.timed) == (5, 1) and not hooks._nested
+
+
 def test_a_batch_drawn_from_a_fresh_iterator_each_step_is_timed_and_validation_is_not(tmp_path):
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -340,6 +362,8 @@ def test_a_batch_drawn_from_a_fresh_iterator_each_step_is_timed_and_validation_i
                     for i, (xv, _) in enumerate(val):   # and one that breaks out
                         if i == 1:
                             break
+                for xv, _ in val:   # and one with autograd on, run to its end
+                    pass
                 optimizer.zero_grad()
                 torch.nn.functional.cross_entropy(model(torch.cat([x, x2])), torch.cat([y, y2])).backward()
                 optimizer.step()

@@ -158,10 +158,18 @@ class TorchHooks:
             self._waits.add(ns)
         elif self._grad_enabled():
             entry = self._nested.get(id(iterator))
-            if entry is None or entry[0]() is not iterator:   # a freed iterator's id taken again
+            if entry is None or entry[0]() is not iterator:
+                if entry is not None:   # a freed iterator's id taken again: its waits stay for the next step
+                    self._nested[object()] = entry
                 entry = self._nested[id(iterator)] = [weakref.ref(iterator), 0, 0]
             entry[1] += ns
             entry[2] += 1
+
+    def _fed_a_step(self):
+        """An optimizer stepped: the other loaders' batches drawn since the last one fed it."""
+        for _, ns, batches in self._nested.values():
+            self._waits.add(ns, batches)
+        self._nested.clear()
 
     def _exhausted(self, iterator):
         """A loader iterated inside the pass ran out with no optimizer step since: no step's data."""
@@ -219,9 +227,7 @@ class TorchHooks:
         if not self.marks.in_thread():
             self.marks.seen_elsewhere()
             return
-        for _, ns, batches in self._nested.values():   # the other loaders' batches fed this step
-            self._waits.add(ns, batches)
-        self._nested.clear()
+        self._fed_a_step()
         if self.marks.open is None and self.on_orphan_step is not None:
             self.on_orphan_step()          # windows begin now: this step's start is unknown, the next begins here
             self.marks.begin_step("torch")
