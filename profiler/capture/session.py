@@ -45,8 +45,8 @@ from .ops import OpTimers
 from .steps import StepRecorder
 
 _now = time.perf_counter_ns
-# steps written at least this long after the last RSS reading take one (~1 us): the steps' own once-a-second
-# write (steps.FLUSH_NS), due a few microseconds after the reading before, takes one each time
+# steps written at least this long after the last RSS reading take one (~2 us): the steps' own once-a-second
+# write (steps.FLUSH_NS) comes due a few microseconds under a second after the reading before, so takes one
 RSS_SAMPLE_NS = 990_000_000
 _active = None
 _lock = threading.Lock()

@@ -17,7 +17,8 @@ format.DATALOADER_OP, its GC pauses left out (the GC findings count them): the t
 for its data (a rank slow to load holds every rank of a data-parallel job back without a stall of
 its own); during a pass, another loader's batches count when drawn with autograd on and an
 optimizer steps before that loader is exhausted (zipped training loaders), not otherwise (a
-validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data). The call that ends a pass (StopIteration: workers shut down) is no batch's.
+validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data).
+The call that ends a pass (StopIteration: workers shut down) is no batch's.
 """
 
 import contextlib
