@@ -841,3 +841,14 @@ def test_ranks_that_load_alike_or_close_have_no_input_straggler(tmp_path, waits)
     d = analyze(tmp_path)
     assert "rank-input-wait" not in [f.pattern for f in d.findings]
     assert ("input-wait" in [f.pattern for f in d.findings]) == (min(waits) / 0.03 >= 0.2)   # the rank diagnosed
+
+
+def test_the_per_rank_table_keeps_its_columns_for_every_status(tmp_path):
+    for r, status in enumerate(("completed", "interrupted", "terminated")):
+        write_rank(tmp_path / f"rank-{r}", r, 3, np.full(40, 0.01), steps_per_epoch=10, status=status)
+    lines = rank_text.summary(analyze_ranks(tmp_path))
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank host"))
+    table = lines[header:header + 4]
+    assert len({len(line) for line in table}) == 1 and [line.split()[2] for line in table[1:]] == [
+        "completed", "interrupted", "terminated"]
+

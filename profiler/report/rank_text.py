@@ -217,11 +217,11 @@ def summary(ra):
              f"{text.ms(ra.job_time_s)}, in {text.counted(ra.straggled_steps, ra.unit)} "
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
     lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra) + growing(ra)]
-    lines += ["", f"{'rank':>5s} {'host':12s} {'status':10s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
+    lines += ["", f"{'rank':>5s} {'host':12s} {'status':11s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
                   f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s} {'data wait':>10s}"]
     for r in ra.per_rank[:64]:
         count = r.steps if ra.unit == "step" else r.epochs
-        lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:10s} {count:8,d} {text.ms(r.median_s):>10s} "
+        lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:11s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
                      f"{rate(r.rss_growth_bytes_per_epoch):>11s} {wait(r.data_wait_s):>10s}")
     if len(ra.per_rank) > 64:
