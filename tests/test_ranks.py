@@ -843,12 +843,14 @@ def test_ranks_that_load_alike_or_close_have_no_input_straggler(tmp_path, waits)
     assert ("input-wait" in [f.pattern for f in d.findings]) == (min(waits) / 0.03 >= 0.2)   # the rank diagnosed
 
 
-def test_the_per_rank_table_keeps_its_columns_for_every_status(tmp_path):
+def test_the_per_rank_table_keeps_its_columns_for_every_status_and_tells_long_hosts_apart(tmp_path):
     for r, status in enumerate(("completed", "interrupted", "terminated")):
-        write_rank(tmp_path / f"rank-{r}", r, 3, np.full(40, 0.01), steps_per_epoch=10, status=status)
+        write_rank(tmp_path / f"rank-{r}", r, 3, np.full(40, 0.01), steps_per_epoch=10, status=status,
+                   host=f"gpu-cluster-node-0{r}", local_rank=0)
     lines = rank_text.summary(analyze_ranks(tmp_path))
     header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rank host"))
     table = lines[header:header + 4]
-    assert len({len(line) for line in table}) == 1 and [line.split()[2] for line in table[1:]] == [
-        "completed", "interrupted", "terminated"]
+    assert len({len(line) for line in table}) == 1
+    assert [line.split()[1:3] for line in table[1:]] == [["...r-node-00", "completed"], ["...r-node-01", "interrupted"],
+                                                         ["...r-node-02", "terminated"]]
 

@@ -199,6 +199,12 @@ def growing(ra):
                     and r.memory_trend.late_bytes_per_s > 2 * max(pace, 0)]
 
 
+def _host(host):
+    """A host in 12 characters: its end, where node names differ (gpu-cluster-node-07 -> ...r-node-07)."""
+    host = host or "-"
+    return host if len(host) <= 12 else "..." + host[-9:]
+
+
 def wait(seconds):
     """A rank's wait for its DataLoader per step, "-" when it timed none."""
     return "-" if seconds is None else text.ms(seconds)
@@ -221,7 +227,7 @@ def summary(ra):
                   f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s} {'data wait':>10s}"]
     for r in ra.per_rank[:64]:
         count = r.steps if ra.unit == "step" else r.epochs
-        lines.append(f"{r.rank:5d} {(r.host or '-')[:12]:12s} {r.status:11s} {count:8,d} {text.ms(r.median_s):>10s} "
+        lines.append(f"{r.rank:5d} {_host(r.host):12s} {r.status:11s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
                      f"{rate(r.rss_growth_bytes_per_epoch):>11s} {wait(r.data_wait_s):>10s}")
     if len(ra.per_rank) > 64:
