@@ -251,8 +251,7 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    rss_trend = (fnd.rss_trend(run.rss_samples(), records, stopped_start(run))
-                 if len(records) < fnd.MEMORY_MIN_EPOCHS else None)
+    rss_trend = fnd.rss_trend(run.rss_samples(), records, stopped_start(run))
     memory = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
               or fnd.rss_growth(rss_trend))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with

@@ -579,11 +579,12 @@ def rss_trend(samples, records, stopped_s=None):
     """MemoryTrend of the readings (samples: format.RSS_DTYPE) taken in `records`, each an epoch's
     from its start (an index a dropped epoch left free is taken again by the next: its readings
     come before), None with fewer than RSS_TREND_SAMPLES or no time between the first and the last
-    (or no records, or records written before start_s). stopped_s: when the epoch the run stopped
+    (or no records, MEMORY_MIN_EPOCHS or more, which their own readings judge, or records written
+    before start_s). stopped_s: when the epoch the run stopped
     in began, an epoch after them not in `records` (load.stopped_start: failed, killed); its
     readings (a later index, from then on) count too: memory climbing to an OOM kill is in it."""
     starts = {r["epoch"]: r.get("start_s") for r in records}
-    if not records or None in starts.values():
+    if not records or len(records) >= MEMORY_MIN_EPOCHS or None in starts.values():
         return None
     begun = np.array([starts.get(e, np.inf) for e in samples["epoch"].tolist()])
     mine = samples["t_s"] >= begun

@@ -268,8 +268,7 @@ def _rank(rank_dir, unit):
     on_disk = run.steps(every=True)   # the steps of the epoch it stopped in too: recorded, if not compared
     waits, stepped = findings.data_waits(used), sum(e.get("steps") or 0 for e in used)
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
-    trend = (findings.rss_trend(run.rss_samples(), used, stopped_start(run)) if len(used) < findings.MEMORY_MIN_EPOCHS
-             else None)
+    trend = findings.rss_trend(run.rss_samples(), used, stopped_start(run))
     summary = RankSummary(
         rank=rank_dir.rank, local_rank=rank_dir.local_rank, host=rank_dir.host, status=run.status,
         epochs=len(epochs) - run.ends_unfinished,   # finished: not the one it stopped in
