@@ -6,12 +6,19 @@ call lands where the main thread next checks for them (a call of a Python functi
 turn; not inside C code such as time.sleep), the profiler's own code included (a GC callback, a
 hook): `in_profiler_code(frame)` tells the function it landed there (a time window's boundary then
 waits for the next call its clock thread adds; a freed pass's end is left to the next pass).
+Whatever a call raises stays out of ctypes, which would print it as "Exception ignored" and drop
+it: an error is one line on stderr, and a Ctrl-C inside the call (or held through it and raised
+at its end) is signalled again, so the script gets its KeyboardInterrupt at its next bytecode.
 """
 
+import _thread
 import collections
 import ctypes
 import functools
+import signal
 import sys
+import threading
+import time
 import weakref
 
 # frames of these modules run the script: a call may act under them
@@ -22,22 +29,52 @@ _queue = collections.deque()   # soon()'s functions, in order
 _armed = {}                    # id(weakref) -> (the weakref, its function): when_freed()'s, until run or cancelled
 
 
-@ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-def _run(ref_id):
+def _call(ref_id):
     try:
-        frame = sys._getframe(1)
-    except ValueError:   # no Python frame: the interpreter is exiting
-        frame = None
-    if ref_id is None:
-        fn = _queue.popleft() if _queue else None
-    else:
-        fn = _armed.pop(ref_id, (None, None))[1]
-    if fn is not None:
         try:
-            fn(frame)
-        except Exception as e:   # never into the script, nor as ctypes' "Exception ignored"
-            print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
+            frame = sys._getframe(1)
+        except ValueError:   # no Python frame: the interpreter is exiting
+            frame = None
+        if ref_id is None:
+            fn = _queue.popleft() if _queue else None
+        else:
+            fn = _armed.pop(ref_id, (None, None))[1]
+        if fn is not None:
+            try:
+                fn(frame)
+            except Exception as e:   # never into the script, nor as ctypes' "Exception ignored"
+                print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
+    except KeyboardInterrupt:
+        _interrupt_once_left()
     return 0
+
+
+_run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_call)
+
+
+def _interrupt_once_left():
+    """Ctrl-C again for the main thread once it has left this pending call. Signalled from inside
+    the call, Python would raise it there at its next bytecode, and ctypes would drop it again: a
+    thread waits for the main thread's stack to hold no frame of _call, then signals."""
+    main = threading.main_thread().ident
+
+    def signal_main():
+        while _inside(sys._current_frames().get(main)):
+            time.sleep(0.001)
+        _thread.interrupt_main(signal.SIGINT)
+
+    try:
+        threading.Thread(target=signal_main, name="profiler-interrupt", daemon=True).start()
+    except RuntimeError:   # no new thread at the interpreter's exit, which the Ctrl-C was asking for
+        pass
+
+
+def _inside(frame):
+    while frame is not None:
+        if frame.f_code is _call.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _adder(arg):

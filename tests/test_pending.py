@@ -1,0 +1,107 @@
+"""Calls run through CPython's pending-call queue (profiler.integrations.pending): what they raise
+never escapes as ctypes' "Exception ignored", and a Ctrl-C inside one reaches the script."""
+
+import gc
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from profiler.integrations import pending
+from profiler.interrupts import interrupts_held
+
+
+def _spin(seconds=10.0):
+    """Python code the main thread runs (pending calls land between its bytecodes), for at most
+    `seconds`: a KeyboardInterrupt ends it sooner."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_an_error_in_a_call_is_one_line_and_the_code_goes_on(capsys):
+    ran = []
+
+    def failing(frame):
+        ran.append(frame is not None)
+        raise ValueError("boom")
+
+    assert pending.soon(failing)
+    _spin(0.01)
+    assert ran == [True]
+    assert capsys.readouterr().err == "profiler: ValueError: boom (in a pending call; the run goes on)\n"
+
+
+def test_a_ctrl_c_in_a_call_reaches_the_code_it_landed_in(capsys):
+    """A KeyboardInterrupt inside a call (the user's Ctrl-C while a freed pass's epoch was being
+    written, or raised once a hold ends) was printed by ctypes and dropped: the loop ran on."""
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        assert pending.soon(interrupted)
+        _spin()
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_ctrl_c_held_through_a_call_is_raised_after_it(capsys):
+    """The second Ctrl-C of session.abandon_epoch, which a freed pass's call runs: held until the
+    epoch is written, then raised at the hold's end, still inside the call."""
+    written = []
+
+    def held(frame):
+        with interrupts_held():
+            signal.raise_signal(signal.SIGINT)
+            written.append(True)
+
+    with pytest.raises(KeyboardInterrupt):
+        assert pending.soon(held)
+        _spin()
+    assert written == [True]
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_ctrl_c_in_a_freed_objects_call_reaches_the_code_that_freed_it(capsys):
+    class Iterator:
+        pass
+
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    it = Iterator()
+    pending.when_freed(it, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        del it
+        gc.collect()
+        _spin()
+    assert not pending._armed
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+SCRIPT = textwrap.dedent("""
+    import time
+    from profiler.integrations import pending
+
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    pending.soon(interrupted)
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            pass
+    except KeyboardInterrupt:
+        print("interrupted in the loop")
+    else:
+        print("not interrupted")
+""")
+
+
+def test_a_ctrl_c_in_a_call_leaves_no_traceback_of_ctypes():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "interrupted in the loop\n"
+    assert proc.stderr == ""
