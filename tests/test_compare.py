@@ -3,13 +3,15 @@ identity kept structured, labels, and the max_epochs verdicts."""
 
 import json
 
+import numpy as np
+
 import pytest
 
 from profiler.analysis import compare, scaling
 from profiler.errors import UsageError
 from profiler.report import json_out, text
 
-from .fixtures import epoch, write_run
+from .fixtures import MIB, epoch, from_walls, write_run
 
 NCHW, NHWC = (("layout", "NCHW"),), (("layout", "NHWC"),)
 
@@ -420,3 +422,118 @@ def test_ops_that_both_runs_ran_are_matched_before_the_most_costly_are_chosen(tm
     c = compare(a, b)
     assert len(c.rows) == MAX_OPS and all(r.only_in is None for r in c.rows)
     assert "Only" not in text.comparison_verdict(c)
+
+
+# -- noise, different work, memory: what makes a difference in epoch time no op's ---------------
+
+def _jittered(path, median, spread, n=20, seed=0, ops=None, meta=None, **kwargs):
+    """A run of n epochs whose times scatter uniformly over median -+ spread/2 (op x at a third)."""
+    walls = median + spread * (np.random.default_rng(seed).random(n) - 0.5)
+    return write_run(path, [epoch(i, float(w), ops={("x", ()): float(w) / 3, **(ops or {})}, **kwargs)
+                            for i, w in enumerate(walls)], meta=meta)
+
+
+def test_a_difference_within_the_runs_spread_is_called_noise(tmp_path):
+    # two runs of one workload, epochs scattered over 8-12 ms: medians apart by chance, not by code
+    a = _jittered(tmp_path / "a", 0.010, 0.004, seed=1, meta={"label": "A"})
+    b = _jittered(tmp_path / "b", 0.0104, 0.004, seed=2, meta={"label": "B"})
+    c = compare(a, b)
+    assert c.noise == "overlap" and c.a.epoch_interval_s[0] < c.a.epoch_s < c.a.epoch_interval_s[1]
+    words = text.comparison_verdict(c)
+    assert "within the runs' own spread: the median epoch's 95% interval is" in words and "If " not in words, words
+    assert json.loads(json_out.render(c))["noise"] == "overlap"
+    # the same scatter around medians 1.5x apart is a difference, with its what-if
+    far = compare(a, _jittered(tmp_path / "c", 0.015, 0.004, seed=2, meta={"label": "C"}))
+    assert far.noise is None and "If x in C ran at its A speed" in text.comparison_verdict(far)
+
+
+def test_a_run_whose_fastest_epochs_match_the_other_is_slowed_by_its_slow_epochs(tmp_path):
+    # B ran 3 of its epochs at A's 5 ms, a loaded machine slowing the others to 9 ms
+    a = from_walls(tmp_path / "a", [0.005 + 1e-5 * (i % 3) for i in range(20)], meta={"label": "A"})
+    b = from_walls(tmp_path / "b", [0.005 if i in (6, 11, 15) else 0.009 + 1e-5 * (i % 3) for i in range(20)],
+                   meta={"label": "B"})
+    c = compare(a, b)
+    assert c.noise == "slow epochs" and c.b.fastest_s == pytest.approx(0.005)
+    assert "But the fastest tenth of B's epochs take up to 5.00 ms, as A's median epoch does" in \
+        text.comparison_verdict(c)
+    # slowed in every epoch: a difference of the code's (or of the whole run's machine), no noise
+    steady = compare(a, from_walls(tmp_path / "c", [0.009] * 20, meta={"label": "C"}))
+    assert steady.noise is None
+
+
+def test_gc_that_slows_some_epochs_is_no_noise(tmp_path):
+    # a full collection of 40 ms in every third epoch: the others run at A's speed, the collector is the difference
+    a = write_run(tmp_path / "a", [epoch(i, 0.010) for i in range(21)], meta={"label": "A"})
+    b = write_run(tmp_path / "b", [epoch(i, 0.050 if i % 3 == 0 else 0.010, pause=(0, 0, 0.040 if i % 3 == 0 else 0),
+                                         collections=(0, 0, int(i % 3 == 0))) for i in range(21)], meta={"label": "B"})
+    c = compare(a, b)
+    assert c.noise is None and "the collector accounts for 100.0% of the difference" in text.comparison_verdict(c)
+
+
+def test_epochs_of_different_steps_hold_different_work(tmp_path):
+    ops = {("dense", NHWC): 0.004, ("relu", NHWC): 0.002}
+    a = write_run(tmp_path / "a", [epoch(i, 0.008, ops=ops, steps=16) for i in range(8)],
+                  meta={"scenario": "mlp", "samples": 4000, "label": "small"})
+    b = write_run(tmp_path / "b", [epoch(i, 0.032, ops={k: 4 * v for k, v in ops.items()}, steps=64) for i in range(8)],
+                  meta={"scenario": "mlp", "samples": 16000, "label": "large"})
+    c = compare(a, b)
+    assert c.different_work == "steps" and c.slower_everywhere is None and (c.a.steps_per_epoch, c.b.steps_per_epoch) == (16, 64)
+    words = text.comparison_verdict(c)
+    assert ("Caution: the epochs hold different work (small 16 and large 64 steps an epoch), so no op's what-if is "
+            "given; a step takes 0.50 ms in small and 0.50 ms in large (1.00x).") in words
+    assert "run-wide" not in words and "If " not in words
+
+
+def test_a_scenario_and_a_program_of_its_own_hold_different_work(tmp_path):
+    ops = {("dense", NHWC): 0.004}
+    a = run_with_ops(tmp_path / "a", ops, 0.010, meta={"scenario": "mlp", "label": "mlp"})
+    b = run_with_ops(tmp_path / "b", ops, 0.020, meta={"script": "train.py", "label": "train.py"})
+    c = compare(a, b)
+    assert c.different_work == "kinds"
+    assert ("Caution: mlp ran the built-in scenario mlp and train.py a program of its own: different work, so no op's "
+            "what-if is given.") in text.comparison_verdict(c)
+
+
+def test_the_collectors_pauses_are_not_called_code_outside_the_ops(tmp_path):
+    # B's epoch is 20 ms longer for one gc.collect() outside its ops: the collector's, not unknown code's
+    ops = {("x", ()): 0.004, ("y", ()): 0.003}
+    a = write_run(tmp_path / "a", [epoch(i, 0.008, ops=ops) for i in range(8)], meta={"label": "A"})
+    b = write_run(tmp_path / "b", [epoch(i, 0.028, ops=ops, pause=(0, 0, 0.020), collections=(0, 0, 1))
+                                   for i in range(8)], meta={"label": "B"})
+    words = text.comparison_verdict(compare(a, b))
+    assert "the collector accounts for 100.0% of the difference" in words and "outside the timed ops" not in words
+    # 20 ms more of code no op covers, beside the collector's 20: said, with the collector's part
+    c = write_run(tmp_path / "c", [epoch(i, 0.048, ops=ops, pause=(0, 0, 0.020), collections=(0, 0, 1))
+                                   for i in range(8)], meta={"label": "C"})
+    assert ("40.00 ms of the 40.00 ms difference is outside the timed ops (41.00 ms per epoch in C against 1.00 ms), "
+            "20.00 ms of it the collector's added pauses; the rest is code no session.op() covers") in \
+        text.comparison_verdict(compare(a, c))
+
+
+def test_two_runs_of_one_command_are_said_to_be(tmp_path):
+    meta = {"script": "train.py", "args": ["--epochs", "8"], "label": "train.py"}
+    a = run_with_ops(tmp_path / "a", {("x", ()): 0.004}, 0.010, meta=meta)
+    b = run_with_ops(tmp_path / "b", {("x", ()): 0.006}, 0.012, meta=meta)
+    c = compare(a, b)
+    assert c.same_command and "A and B ran the same command, options included" in text.comparison_verdict(c)
+    other = run_with_ops(tmp_path / "c", {("x", ()): 0.006}, 0.012, meta={**meta, "args": ["--epochs", "9"]})
+    assert not compare(a, other).same_command
+
+
+def test_memory_that_grows_in_one_run_is_compared(tmp_path):
+    # B keeps 32 MiB an epoch (a loss kept with its graph), A holds its level
+    ops = {("x", ()): 0.004}
+    a = write_run(tmp_path / "a", [epoch(i, 0.010, ops=ops, rss=200 * MIB) for i in range(12)], meta={"label": "A"})
+    b = write_run(tmp_path / "b", [epoch(i, 0.010, ops=ops, rss=(200 + 32 * i) * MIB) for i in range(12)],
+                  meta={"label": "B"})
+    c = compare(a, b)
+    assert c.a.memory_growth is None and c.b.memory_growth.pattern == "allocation-growth"
+    assert c.b.memory_growth.evidence.growth_bytes_per_epoch == pytest.approx(32 * MIB)
+    words = text.comparison_verdict(c)
+    assert "Memory: in A, memory is flat (RSS +0 B per epoch); in B, RSS memory grows 32.0 MiB per epoch" in words, words
+    row = next(r for r in text.run_rows(c) if r[0] == "RSS, first -> last epoch (MiB)")
+    assert row[1:] == ("200 -> 200", f"{200 + 32} -> {200 + 32 * 11}", "memory grows in B")
+    plain = json.loads(json_out.render(c))
+    assert plain["b"]["memory_growth"]["evidence"]["measure"] == "rss" and plain["a"]["memory_growth"] is None
+    # neither grows: no memory sentence
+    assert "Memory:" not in text.comparison_verdict(compare(a, a))

@@ -317,19 +317,21 @@ def test_compare_html_has_the_runs_rows_the_text_has(tmp_path):
     c = compare(a, b)
     rows = text.run_rows(c)
     assert [r[0] for r in rows] == ["epoch (ms)", "mean epoch, spikes included (ms)", "mean GC per epoch (ms)",
-                                    "mean full collections per epoch", "mean gc.collect() calls per epoch"]
+                                    "mean full collections per epoch", "mean gc.collect() calls per epoch",
+                                    "RSS, first -> last epoch (MiB)"]
     assert rows[4][1:3] == ("4.0", "0.0")
     table = text.comparison(c).splitlines()
     first = table.index(next(line for line in table if line.startswith("epoch (ms)")))
-    assert table[first:first + 5] == [
+    assert table[first:first + 6] == [
         "epoch (ms)                              20.00      12.00    1.67",
         "mean epoch, spikes included (ms)        20.00      12.00",
         "mean GC per epoch (ms)                   8.00       0.00     40.0%     0.0% of run time",
         "mean full collections per epoch           4.0        0.0",
-        "mean gc.collect() calls per epoch         4.0        0.0"]
+        "mean gc.collect() calls per epoch         4.0        0.0",
+        "RSS, first -> last epoch (MiB)     200 -> 200 200 -> 200"]
     page = html.render(comparisons=[c])
     for name, x, y, _ in rows:
-        assert f"<td>{html_escape(name)}</td><td>{x}</td><td>{y}</td>" in page
+        assert f"<td>{html_escape(name)}</td><td>{html_escape(x)}</td><td>{html_escape(y)}</td>" in page
 
 
 def test_a_one_epoch_run_shows_no_made_up_memory_growth(tmp_path):

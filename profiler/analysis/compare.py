@@ -11,6 +11,19 @@ least RUN_WIDE times slower in one run, the difference is run-wide: the thread c
 or its load while that run ran (a slow phase of a shared VM slowed dense and relu alike in a
 layout compare), or its GC pauses, which land inside the ops; not one op's. `slower_everywhere`
 names that run.
+
+Three things make a difference in epoch time no op's: noise, other work, and memory. The epoch
+times' medians each have a 95% interval (from the order statistics of the run's epochs); where the
+intervals overlap, the difference is within the runs' own epoch-to-epoch spread (`noise`
+"overlap"). A shared machine's load only ever slows epochs, so where the slower run's fastest
+tenth of epochs runs at the faster run's median (within NOISE_FLOOR), the difference lies in its
+slower epochs ("slow epochs"). Neither, where more GC pauses account for half of the difference in
+mean epoch time (spikes included, which medians hide). Epochs of two
+scenarios, of a scenario and a program of its own, or with steps per epoch more than WORK_STEPS
+apart hold different work (`different_work`): an op's time per epoch then tells nothing of its
+speed, and no run-wide slowdown is called. Two runs of one command, its options included
+(`same_command`), differ by the machine unless their code or data changed in between. Each run's
+memory is what its report says of it (diagnose.memory_of).
 """
 
 from dataclasses import dataclass, field
@@ -21,11 +34,15 @@ from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
+from .diagnose import Allocation, memory_of
 from .load import gapped, load, timed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
 RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
+NOISE_MIN_EPOCHS = 6     # epochs a median's interval needs (fewer: the whole range, which tells nothing)
+NOISE_FLOOR = 1.05       # the slower run's fastest tenth within this of the faster's median: the same speed
+WORK_STEPS = 0.05        # steps per epoch further apart than this share: the epochs hold different work
 
 
 @dataclass
@@ -42,6 +59,11 @@ class RunSide:
     problems: list = field(default_factory=list)   # why the run is incomplete (rundir.Run.problems)
     untimed_s: float = 0.0  # the median epoch's time that no op covers (nested ops make it a lower bound)
     cautions: list = field(default_factory=list)   # what its records leave out (rundir.Run.cautions)
+    epoch_interval_s: tuple | None = None   # (low, high): the 95% interval of the median epoch (None: too few epochs)
+    fastest_s: float | None = None          # the fastest tenth of its epochs' upper end (None: too few epochs)
+    steps_per_epoch: float | None = None    # the median epoch's steps (None: the run recorded none)
+    memory: Allocation | None = None        # what its memory did, as its report has it
+    memory_growth: findings.Finding | None = None   # its report's allocation-growth finding
 
 
 @dataclass
@@ -80,6 +102,12 @@ class Comparison:
     slower_everywhere: str | None = None   # "a" or "b": every sizeable shared op is RUN_WIDE slower there
     least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
     same_run: bool = False                 # A and B are one run directory
+    noise: str | None = None               # "overlap" (the median epochs' intervals) or "slow epochs" (the slower
+                                           # run's fastest run at the faster's median): the difference is noise
+    different_work: str | None = None      # "scenarios", "kinds" (a scenario and a program of its own) or "steps"
+                                           # (per epoch)
+    same_command: bool = False             # the runs' meta (script and arguments, or scenario and its settings)
+                                           # and capture options are the same
 
 
 def _label(loaded):
@@ -123,9 +151,63 @@ def _untimed(loaded, series):
 
 
 def _side(loaded, label, epoch_s, tags, series):
+    walls = [r["wall_s"] for r in loaded.records]
+    steps = [r["steps"] for r in loaded.records if r.get("steps")]
+    allocation, growth = memory_of(loaded)
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
-                   _untimed(loaded, series), list(loaded.run.cautions))
+                   _untimed(loaded, series), list(loaded.run.cautions), median_interval(walls),
+                   float(np.quantile(walls, 0.1)) if len(walls) >= NOISE_MIN_EPOCHS else None,
+                   float(np.median(steps)) if len(steps) == len(walls) else None, allocation, growth)
+
+
+def median_interval(values, z=1.96):
+    """(low, high): the distribution-free 95% interval of the median of `values` (the order
+    statistics n/2 -+ z*sqrt(n)/2 apart), or None under NOISE_MIN_EPOCHS values."""
+    n = len(values)
+    if n < NOISE_MIN_EPOCHS:
+        return None
+    ordered, half = np.sort(values), z * np.sqrt(n) / 2
+    low, high = max(0, int(np.floor(n / 2 - half))), min(n - 1, int(np.ceil(n / 2 + half)) - 1)
+    return float(ordered[low]), float(ordered[high])
+
+
+def _same_command(a, b):
+    """Whether two runs ran one command: a script, module or scenario, with the same meta (the label
+    aside: arguments, settings) and capture options."""
+    meta_a, meta_b = ({k: v for k, v in run.user_meta.items() if k != "label"} for run in (a, b))
+    return (any(k in meta_a for k in ("script", "module", "scenario")) and meta_a == meta_b
+            and a.meta.get("options") == b.meta.get("options"))
+
+
+def _gc_explains(a, b):
+    """Whether more GC pauses account for half or more of the difference in mean epoch time."""
+    slow, fast = (a, b) if a.gc.epoch_s >= b.gc.epoch_s else (b, a)
+    difference = slow.gc.epoch_s - fast.gc.epoch_s
+    return difference > 0 and slow.gc.pause_s - fast.gc.pause_s >= 0.5 * difference
+
+
+def _noise(a, b):
+    """Comparison.noise of two runs' sides."""
+    if a.epoch_interval_s is None or b.epoch_interval_s is None or _gc_explains(a, b):
+        return None
+    (lo_a, hi_a), (lo_b, hi_b) = a.epoch_interval_s, b.epoch_interval_s
+    if lo_a <= hi_b and lo_b <= hi_a:
+        return "overlap"
+    slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
+    return "slow epochs" if slow.fastest_s <= NOISE_FLOOR * fast.epoch_s else None
+
+
+def _different_work(a, b):
+    """Why two runs' epochs hold different work, or None."""
+    if a.scenario and b.scenario and a.scenario != b.scenario:   # ops of one name, different shapes
+        return "scenarios"
+    if (a.scenario is None) != (b.scenario is None):
+        return "kinds"
+    if a.steps_per_epoch and b.steps_per_epoch and \
+            abs(a.steps_per_epoch - b.steps_per_epoch) > WORK_STEPS * max(a.steps_per_epoch, b.steps_per_epoch):
+        return "steps"
+    return None
 
 
 def _tag_values(series):
@@ -194,9 +276,12 @@ def compare(run_a, run_b):
             b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
-    slower, least = _run_wide(rows)
+    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa)
+    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb)
+    same = la.run.path.resolve() == lb.run.path.resolve()
+    different = _different_work(side_a, side_b)
+    slower, least = (None, None) if different else _run_wide(rows)   # ops of different work differ anyway
     return Comparison(
-        a=_side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa),
-        b=_side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb),
-        ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower, least_ratio=least,
-        same_run=la.run.path.resolve() == lb.run.path.resolve())
+        a=side_a, b=side_b, ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower,
+        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b),
+        different_work=different, same_command=not same and _same_command(la.run, lb.run))

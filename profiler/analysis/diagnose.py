@@ -204,6 +204,26 @@ def _workers(w):
     return Workers(int(w["count"] + spawned), int(w["uss_bytes"] + w.get("spawned_uss_bytes", 0)), int(spawned))
 
 
+def memory_of(loaded):
+    """(Allocation, the allocation-growth Finding or None): what a loaded run's memory did (load.load)."""
+    run, records = loaded.run, loaded.records
+    # deep capture's snapshots wait within its budget after a costly one (seconds over a large heap),
+    # so a short run can have them all in its warm-up: their sites then, rather than none
+    heaps = [r.get("heap") or {} for r in records]
+    sited = records if any(h.get("snapshot") or h.get("top_growth") for h in heaps) else \
+        run.epochs[loaded.skipped - loaded.warmup:]
+    sites = fnd.top_sites(sited)
+    trend = fnd.rss_trend(run.rss_samples(), records, stopped_start(run))
+    found = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
+             or fnd.rss_growth(trend))
+    rates, idx = fnd.memory_rates(records), [r["epoch"] for r in records]
+    return Allocation(rss_growth_bytes_per_epoch=rates["rss"], traced_growth_bytes_per_epoch=rates["traced"],
+                      malloc_growth_bytes_per_epoch=rates["malloc"], rss_start_bytes=_float(records[0]["rss_bytes"]),
+                      rss_end_bytes=_float(records[-1]["rss_bytes"]), top_sites=sites, epochs=len(records),
+                      span_epochs=float(idx[-1] - idx[0]), rss_limit_bytes=fnd.rss_limit(records),
+                      rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records]), rss_trend=trend), found
+
+
 def analyze(run_dir):
     """Read a run directory and diagnose it (RunDirError if it cannot be read or has no epochs);
     a Run read already (rundir.read_run) is diagnosed as it is. A directory of rank-N/ run
@@ -238,12 +258,8 @@ def analyze(run_dir):
         spikes = spk.of_steps(steps, records[0]["epoch"], totals, traced)
     else:
         spikes = spk.of_epochs(kept)
-    # deep capture's snapshots wait within its budget after a costly one (seconds over a large heap),
-    # so a short run can have them all in its warm-up: their sites then, rather than none
-    heaps = [r.get("heap") or {} for r in records]
-    sited = records if any(h.get("snapshot") or h.get("top_growth") for h in heaps) else \
-        run.epochs[loaded.skipped - loaded.warmup:]
-    sites = fnd.top_sites(sited)
+    allocation, memory = memory_of(loaded)
+    sites = allocation.top_sites
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)
     index = op_index(records)
@@ -251,9 +267,6 @@ def analyze(run_dir):
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
-    rss_trend = fnd.rss_trend(run.rss_samples(), records, stopped_start(run))
-    memory = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
-              or fnd.rss_growth(rss_trend))
     # full collections over memory that grows to the end walk a growing heap, as growing pauses show: with
     # CPython's full collections ever further apart (a quarter more objects each time), too few to fit
     growing = ("gc-growing-pauses" if growth else "allocation-growth"
@@ -270,7 +283,6 @@ def analyze(run_dir):
     found.append(fnd.gc_between_epochs(between))
     ranked = fnd.rank([f for f in found if f is not None])
 
-    rates = fnd.memory_rates(records)
     workers = [r["workers"] for r in records if r.get("workers")]
     return Diagnosis(
         run_dir=str(run.path), epochs=len(run.epochs), status=run.status, complete=run.complete,
@@ -289,15 +301,7 @@ def analyze(run_dir):
                      full_collections_per_epoch=float(np.mean([r["gc"]["collections"][2] for r in records])),
                      tracked=objs.tracked if objs else None, forced_share=forced.share if forced else None,
                      share_between=between.share if between else None),
-        allocation=Allocation(rss_growth_bytes_per_epoch=rates["rss"],
-                              traced_growth_bytes_per_epoch=rates["traced"],
-                              malloc_growth_bytes_per_epoch=rates["malloc"],
-                              rss_start_bytes=_float(records[0]["rss_bytes"]),
-                              rss_end_bytes=_float(records[-1]["rss_bytes"]), top_sites=sites,
-                              epochs=len(records), span_epochs=float(idx[-1] - idx[0]),
-                              rss_limit_bytes=fnd.rss_limit(records),
-                              rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records]),
-                              rss_trend=rss_trend),
+        allocation=allocation,
         steps=(StepSummary(spikes.total, spikes.median_s, spikes.p99_s, spikes.time_fraction,
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,

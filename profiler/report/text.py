@@ -754,25 +754,33 @@ def comparison_verdict(c):
     slow_is_a = slow is a
     text = (f"{slow.label} takes {ms(slow.epoch_s)} per epoch, {fast.label} {ms(fast.epoch_s)}"
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
+    text += _noise(c, slow, fast) + _different_work(c)
+    if c.same_command and not c.noise:
+        text += (" A and B ran the same command, options included: unless its code or data changed between the "
+                 "runs, the difference is the machine's or its load's.")
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    different = a.scenario and b.scenario and a.scenario != b.scenario   # ops of one name, different shapes
-    best = [] if different else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
+    told = c.different_work or c.noise   # the epochs' difference is no op's
+    best = [] if told else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
         label = op_label(r.op, r.tags)
         text += (f" If {label} in {slow.label} ran at its {fast.label} speed ({ms(s_slow)} -> {ms(s_fast)} per "
                  f"epoch), the {slow.label} epoch would take {ms(what_if(r))} instead of {ms(slow.epoch_s)} "
                  f"({relative(what_if(r), slow.epoch_s)}).")
-    text += _gc_comparison(a, b) + _between_comparison(a, b)
+    text += _gc_comparison(a, b) + _between_comparison(a, b) + _memory_comparison(a, b)
     outside, difference = slow.untimed_s - fast.untimed_s, slow.epoch_s - fast.epoch_s
-    if c.rows and outside >= UNTIMED_SHARE * difference > 0:
+    # the collector's added pauses, where they account for the gap, are no code of the program's
+    collector = max(0.0, slow.gc.pause_s - fast.gc.pause_s) if _gc_matters(a, b) else 0.0
+    if c.rows and not told and outside - collector >= UNTIMED_SHARE * difference > 0:
         # more than the whole difference when the timed ops are faster in the slower run
         part = (f"{ms(outside)} of the {ms(difference)} difference is" if outside <= difference else
                 f"More than the whole {ms(difference)} difference ({ms(outside)}) is")
+        rest = (f", {ms(collector)} of it the collector's added pauses; the rest is" if collector >= 1e-5 else
+                ":")
         text += (f" {part} outside the timed ops ({ms(slow.untimed_s)} per epoch in {slow.label} against "
-                 f"{ms(fast.untimed_s)}): code no session.op() covers, which no what-if can name; time more of the "
-                 f"epoch to see where it goes.")
+                 f"{ms(fast.untimed_s)}){rest} code no session.op() covers, which no what-if can name; time more "
+                 f"of the epoch to see where it goes.")
     if c.slower_everywhere and (a if c.slower_everywhere == "a" else b) is slow:   # else: the ops are not where it differs
         slow, fast = (a, b) if c.slower_everywhere == "a" else (b, a)
         cause = "the thread count, the machine or its load during that run"
@@ -781,9 +789,6 @@ def comparison_verdict(c):
         text += (f" Caution: every op both runs time is at least {c.least_ratio:.2f}x slower in {slow.label}: the "
                  f"difference is run-wide ({cause}), not one op's; run both again back to back on a quiet "
                  f"machine before reading one op's ratio.")
-    if different:
-        text += (f" Caution: {a.label} ran {a.scenario} and {b.label} {b.scenario}: different scenarios, whose ops of "
-                 f"one name work on different shapes, so no op's what-if is given; compare two runs of one scenario.")
     if c.same_run:
         text += " Note: A and B are the same run directory."
     for side in (a, b):
@@ -798,7 +803,7 @@ def comparison_verdict(c):
     if not c.rows:
         text += (" Neither run recorded op timers (session.op()), so it cannot say which part of the epoch "
                  "differs.")
-    elif both and not best and not different:
+    elif both and not best and not told:
         text += " No op that both runs time is faster in the faster run."
     one_side = [r for r in c.rows if r.only_in is not None]
     for side, run in (("a", a), ("b", b)):
@@ -814,6 +819,53 @@ def comparison_verdict(c):
                  f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
                  f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
     return text
+
+
+def _interval(interval):
+    return f"{ms(interval[0])}-{ms(interval[1])}"
+
+
+def _noise(c, slow, fast):
+    """Why the difference is noise (Comparison.noise), or ''."""
+    if c.noise == "overlap":
+        return (f" That is within the runs' own spread: the median epoch's 95% interval is "
+                f"{_interval(slow.epoch_interval_s)} in {slow.label} and {_interval(fast.epoch_interval_s)} in "
+                f"{fast.label}, and they overlap, so no op's what-if is given; run both again, back to back and "
+                f"longer, before reading a difference.")
+    if c.noise == "slow epochs":
+        return (f" But the fastest tenth of {slow.label}'s epochs take up to {ms(slow.fastest_s)}, as {fast.label}'s "
+                f"median epoch does: the difference lies in {slow.label}'s slower epochs, as a loaded machine makes "
+                f"them (or work only some epochs do), not in the code every epoch runs, so no op's what-if is given; "
+                f"run both again, back to back on a quiet machine, before reading a difference.")
+    return ""
+
+
+def _different_work(c):
+    """The caution of two runs whose epochs hold different work (Comparison.different_work), or ''."""
+    a, b = c.a, c.b
+    if c.different_work is None:
+        return ""
+    if c.different_work == "scenarios":
+        return (f" Caution: {a.label} ran {a.scenario} and {b.label} {b.scenario}: different scenarios, whose ops of "
+                f"one name work on different shapes, so no op's what-if is given; compare two runs of one scenario.")
+    if c.different_work == "kinds":
+        ran, other = (a, b) if a.scenario else (b, a)
+        return (f" Caution: {ran.label} ran the built-in scenario {ran.scenario} and {other.label} a program of its "
+                f"own: different work, so no op's what-if is given.")
+    steps = " and ".join(f"{side.label} {side.steps_per_epoch:,.0f}" for side in (a, b))
+    per_step = [side.epoch_s / side.steps_per_epoch for side in (a, b)]
+    return (f" Caution: the epochs hold different work ({steps} steps an epoch), so no op's what-if is given; a "
+            f"step takes {ms(per_step[0])} in {a.label} and {ms(per_step[1])} in {b.label}"
+            + (f" ({per_step[0] / per_step[1]:.2f}x)." if per_step[1] > 0 else "."))
+
+
+def _memory_comparison(a, b):
+    """What each run's memory did, as its report says it, when either grows."""
+    if not (a.memory_growth or b.memory_growth):
+        return ""
+    told = [f"in {side.label}, " + (_memory(side.memory_growth.evidence) if side.memory_growth else
+                                   _memory_not_found(side.memory)) for side in (a, b)]
+    return f" Memory: {told[0]}; {told[1]}."
 
 
 def cautions_note(side):
@@ -840,6 +892,11 @@ def run_rows(c):
                      *("-" if side.gc.between_s is None else f"{side.gc.between_s * 1e3:.2f}" for side in (a, b)), ""))
     if a.gc.policy or b.gc.policy:
         rows.append(("--gc-policy", a.gc.policy or "default", b.gc.policy or "default", ""))
+    rss = [(side.memory.rss_start_bytes, side.memory.rss_end_bytes) for side in (a, b)]
+    if all(None not in ends for ends in rss):
+        growing = [side.label for side in (a, b) if side.memory_growth]
+        rows.append(("RSS, first -> last epoch (MiB)", *(f"{s / 2**20:.0f} -> {e / 2**20:.0f}" for s, e in rss),
+                     f"memory grows in {' and '.join(growing)}" if growing else ""))
     return rows
 
 
