@@ -129,13 +129,16 @@ def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
 @pytest.mark.parametrize("damage,words", [
     (lambda d: (d / "meta.json").unlink(), ["not a run directory", "no meta.json"]),
     (lambda d: (d / "meta.json").write_text("{oops"), ["meta.json", "not valid JSON"]),
+    # the decoder's message ends with where it stopped reading, not mid-sentence ("character at)")
+    (lambda d: (d / "meta.json").write_text('{"bad\n'),
+     ["meta.json is not valid JSON (Invalid control character at: line 1 column 6)"]),
     (lambda d: (d / "meta.json").write_bytes(b'{"format": 1, "x": "\xff"}'), ["meta.json", "not valid JSON"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})), ["format 99"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
     (lambda d: (d / "meta.json").write_text("[1, 2, 3]"), ["meta.json is not a JSON object"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": True, "status": "completed"})), ["format True"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 1.0, "status": "completed"})), ["format 1.0"]),
-], ids=["no-meta", "bad-meta", "meta-not-utf8", "future-format", "no-format", "meta-list", "format-true",
+], ids=["no-meta", "bad-meta", "meta-control-character", "meta-not-utf8", "future-format", "no-format", "meta-list", "format-true",
         "format-float"])
 def test_damaged_meta_is_one_clear_error(tmp_path, damage, words):
     run = from_walls(tmp_path / "run", [0.01] * 3)
