@@ -337,6 +337,9 @@ def test_the_set_up_before_the_first_training_epoch_is_no_gap_between_epochs(tmp
     d = analyze(write_run(tmp_path / "run", setup + passes, steps=steps))
     assert d.epoch_time.warmup_epochs_skipped == 2 and patterns(d) == [], text.verdict(d)
     assert d.gc.share_between == 0.0 and d.epoch_time.between_share == pytest.approx(0.02 / 0.12)
+    # only the set-up was left out: the three passes hold their warm-up (compare says so too)
+    assert d.epoch_time.setup_epochs == 2
+    assert text.verdict(d).startswith("3 epochs after the set-up, its warm-up included: too few"), text.verdict(d)
     # after warm-up epochs of training, the first analysed epoch's gap is the training's own
     warm = [dict(epoch(i, 0.05, start_s=0.3 * i, steps=1), gap_s=0.25, gc_before=_between(0.2, forced=False))
             for i in range(30)]

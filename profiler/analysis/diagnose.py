@@ -36,6 +36,7 @@ class EpochTime:
     step_trend: object = None   # StepTrend: the steps' trend, when the epochs are too few to fit one
     between_share: float | None = None   # of the analysed epochs' time and the gaps before them, the gaps'
                                          # (an evaluation, a checkpoint, waiting for other ranks); None: no gap_s
+    setup_epochs: int = 0       # of warmup_epochs_skipped, the set-up's (epochs before the first step)
 
 
 @dataclass
@@ -293,7 +294,8 @@ def analyze(run_dir):
                              swings=trendless and not _within(ratio), traced_epochs=len(records) - len(timed),
                              traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend,
                              between_share=(between.between_s / (between.between_s + between.epochs_s)
-                                            if between and between.between_s + between.epochs_s > 0 else None)),
+                                            if between and between.between_s + between.epochs_s > 0 else None),
+                             setup_epochs=loaded.skipped - loaded.warmup),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

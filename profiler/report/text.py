@@ -458,7 +458,8 @@ def _headline(d):
     times = f"median epoch time {ms(et.early_median_s)} early, {ms(et.late_median_s)} late"
     analysed = _analysed(d)
     if analysed < stats.MIN_POINTS:
-        after = " after the warm-up" if et.warmup_epochs_skipped else ""
+        after = (" after the warm-up" if et.warmup_epochs_skipped > et.setup_epochs else
+                 " after the set-up, its warm-up included" if et.setup_epochs else "")
         few = f"{analysed} epoch{'' if analysed == 1 else 's'}{after}"
         t = et.step_trend
         if t is not None and t.change.sustained:   # one long epoch: its steps tell the trend
