@@ -1150,10 +1150,11 @@ def test_one_long_flat_noisy_epoch_gets_no_finding(tmp_path, seed):
     assert "compute-growth" not in patterns(d)
 
 
-def _loading(tmp_path, name, share, workers=None, calls=32, new=None):
+def _loading(tmp_path, name, share, workers=None, calls=32, new=None, spawned=None):
     """Ten 100-ms epochs whose training thread waits `share` of each for `calls` DataLoader batches."""
     op = {"name": "DataLoader.__next__", "tags": {}, "calls": calls, "total_s": 0.1 * share, "timed": calls}
-    sampled = {"count": workers, "uss_bytes": 0, "pss_bytes": 0, **({"new": new} if new is not None else {})}
+    sampled = {"count": workers, "uss_bytes": 0, "pss_bytes": 0, **({"new": new} if new is not None else {}),
+               **({"spawned": spawned, "spawned_uss_bytes": 0} if spawned is not None else {})}
     records = [dict(epoch(i, 0.1, start_s=0.1 * i, steps=calls), ops={"DataLoader.__next__": op},
                     **({"workers": sampled} if workers is not None else {})) for i in range(10)]
     return analyze(write_run(tmp_path / name, records))
@@ -1178,5 +1179,14 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
     f = _loading(tmp_path, "cheap", 0.3, workers=0, calls=320).findings[0]
     assert text.remedy(f).startswith("Each batch takes 93.8 µs to gather in the training process")
     assert patterns(_loading(tmp_path, "fed", 0.16, workers=4)) == []   # under a fifth: gathering small batches
+    # workers started by the spawn method (macOS's and Windows' default) exec a program: they are no forked
+    # children, and read "no worker process" with "Load batches in worker processes" (a probe's 2 spawned workers)
+    f = _loading(tmp_path, "spawned", 0.4, workers=0, new=0, spawned=3).findings[0]
+    assert f.evidence.workers == 3 and f.evidence.spawned == 3
+    assert text.evidence(f).endswith("with 3 child processes (3 of them spawned: DataLoader workers started by the "
+                                     "spawn method, and multiprocessing's resource tracker beside them)"), text.evidence(f)
+    assert text.remedy(f).startswith("The workers do not keep up: raise num_workers or prefetch_factor (and "
+                                     "persistent_workers=True, so they are not started again each epoch: a spawned "
+                                     "worker imports torch anew as it starts)")
     f = _loading(tmp_path, "untold", 0.4).findings[0]   # no worker count recorded (integrations.torch.track)
     assert text.remedy(f).startswith("Without DataLoader workers, load batches in worker processes")

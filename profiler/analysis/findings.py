@@ -250,6 +250,8 @@ class InputWait:
     wall_s: float           # the analysed epochs' time
     workers: int | None     # child processes (DataLoader workers) at the last epoch's sample; None: not recorded
     persistent: bool = False  # they carried over from the epoch before (persistent_workers=True)
+    spawned: int = 0        # of them, those that exec'd a program (spawned DataLoader workers, multiprocessing's
+                            # resource tracker): whether they carry over is not recorded
 
 
 @dataclass
@@ -688,8 +690,9 @@ def input_wait(records):
     seconds, batches = waits
     sampled = next((r["workers"] for r in reversed(records) if r.get("workers")), None)
     evidence = InputWait(seconds / wall, seconds / max(batches, 1), batches, wall,
-                         int(sampled["count"]) if sampled else None,
-                         bool(sampled and sampled["count"] and sampled.get("new") == 0))
+                         int(sampled["count"] + sampled.get("spawned", 0)) if sampled else None,
+                         bool(sampled and sampled["count"] and sampled.get("new") == 0),
+                         int(sampled.get("spawned", 0)) if sampled else 0)
     return Finding("compute", "input-wait", evidence.share, evidence)
 
 

@@ -305,8 +305,11 @@ def evidence(f):
                      f"pages (the collector writes to every object it walks)")
         return text
     if f.pattern == "input-wait":
+        processes = f"{e.workers} {'worker' if not e.spawned else 'child'} process{'' if e.workers == 1 else 'es'}"
         loads = ("" if e.workers is None else ", with no worker process: the training process loads every batch itself"
-                 if e.workers == 0 else f", with {e.workers} worker process{'' if e.workers == 1 else 'es'} loading them")
+                 if e.workers == 0 else f", with {processes} loading them" if not e.spawned else
+                 f", with {processes} ({e.spawned} of them spawned: DataLoader workers started by the spawn method, "
+                 f"and multiprocessing's resource tracker beside them)")
         return (f"The steps wait for the DataLoader's next batch {pct(e.share)} of the epochs' time "
                 f"({ms(e.share * e.wall_s)} of {ms(e.wall_s)}, {ms(e.wait_s)} a batch over {e.batches:,} batches){loads}")
     raise ValueError(f"unknown finding pattern {f.pattern!r}")
@@ -429,7 +432,8 @@ def remedy(f):
         cheaper = ("or make the Dataset's __getitem__ cheaper (decode or augment once and cache, read from faster "
                    "storage); `profiler flamegraph` shows where the loading time goes.")
         if e.workers:
-            again = "" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch)"
+            again = "" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch" + (
+                ": a spawned worker imports torch anew as it starts" if e.spawned else "") + ")"
             return f"The workers do not keep up: raise num_workers or prefetch_factor{again}, {cheaper}"
         if e.workers is None:   # not sampled (integrations.torch.track records no workers)
             return (f"Without DataLoader workers, load batches in worker processes while the step trains "
