@@ -1190,3 +1190,19 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
                                      "worker imports torch anew as it starts)")
     f = _loading(tmp_path, "untold", 0.4).findings[0]   # no worker count recorded (integrations.torch.track)
     assert text.remedy(f).startswith("Without DataLoader workers, load batches in worker processes")
+
+
+def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
+    # early stopping: epochs of 48 steps at ~26 ms, then a break after 6 steps of the last (3.8 ms): its
+    # time read as "late 14.67 ms (late / early 0.55)", "swings too much to tell a trend" (a probe)
+    walls = [0.0255 + 0.003 * ((i * 7) % 5) / 4 for i in range(11)] + [0.0038]
+    d = analyze(write_run(tmp_path / "stopped", [epoch(i, w, steps=48 if i < 11 else 6) for i, w in enumerate(walls)]))
+    assert d.epoch_time.cut_short == (11, 6, 48.0)
+    assert d.epoch_time.steady and not d.epoch_time.swings and d.epoch_time.late_median_s > 0.025
+    words = text.verdict(d)
+    assert words.startswith("Epoch time holds steady") and ("Note: the last epoch (11) was cut short, 6 steps "
+                                                            "against a median of 48 in the others") in words, words
+    # a last epoch of most of the steps (a smaller last batch of samples is one step anyway) is a full epoch
+    full = analyze(write_run(tmp_path / "full", [epoch(i, w, steps=48 if i < 11 else 40)
+                                                 for i, w in enumerate(walls[:11] + [0.022])]))
+    assert full.epoch_time.cut_short is None and "cut short" not in text.verdict(full)

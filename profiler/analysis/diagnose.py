@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import gapped, load, stopped_start, timed as timed_epochs
+from .load import cut_short, gapped, load, stopped_start, timed as timed_epochs
 from .ops import followed, op_index, op_series, op_time
 
 
@@ -37,6 +37,8 @@ class EpochTime:
     between_share: float | None = None   # of the analysed epochs' time and the gaps before them, the gaps'
                                          # (an evaluation, a checkpoint, waiting for other ranks); None: no gap_s
     setup_epochs: int = 0       # of warmup_epochs_skipped, the set-up's (epochs before the first step)
+    cut_short: tuple | None = None   # (epoch, its steps, the others' median steps): the last epoch, cut short
+                                     # (load.cut_short), left out of the trend
 
 
 @dataclass
@@ -239,9 +241,12 @@ def analyze(run_dir):
     pause = np.array([sum(r["gc"]["pause_s"]) for r in records])
 
     # the epoch-time trend leaves out epochs that auto capture traced (tracemalloc slows them
-    # 2-10x) when there are others: windows opened late would read as a slowdown
+    # 2-10x) when there are others: windows opened late would read as a slowdown; and a last epoch
+    # cut short, which would read as a speed-up
     timed = timed_epochs(records)
-    change = stats.change(idx[timed], wall[timed])
+    cut = cut_short(records)
+    trended = [i for i in timed if i != cut]
+    change = stats.change(idx[trended], wall[trended])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
     ratio = late_s / early_s if early_s > 0 else 1.0
@@ -295,7 +300,10 @@ def analyze(run_dir):
                              traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend,
                              between_share=(between.between_s / (between.between_s + between.epochs_s)
                                             if between and between.between_s + between.epochs_s > 0 else None),
-                             setup_epochs=loaded.skipped - loaded.warmup),
+                             setup_epochs=loaded.skipped - loaded.warmup,
+                             cut_short=None if cut is None else (
+                                 int(records[cut]["epoch"]), int(records[cut].get("steps") or 0),
+                                 float(np.median([r.get("steps") or 0 for r in records[:cut] if r.get("steps")])))),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

@@ -4,6 +4,8 @@ with steps, the epochs before its first step."""
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import rundir
 from ..errors import RunDirError
 from . import stats
@@ -54,6 +56,21 @@ def stopped_start(run):
         return run.unfinished_epoch.get("start_s")
     every, kept = run.steps(every=True), len(run.steps())
     return float(every[kept]["start_s"]) if len(every) > kept else None
+
+
+CUT_SHORT = 0.5   # a last epoch of under this share of the others' median steps was cut short
+
+
+def cut_short(records):
+    """The index of the last record when its epoch was cut short (a `break` out of the loop, an early
+    stop, Lightning's max_steps): its steps under CUT_SHORT of the median of the others' (at least
+    two with steps); else None. Its time is no full epoch's: it would read as the epochs getting
+    faster."""
+    steps = [r.get("steps") or 0 for r in records]
+    others = [n for n in steps[:-1] if n]
+    if len(others) < 2 or steps[-1] >= CUT_SHORT * float(np.median(others)):
+        return None
+    return len(records) - 1
 
 
 def timed(records):

@@ -633,6 +633,11 @@ def verdict(d):
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     et = d.epoch_time
+    if et.cut_short is not None:
+        index, steps, others = et.cut_short
+        text += (f" Note: the last epoch ({index}) was cut short, {counted(steps, 'step')} against a median of "
+                 f"{others:,.0f} in the others (a break out of the loop, an early stop, max_steps), and is left out of "
+                 f"the epoch-time trend.")
     if et.traced_slowdown is not None and et.traced_slowdown >= TRACED_SHOWN:
         text += (f" Note: the {counted(et.traced_epochs, 'epoch')} deep capture traced took {et.traced_slowdown:.1f}x "
                  f"the others' median time (tracemalloc's cost), and {'is' if et.traced_epochs == 1 else 'are'} left "
