@@ -537,3 +537,18 @@ def test_memory_that_grows_in_one_run_is_compared(tmp_path):
     assert plain["b"]["memory_growth"]["evidence"]["measure"] == "rss" and plain["a"]["memory_growth"] is None
     # neither grows: no memory sentence
     assert "Memory:" not in text.comparison_verdict(compare(a, a))
+
+
+def test_the_tables_give_no_what_if_where_the_verdict_gives_none(tmp_path):
+    # the verdict said "no op's what-if is given" above a table that gave one (a probe)
+    from profiler.report import html
+    ops = {("dense", NHWC): 0.004}
+    a = run_with_ops(tmp_path / "a", ops, 0.010, meta={"scenario": "mlp", "label": "mlp"})
+    b = run_with_ops(tmp_path / "b", {("dense", NHWC): 0.002}, 0.020, meta={"script": "train.py", "label": "mine"})
+    c = compare(a, b)
+    assert c.different_work == "kinds" and not text.what_ifs_given(c)
+    row = next(line for line in text.comparison(c).splitlines() if line.startswith("dense"))
+    assert row.rstrip().endswith("-") and " ms (" not in row, row
+    assert "<td>-</td></tr>" in html.comparison_section(c) and "(+" not in html.comparison_section(c)
+    same = compare(a, run_with_ops(tmp_path / "c", {("dense", NHWC): 0.002}, 0.008, meta={"scenario": "mlp"}))
+    assert text.what_ifs_given(same) and " ms (" in text.comparison(same)

@@ -88,8 +88,9 @@ def comparison_section(c):
     rows = [[text.op_label(r.op, r.tags), _ms_or_dash(r.a_s), _ms_or_dash(r.b_s),
              "-" if r.ratio is None else f"{r.ratio:.2f}",
              "-" if r.a_share is None else text.pct(r.a_share), "-" if r.b_share is None else text.pct(r.b_share),
-             (f"{r.a_if_b_speed_s * 1e3:.1f} ({text.relative(r.a_if_b_speed_s, c.a.epoch_s)})"
-              if r.a_if_b_speed_s is not None else f"only in {c.a.label if r.only_in == 'a' else c.b.label}")]
+             (f"only in {c.a.label if r.only_in == 'a' else c.b.label}" if r.only_in is not None else
+              f"{r.a_if_b_speed_s * 1e3:.1f} ({text.relative(r.a_if_b_speed_s, c.a.epoch_s)})"
+              if text.what_ifs_given(c) else "-")]
             for r in c.rows]
     return "\n".join([
         f"<h2>{html.escape(c.a.label)} vs {html.escape(c.b.label)}</h2>",

@@ -770,7 +770,7 @@ def comparison_verdict(c):
                  "runs, the difference is the machine's or its load's.")
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    told = c.different_work or c.noise   # the epochs' difference is no op's
+    told = not what_ifs_given(c)
     best = [] if told else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
@@ -829,6 +829,12 @@ def comparison_verdict(c):
                  f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
                  f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
     return text
+
+
+def what_ifs_given(c):
+    """Whether a Comparison's what-ifs mean anything: not where the difference is noise, or the
+    epochs hold different work (the verdict says which; the tables show none)."""
+    return not (c.noise or c.different_work)
 
 
 def _interval(interval):
@@ -930,8 +936,9 @@ def comparison(c):
             continue
         ratio = f"{r.ratio:5.2f}" if r.ratio is not None else "    -"
         shares = "   ".join(f"{100 * x:6.1f}%" if x is not None else f"{'-':>7s}" for x in (r.a_share, r.b_share))
-        lines.append(f"{label:{names}s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}"
-                     f"   {shares}   {r.a_if_b_speed_s * 1e3:9.2f} ms ({relative(r.a_if_b_speed_s, c.a.epoch_s)})")
+        what_if = (f"{r.a_if_b_speed_s * 1e3:9.2f} ms ({relative(r.a_if_b_speed_s, c.a.epoch_s)})"
+                   if what_ifs_given(c) else f"{'-':>9s}")
+        lines.append(f"{label:{names}s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}   {shares}   {what_if}")
     return "\n".join(lines)
 
 
