@@ -535,6 +535,15 @@ def test_malloc_growth_with_no_line_says_what_to_run_next(tmp_path, deep, words)
     d = analyze(write_run(tmp_path / "traced", traced, options={"tracemalloc": True}))
     assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs and named no line that grew: the "
                                                  "growth is memory it does not trace")
+    # no snapshot in them (a script's set-up snapshot, over torch's import, took 22 s and the budget held the
+    # next past the end): not "memory it does not trace" (a probe), but what to run instead
+    held = [dict(r, heap={"traced_bytes": 1 * MIB, "peak_bytes": 1 * MIB, "top_growth": [], "snapshot": False})
+            for r in records]
+    d = analyze(write_run(tmp_path / "held", held, options={"tracemalloc": True}))
+    assert d.findings[0].evidence.snapshots == 0
+    assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs but took no snapshot in them: one before "
+                                                 "them took so long"), text.remedy(d.findings[0])
+    assert "Run with --tracemalloc auto" in text.remedy(d.findings[0])
     # traced memory itself grows and no line was named: not "memory it does not trace" (a review)
     grows = [dict(r, heap={"traced_bytes": (1 + 20 * r["epoch"]) * MIB, "peak_bytes": 0, "top_growth": []})
              for r in records]

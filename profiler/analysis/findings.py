@@ -170,6 +170,7 @@ class MemoryGrowth:
     top_sites: list = field(default_factory=list)
     sites_share: float | None = None   # of the growth per epoch, the share the sites' growth per traced epoch is
     traced_epochs: int = 0          # the epochs deep capture traced (the sites' source)
+    snapshots: int | None = None    # of them, those that took a snapshot (None: runs recorded before records said)
     deep: object = None             # the run's tracemalloc setting: False, True or "auto" (None: not recorded)
 
 
@@ -565,15 +566,18 @@ def memory_growth(records, sites, sited, deep=None):
         third = points[-max(3, len(points) // 3):]
         fit = window_growth_rate if measure == "traced" else growth_rate
         late_rate = fit(*zip(*third)) if len(third) >= 2 else rate
-        traced = sum(1 for r in sited if r.get("heap") is not None)   # every traced epoch: snapshots cover them all
+        heaps = [r["heap"] for r in sited if r.get("heap") is not None]   # every traced epoch: snapshots cover them all
+        traced = len(heaps)
         share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
+        snapshots = sum(bool(h.get("snapshot")) for h in heaps) if all("snapshot" in h for h in heaps) else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
             measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,
             start_bytes=float(points[0][1]), end_bytes=float(points[-1][1]),
             levels_off=bool(late_rate is not None and late_rate < LEVELS_OFF * rate),
             rss_growth_bytes_per_epoch=rates["rss"], malloc_growth_bytes_per_epoch=rates["malloc"],
             traced_growth_bytes_per_epoch=rates["traced"], top_sites=sites,
-            sites_share=None if share is None else float(share), traced_epochs=traced, deep=deep))
+            sites_share=None if share is None else float(share), traced_epochs=traced, deep=deep,
+            snapshots=snapshots))
     return None
 
 

@@ -406,6 +406,12 @@ def remedy(f):
             return (f"Deep capture's snapshots named no line of it (they come every `every` epochs, and on a large "
                     f"heap a slow one makes the next ones wait, to keep within its time budget): run with {_DEEP_ON}, "
                     f"a snapshot every epoch (every=1) and fewer epochs or a smaller data set, to name the lines.")
+        if e.deep and e.traced_epochs and e.snapshots == 0:   # a costly snapshot before them held the next ones
+            return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} but took no snapshot in them: one before "
+                    f"them took so long, over everything traced since tracing began (an import of torch is millions "
+                    f"of blocks), that its time budget held the next ones past the run's end. Run with "
+                    f"--tracemalloc auto (Session(..., tracemalloc=\"auto\")): it starts tracing once memory grows, "
+                    f"so its snapshots walk only what came after, and names the lines.")
         if e.deep and e.traced_epochs:
             return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} and named no line that grew: the growth "
                     f"is memory it does not trace, tensor storage or native buffers. Look for tensors kept from step "
