@@ -865,3 +865,19 @@ def test_a_script_that_closes_its_standard_streams_exits_as_python_does(tmp_path
     assert proc.stderr.splitlines() == [f"profiler: wrote {tmp_path / 'run'}: 1 epoch from windows, 0 steps",
                                         f"next: profiler report {tmp_path / 'run'}"]
     assert meta(tmp_path / "run")["status"] == "completed"
+
+
+def test_run_options_after_the_script_are_named_when_its_parser_refuses_them():
+    # `profiler run train.py --epochs 1 --tracemalloc auto`: argparse's error, then "no epoch was written", and
+    # nothing said --tracemalloc goes before the script (a probe)
+    from profiler.commands.run import _misplaced_note
+    note, = _misplaced_note(SystemExit(2), "train.py", ["--epochs", "1", "--tracemalloc", "auto", "--quiet",
+                                                        "--out=runs/x"])
+    assert note == ("--tracemalloc, --quiet and --out came after the script, so the script got them: profiler run's "
+                    "options go before the script: profiler run --tracemalloc auto --quiet --out=runs/x train.py "
+                    "--epochs 1")
+    assert _misplaced_note(SystemExit(2), "t.py", ["--window", "0.5"])[0].startswith("--window came after the script, "
+                                                                                    "so the script got it")
+    assert _misplaced_note(SystemExit(0), "t.py", ["--tracemalloc", "auto"]) == []   # the script took them
+    assert _misplaced_note(SystemExit(2), "t.py", ["--epochs", "x"]) == []           # its own arguments' error
+    assert _misplaced_note(None, "t.py", ["--out", "x"]) == []

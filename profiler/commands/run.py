@@ -207,7 +207,7 @@ def _run_script(args, target, rest):
     # a name that names no function of the script is the command's error once the script succeeded (a
     # typo marks nothing, and exit 0 would hide it); beside the script's own failure, a note
     typo = succeeded(raised) and result.misnamed
-    for note in ([] if typo else result.misnamed) + result.notes:
+    for note in ([] if typo else result.misnamed) + result.notes + _misplaced_note(raised, target, rest):
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
@@ -227,6 +227,28 @@ def _run_script(args, target, rest):
         raise raised
     if raised is not None:
         raise SystemExit(1)
+
+
+def _misplaced_note(raised, target, rest):
+    """[a line] when the script's argument parser refused its arguments (exit code 2) and some of them
+    are profiler run's options, which go before the script; else []."""
+    if not (isinstance(raised, SystemExit) and raised.code == 2):
+        return []
+    parser = argparse.ArgumentParser(add_help=False)
+    RunCommand.add_arguments(parser)
+    valued = {s: action.nargs != 0 for action in parser._actions for s in action.option_strings if s.startswith("--")}
+    moved, left, i = [], [], 0
+    while i < len(rest):
+        name = rest[i].split("=", 1)[0]
+        takes = valued.get(name, False) and "=" not in rest[i] and i + 1 < len(rest)
+        (moved if name in valued else left).extend(rest[i:i + 1 + takes])
+        i += 1 + takes
+    if not moved:
+        return []
+    names = [a.split("=", 1)[0] for a in moved if a.split("=", 1)[0] in valued]
+    named = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return [f"{named} came after the script, so the script got {'it' if len(names) == 1 else 'them'}: profiler "
+            f"run's options go before the script: profiler run {shlex.join([*moved, target, *left])}"]
 
 
 def _counted(n, unit):   # as report.text.counted, which this process does not import (analysis with it)
