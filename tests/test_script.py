@@ -881,3 +881,30 @@ def test_run_options_after_the_script_are_named_when_its_parser_refuses_them():
     assert _misplaced_note(SystemExit(0), "t.py", ["--tracemalloc", "auto"]) == []   # the script took them
     assert _misplaced_note(SystemExit(2), "t.py", ["--epochs", "x"]) == []           # its own arguments' error
     assert _misplaced_note(None, "t.py", ["--out", "x"]) == []
+
+
+DEEP_SETUP = """
+import sys
+setup = [[i] for i in range(300_000)]   # an import's worth of objects, kept: every snapshot walks them
+
+kept = []
+def train_epoch():
+    kept.extend(bytearray(4096) for _ in range(64))   # the leak: 256 KiB an epoch
+
+for _ in range(int(sys.argv[1])):
+    train_epoch()
+"""
+
+
+def test_deep_capture_from_the_start_traces_anew_when_training_starts(tmp_path):
+    # --tracemalloc on traced a torch script's imports: each snapshot walked them (22 s), the time budget held
+    # the next ones past the end, and no line of the leak was named (a probe)
+    path = tmp_path / "train.py"
+    path.write_text(DEEP_SETUP)
+    run_script(str(path), ["6"], out=tmp_path / "run", epoch_fn="train_epoch", tracemalloc=True)
+    rows = records(tmp_path / "run")
+    trained = [r for r in rows if r["heap"] is not None and r["heap"]["snapshot"]]
+    # traced: the leak and the profiler's own records, not the set-up's 300,000 lists (32 MB)
+    assert len(trained) == 6 and all(r["heap"]["traced_bytes"] < 20 << 20 for r in trained), rows
+    leak = [g for g in trained[-1]["heap"]["top_growth"] if g["site"].endswith("train.py:7")]
+    assert leak and leak[0]["size_diff"] >= 64 * 4096

@@ -182,6 +182,17 @@ class HeapTracker:
         self._types_epochs = 0
         tracemalloc.reset_peak()
 
+    def restart(self):
+        """Under mode True, trace anew from here, where tracing is ours: what was traced before (a
+        script's imports; torch's are millions of blocks, which every snapshot walks: 22 s each, so
+        the time budget held the next ones past a script's end) is dropped, and snapshots walk only
+        what comes after, their budget counted from here. `profiler run` calls it when a script's
+        training starts."""
+        if self.mode is True and self._owned:
+            self._stop_tracing()
+            self._start_tracing()
+            self._snapshots = Budget(self.budget, free_ns=SNAPSHOT_FREE_NS)
+
     def _stop_tracing(self):
         self._previous = None
         self.types.reset()

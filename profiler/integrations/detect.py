@@ -88,6 +88,8 @@ class Detection:
         self.session.add_epoch_field("workers", self._probe.take, begin=self._probe.discard)
         self._signal = EpochSignal.from_environment()
         self.marks.on_training_start.append(self._signal.send)
+        if self.session.heap is not None:   # --tracemalloc on: the script's imports are no training's memory
+            self.marks.on_training_start.append(self.session.heap.restart)
         # kept current, so a final status written early (SIGTERM's, inside the Session) names the source too
         self.marks.on_epoch_written.append(self._record_epochs_from)
         self.policy.attach(self.marks)
