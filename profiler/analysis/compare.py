@@ -17,11 +17,15 @@ times' medians each have a 95% interval (from the order statistics of the run's 
 intervals overlap, the difference is within the runs' own epoch-to-epoch spread (`noise`
 "overlap"). A shared machine's load only ever slows epochs, so where the slower run's fastest
 tenth of epochs runs at the faster run's median (within NOISE_FLOOR), the difference lies in its
-slower epochs ("slow epochs"). Neither, where more GC pauses account for half of the difference in
-mean epoch time (spikes included, which medians hide). Epochs of two
-scenarios, of a scenario and a program of its own, or with steps per epoch more than WORK_STEPS
-apart hold different work (`different_work`): an op's time per epoch then tells nothing of its
-speed, and no run-wide slowdown is called. Two runs of one command, its options included
+slower epochs ("slow epochs"), or, where those were all its first epochs, it came as that run went
+on ("slowed": a load that began on the machine, or the run itself getting slower, which its report
+tells). None of these where more GC pauses, NOISE_GC of an epoch or more, account for half of the
+difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
+the report weighs (not deep capture's traced ones, nor a last epoch cut short). Epochs of two
+scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
+(where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
+work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
+slowdown is called. Two runs of one command, its options included
 (`same_command`), differ by the machine unless their code or data changed in between. Each run's
 memory is what its report says of it (diagnose.memory_of).
 """
@@ -35,13 +39,14 @@ from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings
 from .diagnose import Allocation, memory_of
-from .load import gapped, load, timed
+from .load import cut_short, gapped, load, timed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
 RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
-NOISE_MIN_EPOCHS = 6     # epochs a median's interval needs (fewer: the whole range, which tells nothing)
+NOISE_MIN_EPOCHS = 8     # epochs a median's interval needs (fewer: their whole range, which one odd epoch makes)
 NOISE_FLOOR = 1.05       # the slower run's fastest tenth within this of the faster's median: the same speed
+NOISE_GC = 0.02          # more GC pauses that tell a difference from noise: at least this share of an epoch
 WORK_STEPS = 0.05        # steps per epoch further apart than this share: the epochs hold different work
 
 
@@ -64,6 +69,7 @@ class RunSide:
     steps_per_epoch: float | None = None    # the median epoch's steps (None: the run recorded none)
     memory: Allocation | None = None        # what its memory did, as its report has it
     memory_growth: findings.Finding | None = None   # its report's allocation-growth finding
+    samples: int | None = None              # a scenario's samples an epoch (meta's `samples`; None: not recorded)
 
 
 @dataclass
@@ -102,10 +108,12 @@ class Comparison:
     slower_everywhere: str | None = None   # "a" or "b": every sizeable shared op is RUN_WIDE slower there
     least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
     same_run: bool = False                 # A and B are one run directory
-    noise: str | None = None               # "overlap" (the median epochs' intervals) or "slow epochs" (the slower
-                                           # run's fastest run at the faster's median): the difference is noise
-    different_work: str | None = None      # "scenarios", "kinds" (a scenario and a program of its own) or "steps"
-                                           # (per epoch)
+    noise: str | None = None               # why the difference is no code's that every epoch runs: "overlap" (the
+                                           # median epochs' intervals), "slow epochs" (the slower run's fastest run at
+                                           # the faster's median), "slowed" (they were its first, then it slowed)
+    different_work: str | None = None      # "scenarios", "kinds" (a scenario and a program of its own), "samples"
+                                           # (a scenario's, an epoch) or "steps" (per epoch, where samples are not
+                                           # recorded)
     same_command: bool = False             # the runs' meta (script and arguments, or scenario and its settings)
                                            # and capture options are the same
 
@@ -150,15 +158,26 @@ def _untimed(loaded, series):
     return float(np.median(np.maximum(0.0, wall - timed)))
 
 
-def _side(loaded, label, epoch_s, tags, series):
-    walls = [r["wall_s"] for r in loaded.records]
-    steps = [r["steps"] for r in loaded.records if r.get("steps")]
+def _weighed(loaded):
+    """The epoch times the spread is of, in order: those the report weighs, not deep capture's
+    traced epochs nor a last one cut short (load.timed, load.cut_short)."""
+    cut = cut_short(loaded.records)
+    return [loaded.records[i]["wall_s"] for i in timed(loaded.records) if i != cut]
+
+
+def _side(loaded, label, epoch_s, tags, series, walls):
+    steps = [r.get("steps") or 0 for r in loaded.records]
     allocation, growth = memory_of(loaded)
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
                    _untimed(loaded, series), list(loaded.run.cautions), median_interval(walls),
                    float(np.quantile(walls, 0.1)) if len(walls) >= NOISE_MIN_EPOCHS else None,
-                   float(np.median(steps)) if len(steps) == len(walls) else None, allocation, growth)
+                   float(np.median(steps)) if all(steps) else None, allocation, growth, _samples(loaded))
+
+
+def _samples(loaded):
+    samples = loaded.run.user_meta.get("samples")
+    return samples if type(samples) is int else None
 
 
 def median_interval(values, z=1.96):
@@ -181,21 +200,25 @@ def _same_command(a, b):
 
 
 def _gc_explains(a, b):
-    """Whether more GC pauses account for half or more of the difference in mean epoch time."""
+    """Whether more GC pauses, NOISE_GC of an epoch or more, account for half or more of the
+    difference in mean epoch time."""
     slow, fast = (a, b) if a.gc.epoch_s >= b.gc.epoch_s else (b, a)
-    difference = slow.gc.epoch_s - fast.gc.epoch_s
-    return difference > 0 and slow.gc.pause_s - fast.gc.pause_s >= 0.5 * difference
+    difference, collector = slow.gc.epoch_s - fast.gc.epoch_s, slow.gc.pause_s - fast.gc.pause_s
+    return difference > 0 and collector >= max(0.5 * difference, NOISE_GC * fast.gc.epoch_s)
 
 
-def _noise(a, b):
-    """Comparison.noise of two runs' sides."""
+def _noise(a, b, walls_a, walls_b):
+    """Comparison.noise of two runs' sides and their weighed epoch times (_weighed)."""
     if a.epoch_interval_s is None or b.epoch_interval_s is None or _gc_explains(a, b):
         return None
     (lo_a, hi_a), (lo_b, hi_b) = a.epoch_interval_s, b.epoch_interval_s
     if lo_a <= hi_b and lo_b <= hi_a:
         return "overlap"
-    slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
-    return "slow epochs" if slow.fastest_s <= NOISE_FLOOR * fast.epoch_s else None
+    (slow, walls), fast = ((a, walls_a), b) if a.epoch_s >= b.epoch_s else ((b, walls_b), a)
+    if slow.fastest_s > NOISE_FLOOR * fast.epoch_s:
+        return None
+    at_speed = [w <= NOISE_FLOOR * fast.epoch_s for w in walls]
+    return "slowed" if not any(at_speed[at_speed.index(False):]) else "slow epochs"
 
 
 def _different_work(a, b):
@@ -204,6 +227,9 @@ def _different_work(a, b):
         return "scenarios"
     if (a.scenario is None) != (b.scenario is None):
         return "kinds"
+    samples = [side.samples for side in (a, b)]
+    if None not in samples:   # the scenarios' samples an epoch: batches of another size are the same work
+        return "samples" if samples[0] != samples[1] else None
     if a.steps_per_epoch and b.steps_per_epoch and \
             abs(a.steps_per_epoch - b.steps_per_epoch) > WORK_STEPS * max(a.steps_per_epoch, b.steps_per_epoch):
         return "steps"
@@ -276,12 +302,13 @@ def compare(run_a, run_b):
             b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
-    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa)
-    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb)
+    walls_a, walls_b = _weighed(la), _weighed(lb)
+    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa, walls_a)
+    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb, walls_b)
     same = la.run.path.resolve() == lb.run.path.resolve()
     different = _different_work(side_a, side_b)
     slower, least = (None, None) if different else _run_wide(rows)   # ops of different work differ anyway
     return Comparison(
         a=side_a, b=side_b, ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower,
-        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b),
+        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b, walls_a, walls_b),
         different_work=different, same_command=not same and _same_command(la.run, lb.run))

@@ -786,8 +786,10 @@ def comparison_verdict(c):
                  f"({relative(what_if(r), slow.epoch_s)}).")
     text += _gc_comparison(a, b) + _between_comparison(a, b) + _memory_comparison(a, b)
     outside, difference = slow.untimed_s - fast.untimed_s, slow.epoch_s - fast.epoch_s
-    # the collector's added pauses, where they account for the gap, are no code of the program's
-    collector = max(0.0, slow.gc.pause_s - fast.gc.pause_s) if _gc_matters(a, b) else 0.0
+    # the collector's added pauses, where they must lie outside the ops (more than the ops' own difference
+    # holds), are no code of the program's
+    more_gc = max(0.0, slow.gc.pause_s - fast.gc.pause_s) if _gc_matters(a, b) else 0.0
+    collector = max(0.0, more_gc - max(0.0, difference - outside))
     if c.rows and not told and outside - collector >= UNTIMED_SHARE * difference > 0:
         # more than the whole difference when the timed ops are faster in the slower run
         part = (f"{ms(outside)} of the {ms(difference)} difference is" if outside <= difference else
@@ -854,6 +856,11 @@ def _noise(c, slow, fast):
                 f"{_interval(slow.epoch_interval_s)} in {slow.label} and {_interval(fast.epoch_interval_s)} in "
                 f"{fast.label}, and they overlap, so no op's what-if is given; run both again, back to back and "
                 f"longer, before reading a difference.")
+    if c.noise == "slowed":
+        return (f" But {slow.label}'s first epochs ran at {fast.label}'s median speed (its fastest tenth took up to "
+                f"{ms(slow.fastest_s)}), and later ones slower: the difference came as {slow.label} went on (a load "
+                f"that began on the machine, or the run itself getting slower, which profiler report on it tells), "
+                f"not in code every epoch runs, so no op's what-if is given.")
     if c.noise == "slow epochs":
         return (f" But the fastest tenth of {slow.label}'s epochs take up to {ms(slow.fastest_s)}, as {fast.label}'s "
                 f"median epoch does: the difference lies in {slow.label}'s slower epochs, as a loaded machine makes "
@@ -874,6 +881,10 @@ def _different_work(c):
         ran, other = (a, b) if a.scenario else (b, a)
         return (f" Caution: {ran.label} ran the built-in scenario {ran.scenario} and {other.label} a program of its "
                 f"own: different work, so no op's what-if is given.")
+    if c.different_work == "samples":
+        samples = " and ".join(f"{side.label} {side.samples:,}" for side in (a, b))
+        return (f" Caution: the epochs hold different work ({samples} samples an epoch), so no op's what-if is "
+                f"given; compare runs of the same --samples.")
     steps = " and ".join(f"{side.label} {side.steps_per_epoch:,.0f}" for side in (a, b))
     per_step = [side.epoch_s / side.steps_per_epoch for side in (a, b)]
     return (f" Caution: the epochs hold different work ({steps} steps an epoch), so no op's what-if is given; a "
