@@ -544,6 +544,13 @@ def test_malloc_growth_with_no_line_says_what_to_run_next(tmp_path, deep, words)
     assert text.remedy(d.findings[0]).startswith("tracemalloc traced 8 epochs but took no snapshot in them: one before "
                                                  "them took so long"), text.remedy(d.findings[0])
     assert "Run with --tracemalloc auto" in text.remedy(d.findings[0])
+    # a snapshot only in the warm-up epoch counts none in the analysed ones; a run already on auto is not told to
+    # run auto (a review)
+    warm = [dict(r, heap={**r["heap"], "snapshot": r["epoch"] == 0}) for r in held]
+    d = analyze(write_run(tmp_path / "warm", warm, options={"tracemalloc": True}))
+    assert d.findings[0].evidence.snapshots == 0 and "but took no snapshot in them" in text.remedy(d.findings[0])
+    d = analyze(write_run(tmp_path / "auto", held, options={"tracemalloc": "auto"}))
+    assert "Run with --tracemalloc auto" not in text.remedy(d.findings[0]), text.remedy(d.findings[0])
     # traced memory itself grows and no line was named: not "memory it does not trace" (a review)
     grows = [dict(r, heap={"traced_bytes": (1 + 20 * r["epoch"]) * MIB, "peak_bytes": 0, "top_growth": []})
              for r in records]
@@ -1159,11 +1166,11 @@ def test_one_long_flat_noisy_epoch_gets_no_finding(tmp_path, seed):
     assert "compute-growth" not in patterns(d)
 
 
-def _loading(tmp_path, name, share, workers=None, calls=32, new=None, spawned=None):
+def _loading(tmp_path, name, share, workers=None, calls=32, new=None, spawned=None, batch=None):
     """Ten 100-ms epochs whose training thread waits `share` of each for `calls` DataLoader batches."""
     op = {"name": "DataLoader.__next__", "tags": {}, "calls": calls, "total_s": 0.1 * share, "timed": calls}
     sampled = {"count": workers, "uss_bytes": 0, "pss_bytes": 0, **({"new": new} if new is not None else {}),
-               **({"spawned": spawned, "spawned_uss_bytes": 0} if spawned is not None else {})}
+               **({"spawned": spawned, "spawned_uss_bytes": 0} if spawned is not None else {}), **(batch or {})}
     records = [dict(epoch(i, 0.1, start_s=0.1 * i, steps=calls), ops={"DataLoader.__next__": op},
                     **({"workers": sampled} if workers is not None else {})) for i in range(10)]
     return analyze(write_run(tmp_path / name, records))
@@ -1190,13 +1197,18 @@ def test_steps_that_wait_for_their_dataloader_are_a_finding(tmp_path):
     assert patterns(_loading(tmp_path, "fed", 0.16, workers=4)) == []   # under a fifth: gathering small batches
     # workers started by the spawn method (macOS's and Windows' default) exec a program: they are no forked
     # children, and read "no worker process" with "Load batches in worker processes" (a probe's 2 spawned workers)
-    f = _loading(tmp_path, "spawned", 0.4, workers=0, new=0, spawned=3).findings[0]
+    loaded = {"batch_bytes": 1 << 20, "prefetch_factor": None}   # a DataLoader with workers weighed a batch
+    f = _loading(tmp_path, "spawned", 0.4, workers=0, new=0, spawned=3, batch=loaded).findings[0]
     assert f.evidence.workers == 3 and f.evidence.spawned == 3
     assert text.evidence(f).endswith("with 3 child processes (3 of them spawned: DataLoader workers started by the "
                                      "spawn method, and multiprocessing's resource tracker beside them)"), text.evidence(f)
     assert text.remedy(f).startswith("The workers do not keep up: raise num_workers or prefetch_factor (and "
-                                     "persistent_workers=True, so they are not started again each epoch: a spawned "
-                                     "worker imports torch anew as it starts)")
+                                     "persistent_workers=True unless they are: a spawned worker imports torch anew as "
+                                     "it starts)")
+    # a spawned child with no DataLoader's workers (multiprocessing's resource tracker, num_workers=0): no worker
+    f = _loading(tmp_path, "tracker", 0.4, workers=0, new=0, spawned=1).findings[0]
+    assert f.evidence.workers == 0 and text.evidence(f).endswith("with no worker process: the training process loads "
+                                                                 "every batch itself")
     f = _loading(tmp_path, "untold", 0.4).findings[0]   # no worker count recorded (integrations.torch.track)
     assert text.remedy(f).startswith("Without DataLoader workers, load batches in worker processes")
 
@@ -1211,6 +1223,12 @@ def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
     words = text.verdict(d)
     assert words.startswith("Epoch time holds steady") and ("Note: the last epoch (11) was cut short, 6 steps "
                                                             "against a median of 48 in the others") in words, words
+    # at the threshold: 8 analysed epochs of which the last was cut short leave 7 to fit, too few (a review: the
+    # headline said "no trend could be fitted", the table "none fitted")
+    short = analyze(write_run(tmp_path / "short", [epoch(i, w, steps=48 if i < 8 else 6)
+                                                   for i, w in enumerate(walls[:8] + [0.0038])]))
+    assert short.epoch_time.cut_short is not None and text.verdict(short).startswith("7 epochs after the warm-up: too "
+                                                                                     "few"), text.verdict(short)
     # a last epoch of most of the steps (a smaller last batch of samples is one step anyway) is a full epoch
     full = analyze(write_run(tmp_path / "full", [epoch(i, w, steps=48 if i < 11 else 40)
                                                  for i, w in enumerate(walls[:11] + [0.022])]))

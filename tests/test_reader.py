@@ -33,7 +33,7 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
 
 @pytest.mark.parametrize("middle,words", [
     (b'{"epoch": 1, "wall_s": \xff\xfe}', ["line 2", "not UTF-8"]),
-    (b"not json", ["line 2", "not valid JSON"]),
+    (b"not json", ["line 2 is not valid JSON (Expecting value: column 1)"]),   # one line number: the file's
     (b"[1, 2]", ["line 2", "not a JSON object"]),
     (json.dumps({"epoch": 1, "wall_s": 0.01, "rss_bytes": 1}).encode(), ["line 2", "no 'gc' object"]),
     (json.dumps({"epoch": 1, "gc": {}}).encode(), ["line 2", "has no 'wall_s', 'rss_bytes'"]),
@@ -131,14 +131,16 @@ def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     (lambda d: (d / "meta.json").write_text("{oops"), ["meta.json", "not valid JSON"]),
     # the decoder's message ends with where it stopped reading, not mid-sentence ("character at)")
     (lambda d: (d / "meta.json").write_text('{"bad\n'),
-     ["meta.json is not valid JSON (Invalid control character at: line 1 column 6)"]),
+     ["meta.json is not valid JSON (Invalid control character at: column 6)"]),
+    (lambda d: (d / "meta.json").write_text('{\n  "format": 1,\n  "x": tru\n}'),
+     ["meta.json is not valid JSON (Expecting value: line 3 column 8)"]),
     (lambda d: (d / "meta.json").write_bytes(b'{"format": 1, "x": "\xff"}'), ["meta.json", "not valid JSON"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 99, "status": "completed"})), ["format 99"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"status": "completed"})), ["no 'format'"]),
     (lambda d: (d / "meta.json").write_text("[1, 2, 3]"), ["meta.json is not a JSON object"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": True, "status": "completed"})), ["format True"]),
     (lambda d: (d / "meta.json").write_text(json.dumps({"format": 1.0, "status": "completed"})), ["format 1.0"]),
-], ids=["no-meta", "bad-meta", "meta-control-character", "meta-not-utf8", "future-format", "no-format", "meta-list", "format-true",
+], ids=["no-meta", "bad-meta", "meta-control-character", "meta-line-3", "meta-not-utf8", "future-format", "no-format", "meta-list", "format-true",
         "format-float"])
 def test_damaged_meta_is_one_clear_error(tmp_path, damage, words):
     run = from_walls(tmp_path / "run", [0.01] * 3)

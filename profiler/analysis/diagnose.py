@@ -278,7 +278,7 @@ def analyze(run_dir):
     growing = ("gc-growing-pauses" if growth else "allocation-growth"
                if memory and not memory.evidence.levels_off and spikes.generation == 2 else None)
     step_trend = (_step_trend(steps, [r["epoch"] for r in kept])
-                  if len(steps) and not change.fitted and len(records) < stats.MIN_POINTS else None)
+                  if len(steps) and not change.fitted and len(trended) < stats.MIN_POINTS else None)
     computing = (fnd.compute_growth(records, change, explained, ops, timed) if step_trend is None else
                  fnd.step_compute_growth(step_trend, float(wall[timed].sum()), ops))
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growing), growth,

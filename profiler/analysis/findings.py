@@ -170,7 +170,7 @@ class MemoryGrowth:
     top_sites: list = field(default_factory=list)
     sites_share: float | None = None   # of the growth per epoch, the share the sites' growth per traced epoch is
     traced_epochs: int = 0          # the epochs deep capture traced (the sites' source)
-    snapshots: int | None = None    # of them, those that took a snapshot (None: runs recorded before records said)
+    snapshots: int | None = None    # the analysed epochs that took a snapshot (None: recorded before records said)
     deep: object = None             # the run's tracemalloc setting: False, True or "auto" (None: not recorded)
 
 
@@ -251,8 +251,9 @@ class InputWait:
     wall_s: float           # the analysed epochs' time
     workers: int | None     # child processes (DataLoader workers) at the last epoch's sample; None: not recorded
     persistent: bool = False  # they carried over from the epoch before (persistent_workers=True)
-    spawned: int = 0        # of them, those that exec'd a program (spawned DataLoader workers, multiprocessing's
-                            # resource tracker): whether they carry over is not recorded
+    spawned: int = 0        # of them, those that exec'd a program, where none was forked and a DataLoader had
+                            # workers (the spawn method's, multiprocessing's resource tracker with them): whether
+                            # they carry over is not recorded
 
 
 @dataclass
@@ -569,7 +570,8 @@ def memory_growth(records, sites, sited, deep=None):
         heaps = [r["heap"] for r in sited if r.get("heap") is not None]   # every traced epoch: snapshots cover them all
         traced = len(heaps)
         share = sum(s.size_diff for s in sites) / traced / rate if sites and traced else None
-        snapshots = sum(bool(h.get("snapshot")) for h in heaps) if all("snapshot" in h for h in heaps) else None
+        analysed = [r["heap"] for r in records if r.get("heap") is not None]   # not the warm-up's
+        snapshots = sum(bool(h.get("snapshot")) for h in analysed) if all("snapshot" in h for h in analysed) else None
         return Finding("allocation", "allocation-growth", 0.0, MemoryGrowth(
             measure=measure, growth_bytes_per_epoch=rate, total_growth_bytes=rate * span,
             start_bytes=float(points[0][1]), end_bytes=float(points[-1][1]),
@@ -693,10 +695,12 @@ def input_wait(records):
         return None
     seconds, batches = waits
     sampled = next((r["workers"] for r in reversed(records) if r.get("workers")), None)
+    # spawned children are workers where no forked one is and a DataLoader with workers weighed a batch
+    # (the spawn method's); else multiprocessing's resource tracker or a subprocess of the script's
+    spawned = int(sampled.get("spawned", 0)) if sampled and not sampled["count"] and "batch_bytes" in sampled else 0
     evidence = InputWait(seconds / wall, seconds / max(batches, 1), batches, wall,
-                         int(sampled["count"] + sampled.get("spawned", 0)) if sampled else None,
-                         bool(sampled and sampled["count"] and sampled.get("new") == 0),
-                         int(sampled.get("spawned", 0)) if sampled else 0)
+                         int(sampled["count"] + spawned) if sampled else None,
+                         bool(sampled and sampled["count"] and sampled.get("new") == 0), spawned)
     return Finding("compute", "input-wait", evidence.share, evidence)
 
 

@@ -406,7 +406,7 @@ def remedy(f):
             return (f"Deep capture's snapshots named no line of it (they come every `every` epochs, and on a large "
                     f"heap a slow one makes the next ones wait, to keep within its time budget): run with {_DEEP_ON}, "
                     f"a snapshot every epoch (every=1) and fewer epochs or a smaller data set, to name the lines.")
-        if e.deep and e.traced_epochs and e.snapshots == 0:   # a costly snapshot before them held the next ones
+        if e.deep is True and e.traced_epochs and e.snapshots == 0:   # a costly snapshot before them held the next
             return (f"tracemalloc traced {counted(e.traced_epochs, 'epoch')} but took no snapshot in them: one before "
                     f"them took so long, over everything traced since tracing began (an import of torch is millions "
                     f"of blocks), that its time budget held the next ones past the run's end. Run with "
@@ -438,8 +438,9 @@ def remedy(f):
         cheaper = ("or make the Dataset's __getitem__ cheaper (decode or augment once and cache, read from faster "
                    "storage); `profiler flamegraph` shows where the loading time goes.")
         if e.workers:
-            again = "" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch" + (
-                ": a spawned worker imports torch anew as it starts" if e.spawned else "") + ")"
+            again = ("" if e.persistent else " (and persistent_workers=True, so they are not started again each epoch)"
+                     if not e.spawned else " (and persistent_workers=True unless they are: a spawned worker imports "
+                     "torch anew as it starts)")
             return f"The workers do not keep up: raise num_workers or prefetch_factor{again}, {cheaper}"
         if e.workers is None:   # not sampled (integrations.torch.track records no workers)
             return (f"Without DataLoader workers, load batches in worker processes while the step trains "
@@ -503,8 +504,9 @@ def _gc_explained(d):
 
 
 def _analysed(d):
-    """The epochs the epoch-time trend is fitted over: those after the warm-up (and set-up)."""
-    return d.epochs - d.epoch_time.warmup_epochs_skipped
+    """The epochs the epoch-time trend is fitted over: those after the warm-up (and set-up), but a
+    last one cut short."""
+    return d.epochs - d.epoch_time.warmup_epochs_skipped - (d.epoch_time.cut_short is not None)
 
 
 def _trend(d):

@@ -428,7 +428,8 @@ def read_json(file):
 
 def why_not_json(error):
     if isinstance(error, json.JSONDecodeError):   # its msg alone ends mid-sentence: "Invalid control character at"
-        return f"{error.msg}: line {error.lineno} column {error.colno}"
+        return f"{error.msg}: " + (f"line {error.lineno} column {error.colno}" if error.lineno > 1 else
+                                   f"column {error.colno}")   # a JSONL line's is always line 1
     if isinstance(error, UnicodeDecodeError):
         return f"not UTF-8: {error.reason}"
     if isinstance(error, ValueError):   # int(): sys.get_int_max_str_digits()
