@@ -1233,3 +1233,20 @@ def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
     full = analyze(write_run(tmp_path / "full", [epoch(i, w, steps=48 if i < 11 else 40)
                                                  for i, w in enumerate(walls[:11] + [0.022])]))
     assert full.epoch_time.cut_short is None and "cut short" not in text.verdict(full)
+
+
+def test_epochs_of_other_steps_are_compared_per_step(tmp_path):
+    # a fit() of 10 steps an epoch, then a fine-tuning fit() of 20 at the same speed a step: "Epochs get slower
+    # ... +120%", compute-growth (a probe); per step, nothing changed
+    walls = [0.020 + 0.0004 * (i % 3) for i in range(8)] + [0.040 + 0.0008 * (i % 3) for i in range(8)]
+    records = [epoch(i, w, steps=10 if i < 8 else 20) for i, w in enumerate(walls)]
+    d = analyze(write_run(tmp_path / "two", records))
+    assert d.epoch_time.per_steps == 20 and not d.epoch_time.slowdown and "compute-growth" not in patterns(d)
+    assert ("Note: the epochs hold different numbers of steps (fit calls of other batch sizes, data that grew), so "
+            "their times are compared per step, each scaled to 20 steps.") in text.verdict(d)
+    # a step that does get slower is still found, per step
+    slower = [epoch(i, w * (1 + 0.05 * i), steps=10 if i < 8 else 20) for i, w in enumerate(walls)]
+    assert analyze(write_run(tmp_path / "slower", slower)).epoch_time.slowdown
+    # steps a few percent apart (a last batch of other size, a sampler's rounding) keep the epochs' own times
+    same = [epoch(i, w, steps=100 + i % 3) for i, w in enumerate(walls[:8])]
+    assert analyze(write_run(tmp_path / "same", same)).epoch_time.per_steps is None

@@ -39,6 +39,8 @@ class EpochTime:
     setup_epochs: int = 0       # of warmup_epochs_skipped, the set-up's (epochs before the first step)
     cut_short: tuple | None = None   # (epoch, its steps, the others' median steps): the last epoch, cut short
                                      # (load.cut_short), left out of the trend
+    per_steps: float | None = None   # where the analysed epochs' steps differ (fit calls of other batch sizes), the
+                                     # median epoch's steps their times are scaled to, a step's time times this
 
 
 @dataclass
@@ -151,6 +153,19 @@ def _within(ratio):
     return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
 
 
+STEPS_APART = 1.05   # analysed epochs whose steps differ more than this hold different work
+
+
+def _per_steps(records, trended):
+    """The median steps of the trended epochs where their steps differ by more than STEPS_APART (two
+    fit() calls of other batch sizes, a data set that grew): their trend is then of time per step,
+    scaled to that many steps, since an epoch of twice the steps is no slowdown. Else None."""
+    steps = np.array([records[i].get("steps") or 0 for i in trended], float)
+    if len(steps) < 2 or not steps.all() or steps.max() <= STEPS_APART * steps.min():
+        return None
+    return float(np.median(steps))
+
+
 def _traced_slowdown(wall, timed):
     """The median epoch time left out of the trend (traced) over the median of the others', or None."""
     traced = np.delete(wall, timed)
@@ -246,7 +261,9 @@ def analyze(run_dir):
     timed = timed_epochs(records)
     cut = cut_short(records)
     trended = [i for i in timed if i != cut]
-    change = stats.change(idx[trended], wall[trended])
+    per_steps = _per_steps(records, trended)
+    paced = wall if per_steps is None else wall / np.array([r["steps"] for r in records]) * per_steps
+    change = stats.change(idx[trended], paced[trended])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
     ratio = late_s / early_s if early_s > 0 else 1.0
@@ -300,7 +317,7 @@ def analyze(run_dir):
                              traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend,
                              between_share=(between.between_s / (between.between_s + between.epochs_s)
                                             if between and between.between_s + between.epochs_s > 0 else None),
-                             setup_epochs=loaded.skipped - loaded.warmup,
+                             setup_epochs=loaded.skipped - loaded.warmup, per_steps=per_steps,
                              cut_short=None if cut is None else (
                                  int(records[cut]["epoch"]), int(records[cut].get("steps") or 0),
                                  float(np.median([r.get("steps") or 0 for r in records[:cut] if r.get("steps")])))),

@@ -641,6 +641,9 @@ def verdict(d):
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     et = d.epoch_time
+    if et.per_steps is not None:
+        text += (f" Note: the epochs hold different numbers of steps (fit calls of other batch sizes, data that "
+                 f"grew), so their times are compared per step, each scaled to {et.per_steps:,.0f} steps.")
     if et.cut_short is not None:
         index, steps, others = et.cut_short
         text += (f" Note: the last epoch ({index}) was cut short, {counted(steps, 'step')} against a median of "
