@@ -597,3 +597,24 @@ def test_windows_that_begin_at_the_first_optimizer_step_are_whole_from_the_first
     profiler("run", "--window", "0.5", "--out", tmp_path / "run", tmp_path / "steps.py", timeout=180)
     walls = [r["wall_s"] for r in records(tmp_path / "run")]
     assert len(walls) >= 4 and all(0.49 <= w <= 0.6 for w in walls), walls
+
+
+def test_with_no_pass_marking_epochs_a_loader_drawn_without_autograd_is_no_steps_wait():
+    # Lightning marks the epochs and validates under inference_mode, mid-epoch too: its validation loader's 40
+    # batches (and its worker's start-up) counted as the steps' wait (a probe: 360 batches for 320 steps)
+    from profiler.capture.ops import OpTimers
+    from profiler.integrations.torch import TorchHooks
+
+    class Iterator:
+        pass
+
+    grad = {"on": True}
+    hooks = TorchHooks(None)
+    hooks._waits, hooks._grad_enabled = OpTimers().op("wait"), lambda: grad["on"]
+    train, val = Iterator(), Iterator()
+    hooks._waited(train, 5)
+    grad["on"] = False
+    hooks._waited(val, 7)
+    grad["on"] = True
+    hooks._waited(train, 3)
+    assert (hooks._waits.total_ns, hooks._waits.timed) == (8, 2)

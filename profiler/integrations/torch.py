@@ -150,14 +150,16 @@ class TorchHooks:
         return self._pass() if self._pass is not None else None
 
     def _waited(self, iterator, ns):
-        """The training thread waited `ns` for a batch of `iterator`: the pass's own (or any, when no
-        pass marks epochs) is a step's wait; another loader's, iterated inside the pass, is one only
-        if it was drawn with autograd on and an optimizer steps before that loader is exhausted
-        (zipped training loaders, not a validation pass: under torch.no_grad(), or run to its end)."""
+        """The training thread waited `ns` for a batch of `iterator`: the pass's own is a step's wait,
+        and when no pass marks epochs (Lightning's, Keras', --epoch-fn, time windows), any drawn with
+        autograd on (not a validation loop's, under torch.no_grad() or inference_mode: Lightning's,
+        in the middle of an epoch too); another loader's, iterated inside the pass, is one only if it
+        was drawn with autograd on and an optimizer steps before that loader is exhausted (zipped
+        training loaders, not a validation pass: under torch.no_grad(), or run to its end)."""
         current = self._current()
-        if current is None or current is iterator:
+        if current is iterator or current is None and self._grad_enabled():
             self._waits.add(ns)
-        elif self._grad_enabled():
+        elif current is not None and self._grad_enabled():
             entry = self._nested.get(id(iterator))
             if entry is None or entry[0]() is not iterator:
                 if entry is not None:   # a freed iterator's id taken again: its waits stay for the next step
