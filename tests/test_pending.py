@@ -103,3 +103,38 @@ def test_a_ctrl_c_in_a_call_leaves_no_traceback_of_ctypes():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "interrupted in the loop\n"
     assert proc.stderr == ""
+
+
+HANDLED = textwrap.dedent("""
+    import signal, sys, time
+    from profiler.integrations import pending
+
+    calls = []
+
+    def handler(signum, frame):   # the program's own: cleans up, then exits 130
+        calls.append(signum)
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, handler)
+
+    def interrupted(frame):   # the Ctrl-C lands while a pending call runs
+        signal.raise_signal(signal.SIGINT)
+
+    pending.soon(interrupted)
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            pass
+    except SystemExit as e:
+        print("exit", e.code, "handler calls", len(calls))
+    else:
+        print("not interrupted")
+""")
+
+
+def test_what_the_programs_own_handler_raises_in_a_call_reaches_its_code_once():
+    # the handler's SystemExit(130) went to ctypes ("Exception ignored ... SystemExit: 130", then SystemError in
+    # the script); signalled again, a handler would run twice for one Ctrl-C (a review)
+    proc = subprocess.run([sys.executable, "-c", HANDLED], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "exit 130 handler calls 1\n" and proc.stderr == "", (proc.stdout, proc.stderr)

@@ -8,14 +8,14 @@ hook): `in_profiler_code(frame)` tells the function it landed there (a time wind
 waits for the next call its clock thread adds; a freed pass's end is left to the next pass).
 Whatever a call raises stays out of ctypes, which would print it as "Exception ignored" and drop
 it: an error is one line on stderr, and a Ctrl-C inside the call (or held through it and raised
-at its end) is signalled again, so the script gets its KeyboardInterrupt at its next bytecode.
+at its end), or what the program's own signal handler raised there (its sys.exit(130)), is raised
+again in the script's code once the call is left (_raise_once_left). Like any Ctrl-C, it is
+dropped if it lands in a finalizer or a GC callback.
 """
 
-import _thread
 import collections
 import ctypes
 import functools
-import signal
 import sys
 import threading
 import time
@@ -44,28 +44,36 @@ def _call(ref_id):
                 fn(frame)
             except Exception as e:   # never into the script, nor as ctypes' "Exception ignored"
                 print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
-    except KeyboardInterrupt:
-        _interrupt_once_left()
+    except BaseException as e:   # KeyboardInterrupt, or what a signal handler of the program raised in the call
+        _raise_once_left(e)
     return 0
 
 
 _run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_call)
 
 
-def _interrupt_once_left():
-    """Ctrl-C again for the main thread once it has left this pending call. Signalled from inside
-    the call, Python would raise it there at its next bytecode, and ctypes would drop it again: a
-    thread waits for the main thread's stack to hold no frame of _call, then signals."""
+def _raise_once_left(error):
+    """`error` raised again in the main thread once it has left this pending call. Raised inside the
+    call, ctypes would print it and drop it; signalled again, the program's handler would run twice.
+    A thread waits for the main thread's stack to hold no frame of _call, then makes the error the
+    main thread's asynchronous exception (PyThreadState_SetAsyncExc, which takes a class: one whose
+    instance is `error` itself), raised at its next bytecode, once a blocking call it is in returns."""
     main = threading.main_thread().ident
+    try:
+        again = type(type(error).__name__, (type(error),), {"__new__": lambda cls, *args, **kwargs: error})
+    except TypeError:   # a class that takes no subclass: raised anew, without its arguments
+        again = type(error)
+    set_async = ctypes.pythonapi["PyThreadState_SetAsyncExc"]   # a function object of its own, as _adder's
+    set_async.argtypes, set_async.restype = (ctypes.c_ulong, ctypes.py_object), ctypes.c_int
 
-    def signal_main():
+    def raise_in_main():
         while _inside(sys._current_frames().get(main)):
             time.sleep(0.001)
-        _thread.interrupt_main(signal.SIGINT)
+        set_async(main, again)
 
     try:
-        threading.Thread(target=signal_main, name="profiler-interrupt", daemon=True).start()
-    except RuntimeError:   # no new thread at the interpreter's exit, which the Ctrl-C was asking for
+        threading.Thread(target=raise_in_main, name="profiler-raise", daemon=True).start()
+    except RuntimeError:   # no new thread at the interpreter's exit, which the error was asking for
         pass
 
 
