@@ -867,7 +867,7 @@ def test_a_script_that_closes_its_standard_streams_exits_as_python_does(tmp_path
     assert meta(tmp_path / "run")["status"] == "completed"
 
 
-def test_run_options_after_the_script_are_named_when_its_parser_refuses_them():
+def test_run_options_after_the_script_are_named_when_its_parser_refuses_them(tmp_path):
     # `profiler run train.py --epochs 1 --tracemalloc auto`: argparse's error, then "no epoch was written", and
     # nothing said --tracemalloc goes before the script (a probe)
     from profiler.commands.run import _misplaced_note
@@ -881,6 +881,16 @@ def test_run_options_after_the_script_are_named_when_its_parser_refuses_them():
     assert _misplaced_note(SystemExit(0), "t.py", ["--tracemalloc", "auto"]) == []   # the script took them
     assert _misplaced_note(SystemExit(2), "t.py", ["--epochs", "x"]) == []           # its own arguments' error
     assert _misplaced_note(None, "t.py", ["--out", "x"]) == []
+
+    # a module keeps its -m; what follows the script's `--` is the script's; an option the script defines itself
+    # (its own --out, refused for another argument) is its own (a review)
+    assert _misplaced_note(SystemExit(2), "pkg.train", ["--tracemalloc", "auto"], module=True)[0].endswith(
+        "profiler run --tracemalloc auto -m pkg.train")
+    assert _misplaced_note(SystemExit(2), "t.py", ["--lr", "x", "--", "--out", "y"]) == []
+    own = tmp_path / "own.py"
+    own.write_text('import argparse\np = argparse.ArgumentParser()\np.add_argument("--out")\np.add_argument("--lr", '
+                   'type=float)\np.parse_args()\n')
+    assert _misplaced_note(SystemExit(2), str(own), ["--out", "results", "--lr", "abc"]) == []
 
 
 DEEP_SETUP = """

@@ -207,7 +207,7 @@ def _run_script(args, target, rest):
     # a name that names no function of the script is the command's error once the script succeeded (a
     # typo marks nothing, and exit 0 would hide it); beside the script's own failure, a note
     typo = succeeded(raised) and result.misnamed
-    for note in ([] if typo else result.misnamed) + result.notes + _misplaced_note(raised, target, rest):
+    for note in ([] if typo else result.misnamed) + result.notes + _misplaced_note(raised, target, rest, args.as_module):
         print(f"profiler: {note}", file=sys.stderr)
     if not args.quiet:
         source = f" from {result.epochs_from}" if result.epochs_from else ""
@@ -229,16 +229,22 @@ def _run_script(args, target, rest):
         raise SystemExit(1)
 
 
-def _misplaced_note(raised, target, rest):
+def _misplaced_note(raised, target, rest, module=False):
     """[a line] when the script's argument parser refused its arguments (exit code 2) and some of them
-    are profiler run's options, which go before the script; else []."""
+    are profiler run's options, which go before the script; else []. Not those the script names
+    itself (its own --out), nor any after its `--`."""
     if not (isinstance(raised, SystemExit) and raised.code == 2):
         return []
     parser = argparse.ArgumentParser(add_help=False)
     RunCommand.add_arguments(parser)
     valued = {s: action.nargs != 0 for action in parser._actions for s in action.option_strings if s.startswith("--")}
+    try:
+        source = "" if module else Path(target).read_text(errors="replace")
+    except OSError:
+        source = ""
+    valued = {name: takes for name, takes in valued.items() if f'"{name}"' not in source and f"'{name}'" not in source}
     moved, left, i = [], [], 0
-    while i < len(rest):
+    while i < len(rest) and rest[i] != "--":
         name = rest[i].split("=", 1)[0]
         takes = valued.get(name, False) and "=" not in rest[i] and i + 1 < len(rest)
         (moved if name in valued else left).extend(rest[i:i + 1 + takes])
@@ -247,8 +253,9 @@ def _misplaced_note(raised, target, rest):
         return []
     names = [a.split("=", 1)[0] for a in moved if a.split("=", 1)[0] in valued]
     named = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    command = [*moved, *(["-m"] if module else []), target, *left, *rest[i:]]
     return [f"{named} came after the script, so the script got {'it' if len(names) == 1 else 'them'}: profiler "
-            f"run's options go before the script: profiler run {shlex.join([*moved, target, *left])}"]
+            f"run's options go before the script: profiler run {shlex.join(command)}"]
 
 
 def _counted(n, unit):   # as report.text.counted, which this process does not import (analysis with it)
