@@ -106,3 +106,33 @@ def test_steps_hold_the_batch_fetch(tmp_path):
         trainer.fit(Classifier(), data)
     steps = read_run(tmp_path / "run").steps()
     assert len(steps) == 8 and steps["wall_s"].min() >= 0.03
+
+
+def test_a_validation_inside_the_epoch_is_in_no_step(tmp_path):
+    """val_check_interval=0.25 validates after every 2 of the 8 batches: each validation (40 ms here) was
+    folded into the next train step, and the report blamed the machine for the spikes (a probe)."""
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from profiler import Session
+    from profiler.integrations.lightning import ProfilerCallback
+    from profiler.rundir import read_run
+    from tests.scripts.lightning_fit import Classifier
+
+    class SlowValidation(Classifier):
+        def validation_step(self, batch, batch_idx):
+            time.sleep(0.02)
+            return super().validation_step(batch, batch_idx)
+
+    data = DataLoader(TensorDataset(torch.randn(256, 16), torch.randint(0, 2, (256,))), batch_size=32)
+    val = DataLoader(TensorDataset(torch.randn(64, 16), torch.randint(0, 2, (64,))), batch_size=32)   # 40 ms
+    with Session(tmp_path / "run") as session:
+        trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, accelerator="cpu", val_check_interval=0.25,
+                             callbacks=[ProfilerCallback(session)])
+        trainer.fit(SlowValidation(), data, val)
+    run = read_run(tmp_path / "run")
+    assert [r["steps"] for r in run.epochs] == [8, 8]
+    assert run.steps()["wall_s"].max() < 0.03 and all(r["wall_s"] >= 4 * 0.04 for r in run.epochs)

@@ -9,7 +9,8 @@ at the end of a train epoch is inside it; the sanity check before training is no
 from the end of one train batch (or the epoch's start) to the end of the next, so it holds the
 batch's fetch from the DataLoader as well as its training and optimizer step, as a PyTorch step
 does (profiler.integrations.torch); the time from the last batch to the epoch's end (validation)
-is in no step. Works with `pytorch_lightning` and `lightning.pytorch`;
+is in no step, and neither is a validation inside the epoch (val_check_interval): the step open
+when it starts is dropped, and the next begins when it ends. Works with `pytorch_lightning` and `lightning.pytorch`;
 `profiler run` injects the callback into every Trainer without an edit (inject()).
 
 A strategy that spawns its processes (ddp_spawn) pickles the Trainer and its callbacks to train in
@@ -34,6 +35,7 @@ def callback_class(package):
         class ProfilerCallback(package.Callback):
             def __init__(self, session):
                 self.session = session
+                self.in_epoch = False   # between on_train_epoch_start and on_train_epoch_end
 
             def on_train_start(self, trainer, pl_module):
                 # strategy="ddp" started the other ranks itself: its launcher holds their processes, none where
@@ -42,11 +44,21 @@ def callback_class(package):
                     getattr(self.session, "ranks_elsewhere", lambda n: None)(trainer.world_size)
 
             def on_train_epoch_start(self, trainer, pl_module):
+                self.in_epoch = True
                 self.session.begin_epoch()
                 self.session.begin_step()
 
             def on_train_epoch_end(self, trainer, pl_module):
+                self.in_epoch = False
                 self.session.end_epoch()   # drops the step open since the last batch
+
+            def on_validation_start(self, trainer, pl_module):
+                if self.in_epoch:   # inside a train epoch: the step open since the last batch holds none
+                    self.session.abandon_step()
+
+            def on_validation_end(self, trainer, pl_module):
+                if self.in_epoch:   # back to the epoch's batches
+                    self.session.begin_step()
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 self.session.end_step()

@@ -163,6 +163,14 @@ class Marks:
             self.busy = False
         return True
 
+    def abandon_step(self, source):
+        """Drop `source`'s open step unrecorded (Lightning's validation inside a train epoch is no step's)."""
+        if not self.step_open or not self._steps_from(source):
+            return False
+        self.session.abandon_step()
+        self.step_open = False
+        return True
+
     def end_step(self, source):
         if not self.step_open or not self._steps_from(source):
             return False
@@ -232,6 +240,9 @@ class Source:
 
     def end_step(self):
         return self.marks.end_step(self.name)
+
+    def abandon_step(self):
+        return self.marks.abandon_step(self.name)
 
     def trains_elsewhere(self):
         """The source's framework sent its training to processes it spawned (the run's notes say so)."""
