@@ -918,3 +918,14 @@ def test_deep_capture_from_the_start_traces_anew_when_training_starts(tmp_path):
     assert len(trained) == 6 and all(r["heap"]["traced_bytes"] < 20 << 20 for r in trained), rows
     leak = [g for g in trained[-1]["heap"]["top_growth"] if g["site"].endswith("train.py:7")]
     assert leak and leak[0]["size_diff"] >= 64 * 4096
+
+
+def test_a_loop_shorter_than_a_window_is_told_to_mark_its_epochs(tmp_path):
+    # a Keras train_on_batch loop of 0.6 s after torch's import (windows wait 3 windows for torch to mark epochs):
+    # "no epoch was written: the code ended before its first time window ended", no word of --epoch-fn (a probe)
+    path = tmp_path / "short.py"
+    path.write_text("import torch\n\ndef train_epoch():\n    sum(range(1000))\n\nfor _ in range(5):\n    train_epoch()\n")
+    result = run_script(str(path), [], out=tmp_path / "run")
+    note, = [n for n in result.notes if "epoch" in n]
+    assert note.startswith("no epoch was written: the code ended before its first time window ended") and \
+        note.endswith("mark its epochs with --epoch-fn NAME (each call of the script's function NAME is an epoch)")

@@ -149,9 +149,12 @@ class Detection:
         elif not marks.epochs and marks.begun is not None:
             what = {"windows": "time window", "epoch-fn": "--epoch-fn epoch"}.get(marks.begun, f"{marks.begun} epoch")
             stopped = f"the code {how_it_stopped(self._error)} before its first {what} ended"
+            mark = ("; a training loop that ran in less than a window (a Keras train_on_batch loop, a short "
+                    "script) is no epoch: mark its epochs with --epoch-fn NAME (each call of the script's function "
+                    "NAME is an epoch)" if marks.begun == "windows" and not marks.steps else "")
             notes.append(f"no epoch finished: {stopped}; that epoch is written as it stood then, flagged unfinished"
                          if self.session.unfinished else
-                         f"no epoch was written: {stopped} (one cut short before its first step is not written)")
+                         f"no epoch was written: {stopped} (one cut short before its first step is not written){mark}")
         elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
         elif not marks.epochs and uncalled:
