@@ -613,3 +613,11 @@ def test_gc_inside_the_ops_leaves_the_code_outside_them_said(tmp_path):
     words = text.comparison_verdict(compare(a, b))
     assert ("300.00 ms of the 500.00 ms difference is outside the timed ops (500.00 ms per epoch in B against "
             "200.00 ms): code no session.op() covers") in words, words
+
+
+def test_two_steady_runs_a_few_percent_apart_are_a_measured_difference(tmp_path):
+    # every epoch of the slower within 5% of the faster's median: "False is not in list" (a review)
+    a = from_walls(tmp_path / "a", [1.000 + 0.0001 * (i % 3) for i in range(10)], meta={"label": "A"})
+    b = from_walls(tmp_path / "b", [1.030 + 0.0001 * (i % 3) for i in range(10)], meta={"label": "B"})
+    c = compare(a, b)
+    assert c.noise is None and text.comparison_verdict(c).startswith("B takes 1.03 s per epoch, A 1.00 s (1.03x).")

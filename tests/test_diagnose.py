@@ -1235,18 +1235,23 @@ def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
     assert full.epoch_time.cut_short is None and "cut short" not in text.verdict(full)
 
 
-def test_epochs_of_other_steps_are_compared_per_step(tmp_path):
+def test_epochs_of_other_steps_are_trended_among_those_of_one_size(tmp_path):
     # a fit() of 10 steps an epoch, then a fine-tuning fit() of 20 at the same speed a step: "Epochs get slower
-    # ... +120%", compute-growth (a probe); per step, nothing changed
+    # ... +120%", compute-growth (a probe); scaled per step, a fixed cost an epoch (its validation) read as
+    # "Epochs get faster" (a review): the trend is of the longest run of epochs of one size
     walls = [0.020 + 0.0004 * (i % 3) for i in range(8)] + [0.040 + 0.0008 * (i % 3) for i in range(8)]
     records = [epoch(i, w, steps=10 if i < 8 else 20) for i, w in enumerate(walls)]
     d = analyze(write_run(tmp_path / "two", records))
-    assert d.epoch_time.per_steps == 20 and not d.epoch_time.slowdown and "compute-growth" not in patterns(d)
-    assert ("Note: the epochs hold different numbers of steps (fit calls of other batch sizes, data that grew), so "
-            "their times are compared per step, each scaled to 20 steps.") in text.verdict(d)
-    # a step that does get slower is still found, per step
+    assert d.epoch_time.same_steps == (20, 8, 10, 20) and not d.epoch_time.slowdown and not d.epoch_time.faster
+    assert "compute-growth" not in patterns(d) and d.epoch_time.late_median_s == pytest.approx(0.0404, abs=5e-4)
+    assert ("Note: the epochs hold 10 to 20 steps (fit calls of other batch sizes, data that grew), and an epoch of "
+            "more steps is no slower one: the epoch-time trend is of the 8 epochs in a row of about 20 steps.") \
+        in text.verdict(d), text.verdict(d)
+    fixed = [epoch(i, 0.1 + 0.010 * (10 if i < 8 else 20), steps=10 if i < 8 else 20) for i in range(16)]
+    assert analyze(write_run(tmp_path / "fixed", fixed)).epoch_time.steady
+    # epochs that do get slower, among those of one size, still are
     slower = [epoch(i, w * (1 + 0.05 * i), steps=10 if i < 8 else 20) for i, w in enumerate(walls)]
     assert analyze(write_run(tmp_path / "slower", slower)).epoch_time.slowdown
-    # steps a few percent apart (a last batch of other size, a sampler's rounding) keep the epochs' own times
+    # steps a few percent apart (a last batch of other size, a sampler's rounding) are one size
     same = [epoch(i, w, steps=100 + i % 3) for i, w in enumerate(walls[:8])]
-    assert analyze(write_run(tmp_path / "same", same)).epoch_time.per_steps is None
+    assert analyze(write_run(tmp_path / "same", same)).epoch_time.same_steps is None

@@ -218,6 +218,8 @@ def _noise(a, b, walls_a, walls_b):
     if slow.fastest_s > NOISE_FLOOR * fast.epoch_s:
         return None
     at_speed = [w <= NOISE_FLOOR * fast.epoch_s for w in walls]
+    if all(at_speed):   # every epoch within NOISE_FLOOR: a small difference, measured
+        return None
     return "slowed" if not any(at_speed[at_speed.index(False):]) else "slow epochs"
 
 

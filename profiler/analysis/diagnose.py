@@ -39,8 +39,9 @@ class EpochTime:
     setup_epochs: int = 0       # of warmup_epochs_skipped, the set-up's (epochs before the first step)
     cut_short: tuple | None = None   # (epoch, its steps, the others' median steps): the last epoch, cut short
                                      # (load.cut_short), left out of the trend
-    per_steps: float | None = None   # where the analysed epochs' steps differ (fit calls of other batch sizes), the
-                                     # median epoch's steps their times are scaled to, a step's time times this
+    same_steps: tuple | None = None  # (steps, epochs, all the analysed epochs' fewest and most steps): where their
+                                     # steps differ (fit calls of other batch sizes), the longest run of epochs of
+                                     # about one number of steps, which the trend is fitted over
 
 
 @dataclass
@@ -153,17 +154,24 @@ def _within(ratio):
     return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
 
 
-STEPS_APART = 1.05   # analysed epochs whose steps differ more than this hold different work
+STEPS_APART = 1.05   # epochs whose steps differ more than this hold different work
 
 
-def _per_steps(records, trended):
-    """The median steps of the trended epochs where their steps differ by more than STEPS_APART (two
-    fit() calls of other batch sizes, a data set that grew): their trend is then of time per step,
-    scaled to that many steps, since an epoch of twice the steps is no slowdown. Else None."""
-    steps = np.array([records[i].get("steps") or 0 for i in trended], float)
-    if len(steps) < 2 or not steps.all() or steps.max() <= STEPS_APART * steps.min():
-        return None
-    return float(np.median(steps))
+def _same_steps(records, trended):
+    """(the indices of the longest run of consecutive `trended` epochs whose steps are within
+    STEPS_APART of its first's, the later of two as long; (steps, epochs, fewest, most)) where the
+    trended epochs' steps differ by more than that (two fit() calls of other batch sizes), else
+    (trended, None): an epoch of twice the steps is no slowdown, and an epoch's fixed cost (its
+    validation) makes time no multiple of steps, so the trend is of epochs of one size."""
+    steps = [records[i].get("steps") or 0 for i in trended]
+    if len(steps) < 2 or not all(steps) or max(steps) <= STEPS_APART * min(steps):
+        return trended, None
+    best, start = (0, 0), 0
+    for k in range(1, len(steps) + 1):
+        if k == len(steps) or not steps[start] / STEPS_APART <= steps[k] <= steps[start] * STEPS_APART:
+            best, start = max(best, (k - start, start)), k
+    length, first = best
+    return trended[first:first + length], (int(steps[first]), length, int(min(steps)), int(max(steps)))
 
 
 def _traced_slowdown(wall, timed):
@@ -260,17 +268,15 @@ def analyze(run_dir):
     # cut short, which would read as a speed-up
     timed = timed_epochs(records)
     cut = cut_short(records)
-    trended = [i for i in timed if i != cut]
-    per_steps = _per_steps(records, trended)
-    paced = wall if per_steps is None else wall / np.array([r["steps"] for r in records]) * per_steps
-    change = stats.change(idx[trended], paced[trended])
+    trended, same_steps = _same_steps(records, [i for i in timed if i != cut])
+    change = stats.change(idx[trended], wall[trended])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
     ratio = late_s / early_s if early_s > 0 else 1.0
     trendless = not (slowdown or faster)
     share = np.divide(pause, wall, out=np.zeros_like(wall), where=wall > 0)
     share_early, share_late = stats.early_late(share)
-    explained = fnd.gc_explained(records, change)
+    explained = fnd.gc_explained([records[i] for i in trended], change)
 
     # spikes leave the traced epochs out too (their steps are tracemalloc's slowdown, not the run's)
     kept = [records[i] for i in timed]
@@ -296,7 +302,7 @@ def analyze(run_dir):
                if memory and not memory.evidence.levels_off and spikes.generation == 2 else None)
     step_trend = (_step_trend(steps, [r["epoch"] for r in kept])
                   if len(steps) and not change.fitted and len(trended) < stats.MIN_POINTS else None)
-    computing = (fnd.compute_growth(records, change, explained, ops, timed) if step_trend is None else
+    computing = (fnd.compute_growth(records, change, explained, ops, trended) if step_trend is None else
                  fnd.step_compute_growth(step_trend, float(wall[timed].sum()), ops))
     found = [fnd.gc_spikes(spikes, objs, site, policy, forced, growing=growing), growth,
              memory, computing, fnd.worker_memory(records), fnd.input_wait(kept)]
@@ -317,7 +323,7 @@ def analyze(run_dir):
                              traced_slowdown=_traced_slowdown(wall, timed), step_trend=step_trend,
                              between_share=(between.between_s / (between.between_s + between.epochs_s)
                                             if between and between.between_s + between.epochs_s > 0 else None),
-                             setup_epochs=loaded.skipped - loaded.warmup, per_steps=per_steps,
+                             setup_epochs=loaded.skipped - loaded.warmup, same_steps=same_steps,
                              cut_short=None if cut is None else (
                                  int(records[cut]["epoch"]), int(records[cut].get("steps") or 0),
                                  float(np.median([r.get("steps") or 0 for r in records[:cut] if r.get("steps")])))),

@@ -506,6 +506,8 @@ def _gc_explained(d):
 def _analysed(d):
     """The epochs the epoch-time trend is fitted over: those after the warm-up (and set-up), but a
     last one cut short."""
+    if d.epoch_time.same_steps is not None:   # only those of about one number of steps
+        return d.epoch_time.same_steps[1]
     return d.epochs - d.epoch_time.warmup_epochs_skipped - (d.epoch_time.cut_short is not None)
 
 
@@ -641,9 +643,11 @@ def verdict(d):
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     et = d.epoch_time
-    if et.per_steps is not None:
-        text += (f" Note: the epochs hold different numbers of steps (fit calls of other batch sizes, data that "
-                 f"grew), so their times are compared per step, each scaled to {et.per_steps:,.0f} steps.")
+    if et.same_steps is not None:
+        steps, epochs, fewest, most = et.same_steps
+        text += (f" Note: the epochs hold {fewest:,} to {most:,} steps (fit calls of other batch sizes, data that "
+                 f"grew), and an epoch of more steps is no slower one: the epoch-time trend is of the "
+                 f"{counted(epochs, 'epoch')} in a row of about {counted(steps, 'step')}.")
     if et.cut_short is not None:
         index, steps, others = et.cut_short
         text += (f" Note: the last epoch ({index}) was cut short, {counted(steps, 'step')} against a median of "
