@@ -138,3 +138,50 @@ def test_what_the_programs_own_handler_raises_in_a_call_reaches_its_code_once():
     proc = subprocess.run([sys.executable, "-c", HANDLED], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "exit 130 handler calls 1\n" and proc.stderr == "", (proc.stdout, proc.stderr)
+
+
+ALARMED = textwrap.dedent("""
+    import signal, time
+    from profiler.integrations import pending
+
+    class Deadline(Exception):
+        pass
+
+    def timeout(signum, frame):   # the program's own alarm: its exception is the program's
+        raise Deadline("deadline")
+
+    signal.signal(signal.SIGALRM, timeout)
+    pending.soon(lambda frame: signal.raise_signal(signal.SIGALRM))
+    try:
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            pass
+    except Deadline as e:
+        print("timed out:", e)
+""")
+
+UNCAUGHT = textwrap.dedent("""
+    import time
+    from profiler.integrations import pending
+
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    pending.soon(interrupted)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        pass
+""")
+
+
+def test_an_exception_of_the_programs_signal_handler_in_a_call_is_the_programs():
+    # its alarm's exception was printed as the profiler's own ("in a pending call; the run goes on") and the
+    # script never timed out (a review)
+    proc = subprocess.run([sys.executable, "-c", ALARMED], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "timed out: deadline\n", "")
+
+
+def test_an_uncaught_ctrl_c_from_a_call_exits_as_a_ctrl_c_does():
+    # raised again as a class of its own, it made the exit 1, not Python's exit by SIGINT (a review)
+    proc = subprocess.run([sys.executable, "-c", UNCAUGHT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -2 and proc.stderr.rstrip().endswith("KeyboardInterrupt"), (proc.returncode, proc.stderr)

@@ -16,6 +16,7 @@ dropped if it lands in a finalizer or a GC callback.
 import collections
 import ctypes
 import functools
+import signal
 import sys
 import threading
 import time
@@ -43,10 +44,28 @@ def _call(ref_id):
             try:
                 fn(frame)
             except Exception as e:   # never into the script, nor as ctypes' "Exception ignored"
-                print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
+                if not _from_a_handler(e):   # the profiler's own: the run goes on
+                    print(f"profiler: {type(e).__name__}: {e} (in a pending call; the run goes on)", file=sys.stderr)
+                    return 0
+                raise
     except BaseException as e:   # KeyboardInterrupt, or what a signal handler of the program raised in the call
         _raise_once_left(e)
     return 0
+
+
+def _from_a_handler(error):
+    """Whether `error` came out of a signal handler the program installed (a frame of one is in its
+    traceback: an alarm's TimeoutError that landed in the call), which is the program's to get."""
+    handlers = {getattr(getattr(h, "__func__", h), "__code__", None) for h in map(signal.getsignal, _SIGNALS)}
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 
 
 _run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_call)
@@ -56,13 +75,20 @@ def _raise_once_left(error):
     """`error` raised again in the main thread once it has left this pending call. Raised inside the
     call, ctypes would print it and drop it; signalled again, the program's handler would run twice.
     A thread waits for the main thread's stack to hold no frame of _call, then makes the error the
-    main thread's asynchronous exception (PyThreadState_SetAsyncExc, which takes a class: one whose
-    instance is `error` itself), raised at its next bytecode, once a blocking call it is in returns."""
+    main thread's asynchronous exception (PyThreadState_SetAsyncExc, which takes a class: a Ctrl-C's
+    own KeyboardInterrupt, else one whose instance is `error` itself), raised at its next bytecode,
+    once a blocking call it is in returns; one that lands in a finalizer, or at the interpreter's
+    exit, is lost there, as a Ctrl-C would be."""
     main = threading.main_thread().ident
-    try:
-        again = type(type(error).__name__, (type(error),), {"__new__": lambda cls, *args, **kwargs: error})
-    except TypeError:   # a class that takes no subclass: raised anew, without its arguments
-        again = type(error)
+    cls = type(error)
+    if cls is KeyboardInterrupt and not error.args:   # a Ctrl-C as such: uncaught, Python exits by SIGINT (130)
+        again = cls
+    else:
+        try:
+            again = type(cls.__name__, (cls,), {"__new__": lambda cls_, *args, **kwargs: error,
+                                                "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        except TypeError:   # a class that takes no subclass: raised anew, without its arguments
+            again = cls
     set_async = ctypes.pythonapi["PyThreadState_SetAsyncExc"]   # a function object of its own, as _adder's
     set_async.argtypes, set_async.restype = (ctypes.c_ulong, ctypes.py_object), ctypes.c_int
 
