@@ -25,9 +25,9 @@ the report weighs (not deep capture's traced ones, nor a last epoch cut short). 
 scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
 (where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
 work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
-slowdown is called. Two runs of one command, its options included
-(`same_command`), differ by the machine unless their code or data changed in between. Each run's
-memory is what its report says of it (diagnose.memory_of).
+slowdown is called. Two runs of one command, its options included (`same_command`), differ by the
+machine unless their code or data changed in between. Each run's memory is what its report says
+of it (diagnose.memory_of).
 """
 
 from dataclasses import dataclass, field
@@ -65,7 +65,7 @@ class RunSide:
     untimed_s: float = 0.0  # the median epoch's time that no op covers (nested ops make it a lower bound)
     cautions: list = field(default_factory=list)   # what its records leave out (rundir.Run.cautions)
     epoch_interval_s: tuple | None = None   # (low, high): the 95% interval of the median epoch (None: too few epochs)
-    fastest_s: float | None = None          # the fastest tenth of its epochs' upper end (None: too few epochs)
+    fastest_s: float | None = None          # the tenth percentile of its epochs (None: too few epochs)
     steps_per_epoch: float | None = None    # the median epoch's steps (None: the run recorded none)
     memory: Allocation | None = None        # what its memory did, as its report has it
     memory_growth: findings.Finding | None = None   # its report's allocation-growth finding
@@ -170,7 +170,7 @@ def _side(loaded, label, epoch_s, tags, series, walls):
     allocation, growth = memory_of(loaded)
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
-                   _untimed(loaded, series), list(loaded.run.cautions), median_interval(walls),
+                   _untimed(loaded, series), list(loaded.run.cautions), _median_interval(walls),
                    float(np.quantile(walls, 0.1)) if len(walls) >= NOISE_MIN_EPOCHS else None,
                    float(np.median(steps)) if all(steps) else None, allocation, growth, _samples(loaded))
 
@@ -180,7 +180,7 @@ def _samples(loaded):
     return samples if type(samples) is int else None
 
 
-def median_interval(values, z=1.96):
+def _median_interval(values, z=1.96):
     """(low, high): the distribution-free 95% interval of the median of `values` (the order
     statistics n/2 -+ z*sqrt(n)/2 apart), or None under NOISE_MIN_EPOCHS values."""
     n = len(values)
