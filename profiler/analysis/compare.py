@@ -15,12 +15,13 @@ names that run.
 Three things make a difference in epoch time no op's: noise, other work, and memory. The epoch
 times' medians each have a 95% interval (from the order statistics of the run's epochs); where the
 intervals overlap, the difference is within the runs' own epoch-to-epoch spread (`noise`
-"overlap"). A shared machine's load only ever slows epochs, so where the slower run's fastest
-tenth of epochs runs at the faster run's median (within NOISE_FLOOR), the difference lies in its
-slower epochs ("slow epochs"), or, where those were all its first epochs, it came as that run went
-on ("slowed": a load that began on the machine, or the run itself getting slower, which its report
-tells). None of these where more GC pauses, NOISE_GC of an epoch or more, account for half of the
-difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
+"overlap"). Where the slower run's epochs get slower through it and the faster's do not (the
+report's trend), the difference came as that run went on ("slowed": a load that began on the
+machine, or the run itself getting slower, which its report tells). A shared machine's load only
+ever slows epochs, so where the slower run's fastest tenth of epochs is as fast as the faster
+run's typical ones (at most its upper quartile), the difference lies in its slower epochs ("slow
+epochs"). None of these where more GC pauses, NOISE_GC of an epoch or more, account for half of
+the difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
 the report weighs (not deep capture's traced ones, nor a last epoch cut short). Epochs of two
 scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
 (where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
@@ -37,7 +38,7 @@ import numpy as np
 from .. import rundir
 from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
-from . import findings
+from . import findings, stats
 from .diagnose import Allocation, memory_of
 from .load import cut_short, gapped, load, timed
 from .ops import followed, op_index, op_series, op_time
@@ -45,7 +46,6 @@ from .ops import followed, op_index, op_series, op_time
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
 RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
 NOISE_MIN_EPOCHS = 8     # epochs a median's interval needs (fewer: their whole range, which one odd epoch makes)
-NOISE_FLOOR = 1.05       # the slower run's fastest tenth within this of the faster's median: the same speed
 NOISE_GC = 0.02          # more GC pauses that tell a difference from noise: at least this share of an epoch
 WORK_STEPS = 0.05        # steps per epoch further apart than this share: the epochs hold different work
 
@@ -66,6 +66,8 @@ class RunSide:
     cautions: list = field(default_factory=list)   # what its records leave out (rundir.Run.cautions)
     epoch_interval_s: tuple | None = None   # (low, high): the 95% interval of the median epoch (None: too few epochs)
     fastest_s: float | None = None          # the tenth percentile of its epochs (None: too few epochs)
+    typical_s: float | None = None          # their upper quartile (None: too few epochs)
+    slows: bool = False                     # its epochs get slower through the run (the report's trend of them)
     steps_per_epoch: float | None = None    # the median epoch's steps (None: the run recorded none)
     memory: Allocation | None = None        # what its memory did, as its report has it
     memory_growth: findings.Finding | None = None   # its report's allocation-growth finding
@@ -109,8 +111,8 @@ class Comparison:
     least_ratio: float | None = None       # then the smallest of those ops' slowdowns (>= RUN_WIDE)
     same_run: bool = False                 # A and B are one run directory
     noise: str | None = None               # why the difference is no code's that every epoch runs: "overlap" (the
-                                           # median epochs' intervals), "slow epochs" (the slower run's fastest run at
-                                           # the faster's median), "slowed" (they were its first, then it slowed)
+                                           # median epochs' intervals), "slowed" (the slower run's epochs get slower
+                                           # through it), "slow epochs" (its fastest are the faster's typical ones)
     different_work: str | None = None      # "scenarios", "kinds" (a scenario and a program of its own), "samples"
                                            # (a scenario's, an epoch) or "steps" (per epoch, where samples are not
                                            # recorded)
@@ -159,20 +161,27 @@ def _untimed(loaded, series):
 
 
 def _weighed(loaded):
-    """The epoch times the spread is of, in order: those the report weighs, not deep capture's
-    traced epochs nor a last one cut short (load.timed, load.cut_short)."""
+    """(epoch indices, times) the spread is of, in order: of the epochs the report weighs, not deep
+    capture's traced epochs nor a last one cut short (load.timed, load.cut_short)."""
     cut = cut_short(loaded.records)
-    return [loaded.records[i]["wall_s"] for i in timed(loaded.records) if i != cut]
+    kept = [loaded.records[i] for i in timed(loaded.records) if i != cut]
+    return [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
 
 
-def _side(loaded, label, epoch_s, tags, series, walls):
+def _side(loaded, label, epoch_s, tags, series):
+    index, walls = _weighed(loaded)
+    spread = len(walls) >= NOISE_MIN_EPOCHS
+    change = stats.change(index, walls)
     steps = [r.get("steps") or 0 for r in loaded.records]
     allocation, growth = memory_of(loaded)
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
-                   _untimed(loaded, series), list(loaded.run.cautions), _median_interval(walls),
-                   float(np.quantile(walls, 0.1)) if len(walls) >= NOISE_MIN_EPOCHS else None,
-                   float(np.median(steps)) if all(steps) else None, allocation, growth, _samples(loaded))
+                   _untimed(loaded, series), list(loaded.run.cautions), epoch_interval_s=_median_interval(walls),
+                   fastest_s=float(np.quantile(walls, 0.1)) if spread else None,
+                   typical_s=float(np.quantile(walls, 0.75)) if spread else None,
+                   slows=bool(change.sustained and change.relative > 0),
+                   steps_per_epoch=float(np.median(steps)) if all(steps) else None, memory=allocation,
+                   memory_growth=growth, samples=_samples(loaded))
 
 
 def _samples(loaded):
@@ -207,20 +216,17 @@ def _gc_explains(a, b):
     return difference > 0 and collector >= max(0.5 * difference, NOISE_GC * fast.gc.epoch_s)
 
 
-def _noise(a, b, walls_a, walls_b):
-    """Comparison.noise of two runs' sides and their weighed epoch times (_weighed)."""
+def _noise(a, b):
+    """Comparison.noise of two runs' sides."""
     if a.epoch_interval_s is None or b.epoch_interval_s is None or _gc_explains(a, b):
         return None
     (lo_a, hi_a), (lo_b, hi_b) = a.epoch_interval_s, b.epoch_interval_s
     if lo_a <= hi_b and lo_b <= hi_a:
         return "overlap"
-    (slow, walls), fast = ((a, walls_a), b) if a.epoch_s >= b.epoch_s else ((b, walls_b), a)
-    if slow.fastest_s > NOISE_FLOOR * fast.epoch_s:
-        return None
-    at_speed = [w <= NOISE_FLOOR * fast.epoch_s for w in walls]
-    if all(at_speed):   # every epoch within NOISE_FLOOR: a small difference, measured
-        return None
-    return "slowed" if not any(at_speed[at_speed.index(False):]) else "slow epochs"
+    slow, fast = (a, b) if a.epoch_s >= b.epoch_s else (b, a)
+    if slow.slows and not fast.slows:
+        return "slowed"
+    return "slow epochs" if slow.fastest_s <= fast.typical_s else None
 
 
 def _different_work(a, b):
@@ -304,13 +310,12 @@ def compare(run_a, run_b):
             b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
-    walls_a, walls_b = _weighed(la), _weighed(lb)
-    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa, walls_a)
-    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb, walls_b)
+    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa)
+    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb)
     same = la.run.path.resolve() == lb.run.path.resolve()
     different = _different_work(side_a, side_b)
     slower, least = (None, None) if different else _run_wide(rows)   # ops of different work differ anyway
     return Comparison(
         a=side_a, b=side_b, ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower,
-        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b, walls_a, walls_b),
+        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b),
         different_work=different, same_command=not same and _same_command(la.run, lb.run))

@@ -781,7 +781,9 @@ def comparison_verdict(c):
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     text += _noise(c, slow, fast) + _different_work(c)
     if c.same_command and not c.noise:
-        text += (" A and B ran the same command, options included: unless its code or data changed between the "
+        text += (" A and B ran the same scenario with the same settings and options, the same code: the difference "
+                 "is the machine's or its load's, so no op's what-if is given." if a.scenario else
+                 " A and B ran the same command, options included: unless its code or data changed between the "
                  "runs, the difference is the machine's or its load's.")
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
@@ -849,9 +851,10 @@ def comparison_verdict(c):
 
 
 def what_ifs_given(c):
-    """Whether a Comparison's what-ifs mean anything: not where the difference is noise, or the
-    epochs hold different work (the verdict says which; the tables show none)."""
-    return not (c.noise or c.different_work)
+    """Whether a Comparison's what-ifs mean anything: not where the difference is noise, where the
+    epochs hold different work, or between two runs of one scenario with one command, whose code is
+    the same (the verdict says which; the tables show none)."""
+    return not (c.noise or c.different_work or (c.same_command and c.a.scenario))
 
 
 def _interval(interval):
@@ -866,15 +869,16 @@ def _noise(c, slow, fast):
                 f"{fast.label}, and they overlap, so no op's what-if is given; run both again, back to back and "
                 f"longer, before reading a difference.")
     if c.noise == "slowed":
-        return (f" But {slow.label}'s first epochs ran at {fast.label}'s median speed (its fastest tenth took up to "
-                f"{ms(slow.fastest_s)}), and later ones slower: the difference came as {slow.label} went on (a load "
-                f"that began on the machine, or the run itself getting slower, which profiler report on it tells), "
-                f"not in code every epoch runs, so no op's what-if is given.")
+        return (f" But {slow.label}'s epochs get slower through its run, and {fast.label}'s do not: the difference "
+                f"came as {slow.label} went on (a load that began on the machine, or the run itself getting slower, "
+                f"which profiler report on it tells), not in code every epoch runs alike, so no op's what-if is "
+                f"given.")
     if c.noise == "slow epochs":
         return (f" But the fastest tenth of {slow.label}'s epochs take up to {ms(slow.fastest_s)}, as {fast.label}'s "
-                f"median epoch does: the difference lies in {slow.label}'s slower epochs, as a loaded machine makes "
-                f"them (or work only some epochs do), not in the code every epoch runs, so no op's what-if is given; "
-                f"run both again, back to back on a quiet machine, before reading a difference.")
+                f"typical epochs do (up to {ms(fast.typical_s)} for three in four): the difference lies in "
+                f"{slow.label}'s slower epochs, as a loaded machine makes them, or work only some epochs do, or is a "
+                f"change too small for these epochs' spread to tell, so no op's what-if is given; run both again, "
+                f"longer and back to back on a quiet machine, before reading a difference.")
     return ""
 
 
