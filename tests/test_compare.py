@@ -164,6 +164,19 @@ def test_same_labels_are_told_apart(tmp_path):
     b = run_with_ops(tmp_path / "y" / "run", {("f", ()): 0.001}, 0.002)
     c = compare(a, b)
     assert c.a.label == "A (run)" and c.b.label == "B (run)"
+    # runs of one script or scenario with other settings show the settings that tell them apart (a probe: "A
+    # (train.py (gc default))" and "B (train.py (gc default))" for runs with and without --leak)
+    script = {"script": "train.py", "label": "train.py (gc default)"}
+    leak = compare(run_with_ops(tmp_path / "l1", {("f", ()): 0.001}, 0.002, meta={**script, "args": ["--epochs", "20"]}),
+                   run_with_ops(tmp_path / "l2", {("f", ()): 0.001}, 0.002,
+                                meta={**script, "args": ["--epochs", "20", "--leak"]}))
+    assert (leak.a.label, leak.b.label) == ("train.py (gc default) [--epochs 20]",
+                                            "train.py (gc default) [--epochs 20 --leak]")
+    scenario = {"scenario": "mlp", "label": "mlp NHWC"}
+    history = compare(run_with_ops(tmp_path / "h1", {("f", ()): 0.001}, 0.002, meta={**scenario, "history": "append"}),
+                      run_with_ops(tmp_path / "h2", {("f", ()): 0.001}, 0.002,
+                                   meta={**scenario, "history": "preallocated"}))
+    assert (history.a.label, history.b.label) == ("mlp NHWC [history=append]", "mlp NHWC [history=preallocated]")
 
 
 def scaled(path, wall, pause, meta=None):

@@ -126,6 +126,33 @@ def _label(loaded):
     return str(label) if label else loaded.run.path.name
 
 
+LABEL_SETTINGS = 60   # the longest settings a label of one of two like runs shows
+
+
+def _labels(la, lb):
+    """The two runs' labels; where they are alike (runs of one script or scenario), each with the
+    settings that tell them apart (a script's arguments, a scenario's settings, the capture
+    options), else A (...) and B (...)."""
+    a, b = _label(la), _label(lb)
+    if a != b:
+        return a, b
+    settings = [{**{k: v for k, v in load.run.user_meta.items() if k != "label"},
+                 **{f"--{k.replace('_', '-')}": v for k, v in (load.run.meta.get("options") or {}).items()}}
+                for load in (la, lb)]
+    differ = [k for k in sorted(settings[0].keys() | settings[1].keys()) if settings[0].get(k) != settings[1].get(k)]
+    told = [" ".join(_setting(k, s.get(k)) for k in differ) for s in settings]
+    if differ and told[0] != told[1]:
+        return tuple(f"{a} [{t[:LABEL_SETTINGS - 3] + '...' if len(t) > LABEL_SETTINGS else t}]" for t in told)
+    return f"A ({a})", f"B ({b})"
+
+
+def _setting(key, value):
+    """A setting as a label shows it: a script's arguments as typed, else key=value."""
+    if key == "args" and isinstance(value, list):
+        return " ".join(map(str, value)) or "(no arguments)"
+    return f"{key}={value}"
+
+
 def _gc_side(loaded):
     records = [loaded.records[i] for i in timed(loaded.records)]   # as report weighs them
     pauses = [sum(r["gc"]["pause_s"]) for r in records]
@@ -294,9 +321,7 @@ def compare(run_a, run_b):
     ops_a, ops_b = _median_ops(sa, drop), _median_ops(sb, drop)
     epoch_a = float(np.median([r["wall_s"] for r in la.records]))
     epoch_b = float(np.median([r["wall_s"] for r in lb.records]))
-    label_a, label_b = _label(la), _label(lb)
-    if label_a == label_b:
-        label_a, label_b = f"A ({label_a})", f"B ({label_b})"
+    label_a, label_b = _labels(la, lb)
     rows = []
     for op in sorted(ops_a.keys() | ops_b.keys()):
         a_s, b_s = ops_a.get(op), ops_b.get(op)
