@@ -40,7 +40,7 @@ from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
-from .load import cut_short, gapped, load, timed
+from .load import gapped, load, timed, weighed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -136,9 +136,7 @@ def _labels(la, lb):
     a, b = _label(la), _label(lb)
     if a != b:
         return a, b
-    settings = [{**{k: v for k, v in load.run.user_meta.items() if k != "label"},
-                 **{f"--{k.replace('_', '-')}": v for k, v in (load.run.meta.get("options") or {}).items()}}
-                for load in (la, lb)]
+    settings = [_settings(load.run) for load in (la, lb)]
     differ = [k for k in sorted(settings[0].keys() | settings[1].keys()) if settings[0].get(k) != settings[1].get(k)]
     told = [" ".join(_setting(k, s.get(k)) for k in differ) for s in settings]
     if differ and told[0] != told[1]:
@@ -187,16 +185,10 @@ def _untimed(loaded, series):
     return float(np.median(np.maximum(0.0, wall - timed)))
 
 
-def _weighed(loaded):
-    """(epoch indices, times) the spread is of, in order: of the epochs the report weighs, not deep
-    capture's traced epochs nor a last one cut short (load.timed, load.cut_short)."""
-    cut = cut_short(loaded.records)
-    kept = [loaded.records[i] for i in timed(loaded.records) if i != cut]
-    return [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
-
-
 def _side(loaded, label, epoch_s, tags, series):
-    index, walls = _weighed(loaded)
+    # the spread is of the epochs the report weighs, in order: not deep capture's traced ones nor a last one cut short
+    kept = [loaded.records[i] for i in weighed(loaded.records)]
+    index, walls = [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
     spread = len(walls) >= NOISE_MIN_EPOCHS
     change = stats.change(index, walls)
     steps = [r.get("steps") or 0 for r in loaded.records]
@@ -227,12 +219,17 @@ def _median_interval(values, z=1.96):
     return float(ordered[low]), float(ordered[high])
 
 
+def _settings(run):
+    """What ran and how: the run's meta but its label (a script and its arguments, a scenario and its
+    settings) and its capture options, as --name."""
+    return {**{k: v for k, v in run.user_meta.items() if k != "label"},
+            **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}
+
+
 def _same_command(a, b):
-    """Whether two runs ran one command: a script, module or scenario, with the same meta (the label
-    aside: arguments, settings) and capture options."""
-    meta_a, meta_b = ({k: v for k, v in run.user_meta.items() if k != "label"} for run in (a, b))
-    return (any(k in meta_a for k in ("script", "module", "scenario")) and meta_a == meta_b
-            and a.meta.get("options") == b.meta.get("options"))
+    """Whether two runs ran one command: a script, module or scenario, with the same settings."""
+    settings = _settings(a)
+    return any(k in settings for k in ("script", "module", "scenario")) and settings == _settings(b)
 
 
 def _gc_explains(a, b):

@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import cut_short, gapped, load, stopped_start, timed as timed_epochs
+from .load import cut_short, gapped, load, stopped_start, timed as timed_epochs, weighed
 from .ops import followed, op_index, op_series, op_time
 
 
@@ -268,7 +268,7 @@ def analyze(run_dir):
     # cut short, which would read as a speed-up
     timed = timed_epochs(records)
     cut = cut_short(records)
-    trended, same_steps = _same_steps(records, [i for i in timed if i != cut])
+    trended, same_steps = _same_steps(records, weighed(records))
     change = stats.change(idx[trended], wall[trended])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late
@@ -325,8 +325,7 @@ def analyze(run_dir):
                                             if between and between.between_s + between.epochs_s > 0 else None),
                              setup_epochs=loaded.skipped - loaded.warmup, same_steps=same_steps,
                              cut_short=None if cut is None else (
-                                 int(records[cut]["epoch"]), int(records[cut].get("steps") or 0),
-                                 float(np.median([r.get("steps") or 0 for r in records[:cut] if r.get("steps")])))),
+                                 int(records[cut[0]]["epoch"]), int(records[cut[0]].get("steps") or 0), cut[1])),
         primary_cause=ranked[0].cause if ranked else "none",
         gc=GcSummary(share_early=share_early, share_late=share_late, explained_fraction=explained,
                      share_total=float(pause[timed].sum() / wall[timed].sum()) if wall[timed].sum() > 0 else 0.0,

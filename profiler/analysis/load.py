@@ -62,15 +62,20 @@ CUT_SHORT = 0.5   # a last epoch of under this share of the others' median steps
 
 
 def cut_short(records):
-    """The index of the last record when its epoch was cut short (a `break` out of the loop, an early
-    stop, Lightning's max_steps): its steps under CUT_SHORT of the median of the others' (at least
-    two with steps); else None. Its time is no full epoch's: it would read as the epochs getting
-    faster."""
+    """(the index of the last record, the others' median steps) when its epoch was cut short (a
+    `break` out of the loop, an early stop, Lightning's max_steps): its steps under CUT_SHORT of
+    that median (of at least two with steps); else None. Its time is no full epoch's: it would read
+    as the epochs getting faster."""
     steps = [r.get("steps") or 0 for r in records]
     others = [n for n in steps[:-1] if n]
-    if len(others) < 2 or steps[-1] >= CUT_SHORT * float(np.median(others)):
-        return None
-    return len(records) - 1
+    median = float(np.median(others)) if len(others) >= 2 else 0.0
+    return (len(records) - 1, median) if steps[-1] < CUT_SHORT * median else None
+
+
+def weighed(records):
+    """Indices of the records the epoch-time trend weighs: timed()'s, but a last epoch cut short."""
+    cut = cut_short(records)
+    return [i for i in timed(records) if cut is None or i != cut[0]]
 
 
 def timed(records):

@@ -10,8 +10,9 @@ from the end of one train batch (or the epoch's start) to the end of the next, s
 batch's fetch from the DataLoader as well as its training and optimizer step, as a PyTorch step
 does (profiler.integrations.torch); the time from the last batch to the epoch's end (validation)
 is in no step, and neither is a validation inside the epoch (val_check_interval): the step open
-when it starts is dropped, and the next begins when it ends. Works with `pytorch_lightning` and `lightning.pytorch`;
-`profiler run` injects the callback into every Trainer without an edit (inject()).
+when it starts is dropped, and the next begins when it ends. Works with `pytorch_lightning` and
+`lightning.pytorch`; `profiler run` injects the callback into every Trainer without an edit
+(inject()).
 
 A strategy that spawns its processes (ddp_spawn) pickles the Trainer and its callbacks to train in
 them: the callback goes as a Callback that does nothing, since the session it marks is this

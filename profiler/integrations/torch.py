@@ -157,16 +157,18 @@ class TorchHooks:
         was drawn with autograd on and an optimizer steps before that loader is exhausted (zipped
         training loaders, not a validation pass: under torch.no_grad(), or run to its end)."""
         current = self._current()
-        if current is iterator or current is None and self._grad_enabled():
+        if current is not iterator and not self._grad_enabled():   # a validation loop's: no step's wait
+            return
+        if current is None or current is iterator:
             self._waits.add(ns)
-        elif current is not None and self._grad_enabled():
-            entry = self._nested.get(id(iterator))
-            if entry is None or entry[0]() is not iterator:
-                if entry is not None:   # a freed iterator's id taken again: its waits stay for the next step
-                    self._nested[object()] = entry
-                entry = self._nested[id(iterator)] = [weakref.ref(iterator), 0, 0]
-            entry[1] += ns
-            entry[2] += 1
+            return
+        entry = self._nested.get(id(iterator))
+        if entry is None or entry[0]() is not iterator:
+            if entry is not None:   # a freed iterator's id taken again: its waits stay for the next step
+                self._nested[object()] = entry
+            entry = self._nested[id(iterator)] = [weakref.ref(iterator), 0, 0]
+        entry[1] += ns
+        entry[2] += 1
 
     def _fed_a_step(self):
         """An optimizer stepped: the other loaders' batches drawn since the last one fed it."""

@@ -505,7 +505,7 @@ def _gc_explained(d):
 
 def _analysed(d):
     """The epochs the epoch-time trend is fitted over: those after the warm-up (and set-up), but a
-    last one cut short."""
+    last one cut short; where their steps differ, those of the longest run of one size."""
     if d.epoch_time.same_steps is not None:   # only those of about one number of steps
         return d.epoch_time.same_steps[1]
     return d.epochs - d.epoch_time.warmup_epochs_skipped - (d.epoch_time.cut_short is not None)
