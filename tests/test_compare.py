@@ -552,9 +552,33 @@ def test_two_runs_of_one_command_are_said_to_be(tmp_path):
     scenario = {"scenario": "mlp", "samples": 9000, "label": "mlp"}
     c = compare(run_with_ops(tmp_path / "s1", {("x", ()): 0.004}, 0.010, meta=scenario),
                 run_with_ops(tmp_path / "s2", {("x", ()): 0.006}, 0.012, meta=scenario))
-    assert c.same_command and not text.what_ifs_given(c)
+    assert c.same_command and not c.what_ifs
     assert "A and B ran the same scenario with the same settings and options, the same code" in text.comparison_verdict(c)
     assert "If " not in text.comparison_verdict(c)
+
+
+def test_two_runs_of_one_command_are_told_by_their_source(tmp_path):
+    meta = {"script": "train.py", "args": [], "label": "train.py"}
+
+    def run(name, source, x_s):
+        return run_with_ops(tmp_path / name, {("x", ()): x_s}, x_s + 0.006, meta={**meta, "source_sha256": source})
+    # the same source: the difference is the machine's, so no what-if (it had read "If x in B ran at its A speed")
+    same = compare(run("a", "1" * 64, 0.004), run("b", "1" * 64, 0.006))
+    words = text.comparison_verdict(same)
+    assert same.same_command and same.same_code and not same.what_ifs
+    assert "and the same source: unless the data it reads or the code it imports changed" in words and "If " not in words
+    assert (same.a.label, same.b.label) == ("A (train.py)", "B (train.py)")
+    # the source changed: told apart in the labels, the change named, the what-ifs given
+    edited = compare(run("c", "1" * 64, 0.004), run("d", "2" * 64, 0.006))
+    words = text.comparison_verdict(edited)
+    assert edited.same_command and edited.same_code is False and edited.what_ifs
+    assert (edited.a.label, edited.b.label) == ("train.py [source 11111111]", "train.py [source 22222222]")
+    assert "but its source changed between the runs" in words and "If x in train.py [source 22222222]" in words
+    # runs that recorded no source (before it was recorded): as before
+    old = compare(run_with_ops(tmp_path / "e", {("x", ()): 0.004}, 0.010, meta=meta), run("f", "1" * 64, 0.006))
+    assert old.same_command and old.same_code is None and old.what_ifs
+    assert (old.a.label, old.b.label) == ("train.py [source unrecorded]", "train.py [source 11111111]")
+    assert "unless its code or data changed between the runs" in text.comparison_verdict(old)
 
 
 def test_memory_that_grows_in_one_run_is_compared(tmp_path):
@@ -583,13 +607,13 @@ def test_the_tables_give_no_what_if_where_the_verdict_gives_none(tmp_path):
     a = run_with_ops(tmp_path / "a", ops, 0.010, meta={"scenario": "mlp", "label": "mlp"})
     b = run_with_ops(tmp_path / "b", {("dense", NHWC): 0.002}, 0.020, meta={"script": "train.py", "label": "mine"})
     c = compare(a, b)
-    assert c.different_work == "kinds" and not text.what_ifs_given(c)
+    assert c.different_work == "kinds" and not c.what_ifs
     row = next(line for line in text.comparison(c).splitlines() if line.startswith("dense"))
     assert row.rstrip().endswith("-") and " ms (" not in row, row
     assert "<td>-</td></tr>" in html.comparison_section(c) and "(+" not in html.comparison_section(c)
     same = compare(a, run_with_ops(tmp_path / "c", {("dense", NHWC): 0.002}, 0.008,
                                    meta={"scenario": "mlp", "history": "preallocated"}))
-    assert text.what_ifs_given(same) and " ms (" in text.comparison(same)
+    assert same.what_ifs and " ms (" in text.comparison(same)
 
 
 def test_noise_is_judged_on_the_epochs_the_report_weighs(tmp_path):

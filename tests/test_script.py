@@ -3,6 +3,7 @@ exit code are its own, epochs come from --epoch-fn/--step-fn or windows; Marks, 
 function watch on their own (no Session needed)."""
 
 import gc
+import hashlib
 import json
 import os
 import signal
@@ -76,6 +77,8 @@ def test_script_runs_as_main_with_its_argv_and_path(plain, tmp_path):
     assert m["status"] == "completed" and m["meta"]["epochs_from"] == "epoch-fn"
     assert m["options"]["epoch_fn"] == "train_epoch" and sys.modules["__main__"].__dict__ is not None
     assert sys.argv[0] != str(plain)
+    # the source's hash, for compare to tell two runs of one command by their code
+    assert m["meta"]["source_sha256"] == hashlib.sha256(plain.read_bytes()).hexdigest()
 
 
 def test_class_method_and_module_qualname(plain, tmp_path):
@@ -121,6 +124,7 @@ def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
     result = run_script("mypkg", [str(tmp_path / "seen")], out=tmp_path / "run", module=True, epoch_fn="epoch")
     assert result.raised is None and result.epochs == 2
     assert (tmp_path / "seen").read_text() == f"{package / '__main__.py'}|__main__|mypkg.__main__"
+    assert meta(tmp_path / "run")["meta"]["source_sha256"] == hashlib.sha256((package / "__main__.py").read_bytes()).hexdigest()
     with pytest.raises(UsageError, match="no module named 'nosuchmodule'"):
         run_script("nosuchmodule", [], out=tmp_path / "x", module=True)
 

@@ -27,8 +27,11 @@ scenarios, of a scenario and a program of its own, of scenarios of other samples
 (where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
 work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
 slowdown is called. Two runs of one command, its options included (`same_command`), differ by the
-machine unless their code or data changed in between. Each run's memory is what its report says
-of it (diagnose.memory_of).
+machine unless their code or data changed in between; of a script or module, whether its source
+changed is told by the hash each run recorded (`same_code`). An op's what-if is given only where it
+means something (`what_ifs`): not for noise, different work, nor one command on the same code (a
+scenario's code is the profiler's). Each run's memory is what its report says of it
+(diagnose.memory_of).
 """
 
 from dataclasses import dataclass, field
@@ -118,6 +121,10 @@ class Comparison:
                                            # recorded)
     same_command: bool = False             # the runs' meta (script and arguments, or scenario and its settings)
                                            # and capture options are the same
+    same_code: bool | None = None          # of two runs of one command that ran a script or module: whether its
+                                           # source was the same (meta source_sha256), None where either has none
+    what_ifs: bool = True                  # whether an op's what-if means anything: not for noise, different work,
+                                           # nor one command on the same code (a scenario's is the profiler's)
 
 
 def _label(loaded):
@@ -136,7 +143,7 @@ def _labels(la, lb):
     a, b = _label(la), _label(lb)
     if a != b:
         return a, b
-    settings = [_settings(load.run) for load in (la, lb)]
+    settings = [_settings(load.run, source=True) for load in (la, lb)]
     differ = [k for k in sorted(settings[0].keys() | settings[1].keys()) if settings[0].get(k) != settings[1].get(k)]
     told = [" ".join(_setting(k, s.get(k)) for k in differ) for s in settings]
     if differ and told[0] != told[1]:
@@ -148,6 +155,8 @@ def _setting(key, value):
     """A setting as a label shows it: a script's arguments as typed, else key=value."""
     if key == "args" and isinstance(value, list):
         return " ".join(map(str, value)) or "(no arguments)"
+    if key == SOURCE:
+        return f"source {str(value)[:8]}" if value else "source unrecorded"
     return f"{key}={value}"
 
 
@@ -219,17 +228,26 @@ def _median_interval(values, z=1.96):
     return float(ordered[low]), float(ordered[high])
 
 
-def _settings(run):
+def _settings(run, source=False):
     """What ran and how: the run's meta but its label (a script and its arguments, a scenario and its
-    settings) and its capture options, as --name."""
-    return {**{k: v for k, v in run.user_meta.items() if k != "label"},
+    settings) and its capture options, as --name; the script's source hash only with `source`."""
+    return {**{k: v for k, v in run.user_meta.items() if k != "label" and (source or k != SOURCE)},
             **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}
+
+
+SOURCE = "source_sha256"   # the meta key of a script's or module's source hash (integrations/script.py)
 
 
 def _same_command(a, b):
     """Whether two runs ran one command: a script, module or scenario, with the same settings."""
     settings = _settings(a)
     return any(k in settings for k in ("script", "module", "scenario")) and settings == _settings(b)
+
+
+def _same_code(a, b):
+    """Whether two runs' scripts had the same source: None unless both recorded its hash."""
+    sa, sb = a.user_meta.get(SOURCE), b.user_meta.get(SOURCE)
+    return sa == sb if isinstance(sa, str) and isinstance(sb, str) else None
 
 
 def _gc_explains(a, b):
@@ -337,7 +355,10 @@ def compare(run_a, run_b):
     same = la.run.path.resolve() == lb.run.path.resolve()
     different = _different_work(side_a, side_b)
     slower, least = (None, None) if different else _run_wide(rows)   # ops of different work differ anyway
+    noise = None if same or different else _noise(side_a, side_b)
+    command = not same and _same_command(la.run, lb.run)
+    code = _same_code(la.run, lb.run) if command else None
     return Comparison(
         a=side_a, b=side_b, ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower,
-        least_ratio=least, same_run=same, noise=None if same or different else _noise(side_a, side_b),
-        different_work=different, same_command=not same and _same_command(la.run, lb.run))
+        least_ratio=least, same_run=same, noise=noise, different_work=different, same_command=command, same_code=code,
+        what_ifs=not (noise or different or (command and (side_a.scenario or code))))

@@ -17,6 +17,7 @@ records "epochs_from" (the source of its epochs, or null if none was written) an
 
 import ast
 import builtins
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -33,11 +34,13 @@ from .windows import check_seconds
 
 @dataclass
 class Main:
-    """What the script runs as: its code, its __main__ module, sys.argv[0] and sys.path[0]."""
+    """What the script runs as: its code, its __main__ module, sys.argv[0] and sys.path[0], and
+    the SHA-256 of its source text (compare tells two runs of one command by it)."""
     code: types.CodeType
     module: types.ModuleType
     argv0: str
     path0: str
+    source_sha256: str
 
     @property
     def namespace(self):
@@ -81,15 +84,16 @@ def load_main(target, *, module, watch):
         namespace = {"__name__": "__main__", "__file__": filename, "__spec__": None, "__package__": None,
                      "__loader__": importlib.machinery.SourceFileLoader("__main__", filename), "__cached__": None}
     module = types.ModuleType("__main__")
-    module.__dict__.update(namespace, __builtins__=builtins)   # __main__'s is the module, others' its dict
+    module.__dict__.update(namespace, __builtins__=builtins)
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()   # __main__'s is the module, others' its dict
     if watch:
         try:
             tree = ast.parse(source, filename)
         except SyntaxError:
             tree = None   # compiled from source below, where Python raises the script's own error
         if tree is not None:
-            return Main(functions.compile_with_watch(tree, filename), module, argv0, path0)
-    return Main(compile(source, filename, "exec", dont_inherit=True), module, argv0, path0)
+            return Main(functions.compile_with_watch(tree, filename), module, argv0, path0, digest)
+    return Main(compile(source, filename, "exec", dont_inherit=True), module, argv0, path0, digest)
 
 
 def run_main(main, args):
@@ -185,6 +189,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
     session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
     main = load_main(target, module=module, watch=detection.watches_main)
+    session.user_meta["source_sha256"] = main.source_sha256
     detection.bind_main(main.namespace)
     raised, pid = None, os.getpid()
     try:

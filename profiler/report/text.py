@@ -781,13 +781,10 @@ def comparison_verdict(c):
             + (f" ({slow.epoch_s / fast.epoch_s:.2f}x)." if fast.epoch_s > 0 else "."))
     text += _noise(c, slow, fast) + _different_work(c)
     if c.same_command and not c.noise:
-        text += (" A and B ran the same scenario with the same settings and options, the same code: the difference "
-                 "is the machine's or its load's, so no op's what-if is given." if a.scenario else
-                 " A and B ran the same command, options included: unless its code or data changed between the "
-                 "runs, the difference is the machine's or its load's.")
+        text += _same_command(c)
     both = [r for r in c.rows if r.only_in is None]
     what_if = (lambda r: r.a_if_b_speed_s) if slow_is_a else (lambda r: r.b_if_a_speed_s)
-    told = not what_ifs_given(c)
+    told = not c.what_ifs
     best = [] if told else [r for r in sorted(both, key=what_if) if what_if(r) < WHAT_IF_MIN * slow.epoch_s][:2]
     for r in best:
         s_slow, s_fast = (r.a_s, r.b_s) if slow_is_a else (r.b_s, r.a_s)
@@ -850,11 +847,20 @@ def comparison_verdict(c):
     return text
 
 
-def what_ifs_given(c):
-    """Whether a Comparison's what-ifs mean anything: not where the difference is noise, where the
-    epochs hold different work, or between two runs of one scenario with one command, whose code is
-    the same (the verdict says which; the tables show none)."""
-    return not (c.noise or c.different_work or (c.same_command and c.a.scenario))
+def _same_command(c):
+    """What two runs of one command (Comparison.same_command) tell of their difference."""
+    if c.a.scenario:
+        return (" A and B ran the same scenario with the same settings and options, the same code: the difference "
+                "is the machine's or its load's, so no op's what-if is given.")
+    if c.same_code:
+        return (" A and B ran the same command, options included, and the same source: unless the data it reads "
+                "or the code it imports changed, the difference is the machine's or its load's, so no op's "
+                "what-if is given.")
+    if c.same_code is False:
+        return (" A and B ran the same command, options included, but its source changed between the runs: the "
+                "difference may be the change's or the machine's.")
+    return (" A and B ran the same command, options included: unless its code or data changed between the runs, "
+            "the difference is the machine's or its load's.")
 
 
 def _interval(interval):
@@ -967,7 +973,7 @@ def comparison(c):
         ratio = f"{r.ratio:5.2f}" if r.ratio is not None else "    -"
         shares = "   ".join(f"{100 * x:6.1f}%" if x is not None else f"{'-':>7s}" for x in (r.a_share, r.b_share))
         what_if = (f"{r.a_if_b_speed_s * 1e3:9.2f} ms ({relative(r.a_if_b_speed_s, c.a.epoch_s)})"
-                   if what_ifs_given(c) else f"{'-':>9s}")
+                   if c.what_ifs else f"{'-':>9s}")
         lines.append(f"{label:{names}s} {r.a_s * 1e3:{width}.2f} {r.b_s * 1e3:{width}.2f}   {ratio}   {shares}   {what_if}")
     return "\n".join(lines)
 
