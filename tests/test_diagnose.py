@@ -1252,6 +1252,15 @@ def test_epochs_of_other_steps_are_trended_among_those_of_one_size(tmp_path):
     # epochs that do get slower, among those of one size, still are
     slower = [epoch(i, w * (1 + 0.05 * i), steps=10 if i < 8 else 20) for i, w in enumerate(walls)]
     assert analyze(write_run(tmp_path / "slower", slower)).epoch_time.slowdown
+    # and the ops that grow are told among the same epochs: an op whose time is its steps' is flat in them (it had
+    # led compute-growth's list at +10 ms, fitted over both sizes)
+    grows = [epoch(i, w * (1 + 0.05 * i), steps=10 if i < 8 else 20,
+                   ops={("forward", ()): w / 2, ("lookup", ()): w * 0.05 * i}) for i, w in enumerate(walls)]
+    d = analyze(write_run(tmp_path / "grows", grows))
+    growth = next(f for f in d.findings if f.pattern == "compute-growth")
+    assert [o.name for o in growth.evidence.ops] == ["lookup"]
+    forward = next(o for o in d.ops if o.name == "forward")
+    assert abs(forward.growth_s) < 0.001 and forward.early_s == pytest.approx(0.020, abs=5e-4)
     # steps a few percent apart (a last batch of other size, a sampler's rounding) are one size
     same = [epoch(i, w, steps=100 + i % 3) for i, w in enumerate(walls[:8])]
     assert analyze(write_run(tmp_path / "same", same)).epoch_time.same_steps is None

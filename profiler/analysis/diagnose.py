@@ -292,7 +292,9 @@ def analyze(run_dir):
     site = fnd.python_site(sites)
     objs = fnd.objects(records, run.epochs)
     index = op_index(records)
-    ops = fnd.op_growth(records, op_series(index, len(records), followed(op_time(index, len(records)))))
+    series = op_series(index, len(records), followed(op_time(index, len(records))))
+    # each op's growth over the epochs the epoch-time trend weighs: one size of epoch, none traced or cut short
+    ops = fnd.op_growth([records[i] for i in trended], {op: (s[trended], c[trended]) for op, (s, c) in series.items()})
 
     policy, forced = run.gc_policy, fnd.forced(records)
     growth = fnd.pause_growth(_training_events(run, kept), kept, spikes, objs, site, forced, policy)
