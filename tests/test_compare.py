@@ -630,6 +630,14 @@ def test_noise_is_judged_on_the_epochs_the_report_weighs(tmp_path):
         is None
     odd = write_run(tmp_path / "odd", [epoch(i, 1.5 if i == 4 else 1.0) for i in range(8)], meta={"label": "odd"})
     assert compare(odd, write_run(tmp_path / "c", [epoch(i, 1.3) for i in range(8)], meta={"label": "C"})).noise is None
+    # epochs of another size first (a short fit() before the main one): the report trends the 12 of one size, which
+    # hold steady; over all 16, the step up read as B slowing as it went on, and its short epochs as its fast ones
+    jitter = [0.0004 * (i % 3) for i in range(16)]
+    b = write_run(tmp_path / "sizes", [epoch(i, (0.020 if i < 4 else 0.040) + jitter[i], steps=10 if i < 4 else 20)
+                                       for i in range(16)], meta={"label": "B"})
+    a = write_run(tmp_path / "one", [epoch(i, 0.038 + jitter[i], steps=20) for i in range(16)], meta={"label": "A"})
+    c = compare(a, b)
+    assert not c.b.slows and c.noise is None and c.what_ifs and c.b.fastest_s > 0.039
 
 
 def test_a_run_that_slowed_as_it_went_on_is_told_from_a_loaded_machines_odd_epochs(tmp_path):

@@ -22,7 +22,8 @@ ever slows epochs, so where the slower run's fastest tenth of epochs is as fast 
 run's typical ones (at most its upper quartile), the difference lies in its slower epochs ("slow
 epochs"). None of these where more GC pauses, NOISE_GC of an epoch or more, account for half of
 the difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
-the report weighs (not deep capture's traced ones, nor a last epoch cut short). Epochs of two
+the report's trend is fitted on (not deep capture's traced ones, nor a last epoch cut short, and of
+one size: load.one_size). Epochs of two
 scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
 (where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
 work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
@@ -43,7 +44,7 @@ from ..errors import RunDirError
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
-from .load import gapped, load, timed, weighed
+from .load import gapped, load, one_size, timed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -195,8 +196,9 @@ def _untimed(loaded, series):
 
 
 def _side(loaded, label, epoch_s, tags, series):
-    # the spread is of the epochs the report weighs, in order: not deep capture's traced ones nor a last one cut short
-    kept = [loaded.records[i] for i in weighed(loaded.records)]
+    # the spread and trend are of the epochs the report's trend is fitted on, in order: not deep capture's traced
+    # ones nor a last one cut short, of one size (one_size)
+    kept = [loaded.records[i] for i in one_size(loaded.records)[0]]
     index, walls = [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
     spread = len(walls) >= NOISE_MIN_EPOCHS
     change = stats.change(index, walls)

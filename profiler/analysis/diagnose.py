@@ -15,7 +15,7 @@ from ..rundir.ranks import is_multi_rank
 from . import findings as fnd
 from . import spikes as spk
 from . import stats
-from .load import cut_short, gapped, load, stopped_start, timed as timed_epochs, weighed
+from .load import cut_short, gapped, load, one_size, stopped_start, timed as timed_epochs
 from .ops import followed, op_index, op_series, op_time
 
 
@@ -154,26 +154,6 @@ def _within(ratio):
     return 1 / (1 + STEADY_BAND) <= ratio <= 1 + STEADY_BAND
 
 
-STEPS_APART = 1.05   # epochs whose steps differ more than this hold different work
-
-
-def _same_steps(records, trended):
-    """(the indices of the longest run of consecutive `trended` epochs whose steps are within
-    STEPS_APART of its first's, the later of two as long; (steps, epochs, fewest, most)) where the
-    trended epochs' steps differ by more than that (two fit() calls of other batch sizes), else
-    (trended, None): an epoch of twice the steps is no slowdown, and an epoch's fixed cost (its
-    validation) makes time no multiple of steps, so the trend is of epochs of one size."""
-    steps = [records[i].get("steps") or 0 for i in trended]
-    if len(steps) < 2 or not all(steps) or max(steps) <= STEPS_APART * min(steps):
-        return trended, None
-    best, start = (0, 0), 0
-    for k in range(1, len(steps) + 1):
-        if k == len(steps) or not steps[start] / STEPS_APART <= steps[k] <= steps[start] * STEPS_APART:
-            best, start = max(best, (k - start, start)), k
-    length, first = best
-    return trended[first:first + length], (int(steps[first]), length, int(min(steps)), int(max(steps)))
-
-
 def _traced_slowdown(wall, timed):
     """The median epoch time left out of the trend (traced) over the median of the others', or None."""
     traced = np.delete(wall, timed)
@@ -268,7 +248,7 @@ def analyze(run_dir):
     # cut short, which would read as a speed-up
     timed = timed_epochs(records)
     cut = cut_short(records)
-    trended, same_steps = _same_steps(records, weighed(records))
+    trended, same_steps = one_size(records)
     change = stats.change(idx[trended], wall[trended])
     slowdown, faster = change.sustained and change.relative > 0, change.sustained and change.relative < 0
     early_s, late_s = change.early, change.late

@@ -78,6 +78,28 @@ def weighed(records):
     return [i for i in timed(records) if cut is None or i != cut[0]]
 
 
+STEPS_APART = 1.05   # epochs whose steps differ more than this hold different work
+
+
+def one_size(records):
+    """The epochs the epoch-time trend is fitted on: (the indices of the longest run of consecutive
+    weighed() epochs whose steps are within STEPS_APART of its first's, the later of two as long;
+    (steps, epochs, fewest, most)) where the weighed epochs' steps differ by more than that (two
+    fit() calls of other batch sizes), else (weighed(), None): an epoch of twice the steps is no
+    slowdown, and an epoch's fixed cost (its validation) makes time no multiple of steps, so the
+    trend is of epochs of one size."""
+    trended = weighed(records)
+    steps = [records[i].get("steps") or 0 for i in trended]
+    if len(steps) < 2 or not all(steps) or max(steps) <= STEPS_APART * min(steps):
+        return trended, None
+    best, start = (0, 0), 0
+    for k in range(1, len(steps) + 1):
+        if k == len(steps) or not steps[start] / STEPS_APART <= steps[k] <= steps[start] * STEPS_APART:
+            best, start = max(best, (k - start, start)), k
+    length, first = best
+    return trended[first:first + length], (int(steps[first]), length, int(min(steps)), int(max(steps)))
+
+
 def timed(records):
     """Indices of the records whose time analysis weighs: deep capture's traced epochs, which
     tracemalloc slows 2-10x, are left out when the others are the majority."""
