@@ -436,6 +436,41 @@ def torch_ab(epochs=60, steps=40, batch=64):
     return out
 
 
+def torch_hook_costs(rounds=15, long=400, short=10):
+    """(us a DataLoader batch, us a pass) that the torch hooks add, from passes with no model (an
+    optimizer step of no gradients a batch) over loaders of `long` and `short` one-element
+    batches, interleaved with and without the hooks
+    (installed once for each round's passes, as `profiler run` holds them for the whole script): a
+    batch's cost from the two lengths' difference, a pass's (its epoch begun, ended and written)
+    from the short one's."""
+    import torch
+    from profiler.integrations.torch import track
+
+    def loader(n):
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(n, 1)), batch_size=1)
+    loaders = {"long": loader(long), "short": loader(short)}
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)   # its step: the hooks' step end
+    tmp = _scratch()
+    try:
+        with Session(f"{tmp}/run") as session:
+            def passes(data, hooked):
+                def body(n):
+                    with track(session) if hooked else contextlib.nullcontext():
+                        for _ in range(n):
+                            for _ in data:
+                                optimizer.step()
+                return body
+            per_pass = {}
+            for name, n in (("long", 4), ("short", 40)):
+                t = _interleaved({"none": passes(loaders[name], False), "hooked": passes(loaders[name], True)},
+                                 n, rounds)
+                per_pass[name] = (t["hooked"] - t["none"]) / 1e3
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    batch_us = (per_pass["long"] - per_pass["short"]) / (long - short)
+    return {"batch_us": batch_us, "pass_us": per_pass["short"] - short * batch_us}
+
+
 def _spin(seconds):
     end = _now() + seconds
     while _now() < end:
@@ -546,6 +581,7 @@ def run(rounds=7):
             "mlp": mlp_ab(epochs=60 * rounds),
             "ops": ops_ab(epochs=45 * rounds),
             "torch": torch_ab(epochs=8 * rounds + 4),
+            "torch_hooks": torch_hook_costs(rounds=2 * rounds + 1),
             "auto": auto_ab(rounds=1 if rounds < 3 else 2),
             "memory": own_memory()}
 
@@ -569,6 +605,8 @@ def markdown(result):
     c, i, mlp, ops, auto, memory = (result[k] for k in ("counts", "instruments", "mlp", "ops", "auto", "memory"))
     direct = 36 * i["step_ns"] / 1e3 + 252 * max(i["timer_sampled_ns"] - i["null_ns"], 0) / 1e3 + i["epoch_us"]
     loop_direct = 250 * i["plain_call_ns"] / 1e3 + i["epoch_us"]
+    hooks = 40 * result["torch_hooks"]["batch_us"] + result["torch_hooks"]["pass_us"]
+    mlp_pass = result["torch"]["MLP 784-128-10"]["none"]
     floor = 250 * i["empty_ns"] / 1e3
     out = ["### Observer effect", "",
            f"Measured on {time.strftime('%Y-%m-%d at %H:%M %Z')} on the project's shared 2-core VM "
@@ -619,6 +657,10 @@ def markdown(result):
             f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |",
             f"| our gc callback on one collection the program asks for (`gc.collect(0)`, alone "
             f"{i['gc0_collect_ns']:.0f} ns), its line looked up, recorded as a GC event | {i['gc_asked_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]),
+            f"| a DataLoader batch and its optimizer step under the torch hooks (`profiler run`'s: its wait timed, "
+            f"its step marked; passes with no model, with and without them) | {result['torch_hooks']['batch_us']:.2f} us |",
+            f"| a DataLoader pass under them: its epoch begun, ended and written | "
+            f"{result['torch_hooks']['pass_us']:.0f} us |",
             f"| a DataLoader worker's memory sample (its smaps_rollup), the worker forked from a 1 GiB parent "
             f"(taken at most every {result['worker_sample_ns'] / WORKER_BUDGET / 1e9:.1f} s: "
             f"{WORKER_BUDGET:.0%} of the time) | {result['worker_sample_ns'] / 1e6:.1f} ms |",
@@ -633,7 +675,9 @@ def markdown(result):
             f"doing nothing, cost {floor:.0f} us ({100 * floor / (ops['none'] * 1e6):.1f}%): the statement costs "
             f"this whatever its context manager in CPython {sys.version.split()[0]} (one whose methods are C "
             f"functions measured the same here), so a 1% target on 15-us ops leaves "
-            f"{max(ops['none'] * 1e4 - floor - i['epoch_us'], 0):.0f} us per epoch for timing 250 ops and writing the record.", "",
+            f"{max(ops['none'] * 1e4 - floor - i['epoch_us'], 0):.0f} us per epoch for timing 250 ops and writing the record. "
+            f"The torch hooks on the PyTorch MLP's pass of 40 batches below: ~{hooks:.0f} us "
+            f"({100 * hooks / (mlp_pass * 1e6):.1f}% of its median pass without them).", "",
             "Side by side, whole epochs alternating epoch by epoch in one run, median epoch (with two to three "
             "other processes busy on the two cores, single epochs swing by 30% and lower percentiles are not "
             "stable; the direct estimate above is the steadier figure):", "",
