@@ -437,12 +437,12 @@ def torch_ab(epochs=60, steps=40, batch=64):
 
 
 def torch_hook_costs(rounds=15, long=400, short=10):
-    """(us a DataLoader batch, us a pass) that the torch hooks add, from passes with no model (an
-    optimizer step of no gradients a batch) over loaders of `long` and `short` one-element
-    batches, interleaved with and without the hooks
-    (installed once for each round's passes, as `profiler run` holds them for the whole script): a
-    batch's cost from the two lengths' difference, a pass's (its epoch begun, ended and written)
-    from the short one's."""
+    """{us a DataLoader batch, us a pass, us an install and removal} of the torch hooks, from passes
+    with no model (an optimizer step of no gradients a batch) over loaders of `long` and `short`
+    one-element batches, interleaved with and without the hooks (installed once for each round's
+    passes, as `profiler run` holds them for the whole script): a batch's cost from the two
+    lengths' difference, a pass's (its epoch begun, ended and written) from the short one's, and
+    `track()` entered and left with nothing in it."""
     import torch
     from profiler.integrations.torch import track
 
@@ -461,14 +461,21 @@ def torch_hook_costs(rounds=15, long=400, short=10):
                                 optimizer.step()
                 return body
             per_pass = {}
-            for name, n in (("long", 4), ("short", 40)):
+            for name in loaders:   # as many passes a round of each, so the round's install costs each alike
                 t = _interleaved({"none": passes(loaders[name], False), "hooked": passes(loaders[name], True)},
-                                 n, rounds)
+                                 20, rounds)
                 per_pass[name] = (t["hooked"] - t["none"]) / 1e3
+
+            def installs(n):
+                for _ in range(n):
+                    with track(session):
+                        pass
+            install = _interleaved({"bare": lambda n: None, "track": installs}, 200, rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     batch_us = (per_pass["long"] - per_pass["short"]) / (long - short)
-    return {"batch_us": batch_us, "pass_us": per_pass["short"] - short * batch_us}
+    return {"batch_us": batch_us, "pass_us": per_pass["short"] - short * batch_us,
+            "install_us": (install["track"] - install["bare"]) / 1e3}
 
 
 def _spin(seconds):
@@ -605,7 +612,7 @@ def markdown(result):
     c, i, mlp, ops, auto, memory = (result[k] for k in ("counts", "instruments", "mlp", "ops", "auto", "memory"))
     direct = 36 * i["step_ns"] / 1e3 + 252 * max(i["timer_sampled_ns"] - i["null_ns"], 0) / 1e3 + i["epoch_us"]
     loop_direct = 250 * i["plain_call_ns"] / 1e3 + i["epoch_us"]
-    hooks = 40 * result["torch_hooks"]["batch_us"] + result["torch_hooks"]["pass_us"]
+    hooks = 40 * result["torch_hooks"]["batch_us"] + result["torch_hooks"]["pass_us"] + result["torch_hooks"]["install_us"]
     mlp_pass = result["torch"]["MLP 784-128-10"]["none"]
     floor = 250 * i["empty_ns"] / 1e3
     out = ["### Observer effect", "",
@@ -661,6 +668,8 @@ def markdown(result):
             f"its step marked; passes with no model, with and without them) | {result['torch_hooks']['batch_us']:.2f} us |",
             f"| a DataLoader pass under them: its epoch begun, ended and written | "
             f"{result['torch_hooks']['pass_us']:.0f} us |",
+            f"| the hooks installed and removed (`track()` entered and left; `profiler run` does it once) | "
+            f"{result['torch_hooks']['install_us']:.0f} us |",
             f"| a DataLoader worker's memory sample (its smaps_rollup), the worker forked from a 1 GiB parent "
             f"(taken at most every {result['worker_sample_ns'] / WORKER_BUDGET / 1e9:.1f} s: "
             f"{WORKER_BUDGET:.0%} of the time) | {result['worker_sample_ns'] / 1e6:.1f} ms |",
@@ -676,8 +685,8 @@ def markdown(result):
             f"this whatever its context manager in CPython {sys.version.split()[0]} (one whose methods are C "
             f"functions measured the same here), so a 1% target on 15-us ops leaves "
             f"{max(ops['none'] * 1e4 - floor - i['epoch_us'], 0):.0f} us per epoch for timing 250 ops and writing the record. "
-            f"The torch hooks on the PyTorch MLP's pass of 40 batches below: ~{hooks:.0f} us "
-            f"({100 * hooks / (mlp_pass * 1e6):.1f}% of its median pass without them).", "",
+            f"The torch hooks on the PyTorch MLP's pass of 40 batches below, installed and removed with it as there: "
+            f"~{hooks:.0f} us ({100 * hooks / (mlp_pass * 1e6):.1f}% of its median pass without them).", "",
             "Side by side, whole epochs alternating epoch by epoch in one run, median epoch (with two to three "
             "other processes busy on the two cores, single epochs swing by 30% and lower percentiles are not "
             "stable; the direct estimate above is the steadier figure):", "",

@@ -59,7 +59,8 @@ def test_an_incomplete_run_and_a_run_against_itself_are_said_to_be(tmp_path):
     assert json.loads(json_out.render(c))["a"]["problems"] == c.a.problems
     words = text.comparison_verdict(c)
     assert f"Note: {c.a.label} is incomplete (the run never finished" in words and "same run directory" not in words
-    assert "Note: A and B are the same run directory." in text.comparison_verdict(compare(b, b))
+    same = compare(b, b)
+    assert "Note: A and B are the same run directory." in text.comparison_verdict(same) and not same.what_ifs
 
 
 def test_a_difference_outside_the_timed_ops_is_said_to_be(tmp_path):
@@ -544,7 +545,7 @@ def test_two_runs_of_one_command_are_said_to_be(tmp_path):
     a = run_with_ops(tmp_path / "a", {("x", ()): 0.004}, 0.010, meta=meta)
     b = run_with_ops(tmp_path / "b", {("x", ()): 0.006}, 0.012, meta=meta)
     c = compare(a, b)
-    assert c.same_command and "A and B ran the same command, options included" in text.comparison_verdict(c)
+    assert c.same_command and "Both runs ran the same command, options included" in text.comparison_verdict(c)
     other = run_with_ops(tmp_path / "c", {("x", ()): 0.006}, 0.012, meta={**meta, "args": ["--epochs", "9"]})
     assert not compare(a, other).same_command
     # one scenario, one command: the same code, so the difference is the machine's, with no what-if (a probe: "the
@@ -553,7 +554,7 @@ def test_two_runs_of_one_command_are_said_to_be(tmp_path):
     c = compare(run_with_ops(tmp_path / "s1", {("x", ()): 0.004}, 0.010, meta=scenario),
                 run_with_ops(tmp_path / "s2", {("x", ()): 0.006}, 0.012, meta=scenario))
     assert c.same_command and not c.what_ifs
-    assert "A and B ran the same scenario with the same settings and options, the same code" in text.comparison_verdict(c)
+    assert "Both runs ran the same scenario with the same settings and options, the same code" in text.comparison_verdict(c)
     assert "If " not in text.comparison_verdict(c)
 
 
@@ -573,12 +574,25 @@ def test_two_runs_of_one_command_are_told_by_their_source(tmp_path):
     words = text.comparison_verdict(edited)
     assert edited.same_command and edited.same_code is False and edited.what_ifs
     assert (edited.a.label, edited.b.label) == ("train.py [source 11111111]", "train.py [source 22222222]")
-    assert "but its source changed between the runs" in words and "If x in train.py [source 22222222]" in words
+    assert "but its source changed between them" in words and "If x in train.py [source 22222222]" in words
+    # a hash as sha256sum writes it in either case is one; anything else (a hand-edited meta.json) is none
+    upper = compare(run("u1", "ab" * 32, 0.004), run("u2", "AB" * 32, 0.006))
+    assert upper.same_code and not upper.what_ifs
+    for bad in ("", "1" * 63, 12345, None, ["a"], "x\n" * 40):
+        odd = compare(run(f"odd{len(str(bad))}", bad, 0.004), run(f"ok{len(str(bad))}", "1" * 64, 0.006))
+        assert odd.same_code is None and odd.what_ifs, bad
+        assert (odd.a.label, odd.b.label) == ("train.py [source unrecorded]", "train.py [source 11111111]"), bad
+    # other arguments and another source: both in the label, apart
+    both = compare(run("v1", "1" * 64, 0.004),
+                   run_with_ops(tmp_path / "v2", {("x", ()): 0.006}, 0.012,
+                                meta={**meta, "args": ["--fast"], "source_sha256": "2" * 64}))
+    assert (both.a.label, both.b.label) == ("train.py [(no arguments); source 11111111]",
+                                            "train.py [--fast; source 22222222]")
     # runs that recorded no source (before it was recorded): as before
     old = compare(run_with_ops(tmp_path / "e", {("x", ()): 0.004}, 0.010, meta=meta), run("f", "1" * 64, 0.006))
     assert old.same_command and old.same_code is None and old.what_ifs
     assert (old.a.label, old.b.label) == ("train.py [source unrecorded]", "train.py [source 11111111]")
-    assert "unless its code or data changed between the runs" in text.comparison_verdict(old)
+    assert "unless its code or data changed between them" in text.comparison_verdict(old)
 
 
 def test_memory_that_grows_in_one_run_is_compared(tmp_path):
@@ -638,6 +652,12 @@ def test_noise_is_judged_on_the_epochs_the_report_weighs(tmp_path):
     a = write_run(tmp_path / "one", [epoch(i, 0.038 + jitter[i], steps=20) for i in range(16)], meta={"label": "A"})
     c = compare(a, b)
     assert not c.b.slows and c.noise is None and c.what_ifs and c.b.fastest_s > 0.039
+    # and its epoch time and steps are of those epochs too: it had read "different work (15 and 20 steps an epoch)"
+    # and 1.27x from the median over both sizes (a probe)
+    assert c.b.same_steps == (20, 12, 10, 20) and c.a.same_steps is None and not c.different_work
+    assert c.b.epoch_s == pytest.approx(0.0404, abs=5e-4) and c.b.steps_per_epoch == 20 and c.b.epochs == 12
+    assert ("Note: B's epochs hold 10 to 20 steps (fit calls of other batch sizes, data that grew): it is compared on "
+            "the 12 epochs in a row of about 20 steps, as its report's trend is.") in text.comparison_verdict(c)
 
 
 def test_a_run_that_slowed_as_it_went_on_is_told_from_a_loaded_machines_odd_epochs(tmp_path):

@@ -125,6 +125,14 @@ def test_module_runs_as_python_dash_m(tmp_path, monkeypatch):
     assert result.raised is None and result.epochs == 2
     assert (tmp_path / "seen").read_text() == f"{package / '__main__.py'}|__main__|mypkg.__main__"
     assert meta(tmp_path / "run")["meta"]["source_sha256"] == hashlib.sha256((package / "__main__.py").read_bytes()).hexdigest()
+
+
+def test_the_source_hash_is_the_files_own(tmp_path):
+    # a file with a byte-order mark and CRLF line ends: its hash is sha256sum's, not the decoded text's (a review)
+    path = tmp_path / "crlf.py"
+    path.write_bytes(b"\xef\xbb\xbfx = 1\r\ny = 'caf\xc3\xa9'\r\n")
+    run_script(str(path), [], out=tmp_path / "run")
+    assert meta(tmp_path / "run")["meta"]["source_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     with pytest.raises(UsageError, match="no module named 'nosuchmodule'"):
         run_script("nosuchmodule", [], out=tmp_path / "x", module=True)
 

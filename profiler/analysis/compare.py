@@ -22,8 +22,9 @@ ever slows epochs, so where the slower run's fastest tenth of epochs is as fast 
 run's typical ones (at most its upper quartile), the difference lies in its slower epochs ("slow
 epochs"). None of these where more GC pauses, NOISE_GC of an epoch or more, account for half of
 the difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
-the report's trend is fitted on (not deep capture's traced ones, nor a last epoch cut short, and of
-one size: load.one_size). Epochs of two
+the report's trend is fitted on (not deep capture's traced ones, nor a last epoch cut short); a run
+whose epochs hold different numbers of steps is compared, ops and epoch time too, on its epochs of
+one size (load.one_size), as its report's trend is. Epochs of two
 scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
 (where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
 work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
@@ -35,12 +36,14 @@ scenario's code is the profiler's). Each run's memory is what its report says of
 (diagnose.memory_of).
 """
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .. import rundir
 from ..errors import RunDirError
+from ..rundir.format import SOURCE_SHA256
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
@@ -76,6 +79,8 @@ class RunSide:
     memory: Allocation | None = None        # what its memory did, as its report has it
     memory_growth: findings.Finding | None = None   # its report's allocation-growth finding
     samples: int | None = None              # a scenario's samples an epoch (meta's `samples`; None: not recorded)
+    same_steps: tuple | None = None         # (steps, epochs, fewest, most) where its epochs' steps differ: it is
+                                            # compared on its report's epochs of one size (load.one_size)
 
 
 @dataclass
@@ -124,7 +129,7 @@ class Comparison:
                                            # and capture options are the same
     same_code: bool | None = None          # of two runs of one command that ran a script or module: whether its
                                            # source was the same (meta source_sha256), None where either has none
-    what_ifs: bool = True                  # whether an op's what-if means anything: not for noise, different work,
+    what_ifs: bool = True                  # whether an op's what-if means anything: not for one run, noise, different work,
                                            # nor one command on the same code (a scenario's is the profiler's)
 
 
@@ -144,9 +149,9 @@ def _labels(la, lb):
     a, b = _label(la), _label(lb)
     if a != b:
         return a, b
-    settings = [_settings(load.run, source=True) for load in (la, lb)]
+    settings = [{**_settings(load.run), SOURCE_SHA256: _source(load.run)} for load in (la, lb)]
     differ = [k for k in sorted(settings[0].keys() | settings[1].keys()) if settings[0].get(k) != settings[1].get(k)]
-    told = [" ".join(_setting(k, s.get(k)) for k in differ) for s in settings]
+    told = ["; ".join(_setting(k, s.get(k)) for k in differ) for s in settings]
     if differ and told[0] != told[1]:
         return tuple(f"{a} [{t[:LABEL_SETTINGS - 3] + '...' if len(t) > LABEL_SETTINGS else t}]" for t in told)
     return f"A ({a})", f"B ({b})"
@@ -156,8 +161,8 @@ def _setting(key, value):
     """A setting as a label shows it: a script's arguments as typed, else key=value."""
     if key == "args" and isinstance(value, list):
         return " ".join(map(str, value)) or "(no arguments)"
-    if key == SOURCE:
-        return f"source {str(value)[:8]}" if value else "source unrecorded"
+    if key == SOURCE_SHA256:
+        return f"source {value[:8]}" if value else "source unrecorded"
     return f"{key}={value}"
 
 
@@ -195,15 +200,25 @@ def _untimed(loaded, series):
     return float(np.median(np.maximum(0.0, wall - timed)))
 
 
-def _side(loaded, label, epoch_s, tags, series):
+def _of_one_size(loaded):
+    """(the loaded run with only its report's epochs of one size, same_steps) where its epochs hold
+    different numbers of steps (load.one_size: two fit() calls of other batch sizes), else (loaded,
+    None): its epoch time, ops and spread are then of one size of epoch, as its report's trend is."""
+    kept, same_steps = one_size(loaded.records)
+    if same_steps is None:
+        return loaded, None
+    return replace(loaded, records=[loaded.records[i] for i in kept]), same_steps
+
+
+def _side(loaded, label, epoch_s, tags, series, memory, same_steps):
     # the spread and trend are of the epochs the report's trend is fitted on, in order: not deep capture's traced
-    # ones nor a last one cut short, of one size (one_size)
+    # ones nor a last one cut short
     kept = [loaded.records[i] for i in one_size(loaded.records)[0]]
     index, walls = [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
     spread = len(walls) >= NOISE_MIN_EPOCHS
     change = stats.change(index, walls)
     steps = [r.get("steps") or 0 for r in loaded.records]
-    allocation, growth = memory_of(loaded)
+    allocation, growth = memory
     return RunSide(str(loaded.run.path), label, epoch_s, tags, len(loaded.records), loaded.warmup == 0,
                    _gc_side(loaded), _windows(loaded), _scenario(loaded), list(loaded.run.problems),
                    _untimed(loaded, series), list(loaded.run.cautions), epoch_interval_s=_median_interval(walls),
@@ -211,7 +226,7 @@ def _side(loaded, label, epoch_s, tags, series):
                    typical_s=float(np.quantile(walls, 0.75)) if spread else None,
                    slows=bool(change.sustained and change.relative > 0),
                    steps_per_epoch=float(np.median(steps)) if all(steps) else None, memory=allocation,
-                   memory_growth=growth, samples=_samples(loaded))
+                   memory_growth=growth, samples=_samples(loaded), same_steps=same_steps)
 
 
 def _samples(loaded):
@@ -230,14 +245,18 @@ def _median_interval(values, z=1.96):
     return float(ordered[low]), float(ordered[high])
 
 
-def _settings(run, source=False):
-    """What ran and how: the run's meta but its label (a script and its arguments, a scenario and its
-    settings) and its capture options, as --name; the script's source hash only with `source`."""
-    return {**{k: v for k, v in run.user_meta.items() if k != "label" and (source or k != SOURCE)},
+def _settings(run):
+    """What ran and how: the run's meta but its label and source hash (a script and its arguments,
+    a scenario and its settings) and its capture options, as --name."""
+    return {**{k: v for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256)},
             **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}
 
 
-SOURCE = "source_sha256"   # the meta key of a script's or module's source hash (integrations/script.py)
+def _source(run):
+    """The SHA-256 of the run's script or module file (meta.source_sha256, lower-case hex), or None
+    where it recorded none, or anything but such a hash."""
+    value = run.user_meta.get(SOURCE_SHA256)
+    return value.lower() if isinstance(value, str) and re.fullmatch("[0-9a-fA-F]{64}", value) else None
 
 
 def _same_command(a, b):
@@ -248,8 +267,8 @@ def _same_command(a, b):
 
 def _same_code(a, b):
     """Whether two runs' scripts had the same source: None unless both recorded its hash."""
-    sa, sb = a.user_meta.get(SOURCE), b.user_meta.get(SOURCE)
-    return sa == sb if isinstance(sa, str) and isinstance(sb, str) else None
+    sa, sb = _source(a), _source(b)
+    return None if sa is None or sb is None else sa == sb
 
 
 def _gc_explains(a, b):
@@ -330,6 +349,8 @@ def compare(run_a, run_b):
         raise RunDirError(f"{job} is a multi-rank run and {getattr(single, 'path', single)} a single run: compare two "
                           f"of a kind (or one rank's directory, rank-<RANK>/, with the single run)")
     la, lb = load(run_a, "compare"), load(run_b, "compare")
+    memory = [memory_of(loaded) for loaded in (la, lb)]   # as each run's report has it, over all its epochs
+    (la, steps_a), (lb, steps_b) = _of_one_size(la), _of_one_size(lb)
     (ia, na), (ib, nb) = (op_index(la.records), len(la.records)), (op_index(lb.records), len(lb.records))
     ops = followed(op_time(ia, na), op_time(ib, nb))
     sa, sb = op_series(ia, na, ops), op_series(ib, nb, ops)
@@ -352,8 +373,8 @@ def compare(run_a, run_b):
             b_if_a_speed_s=epoch_b - b_s + a_s if both else None,
             only_in=None if both else ("a" if a_s is not None else "b")))
     rows.sort(key=lambda r: (r.only_in is not None, -abs((r.a_s or 0.0) - (r.b_s or 0.0))))
-    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa)
-    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb)
+    side_a = _side(la, label_a, epoch_a, {k: next(iter(va[k])) for k in sorted(drop)}, sa, memory[0], steps_a)
+    side_b = _side(lb, label_b, epoch_b, {k: next(iter(vb[k])) for k in sorted(drop)}, sb, memory[1], steps_b)
     same = la.run.path.resolve() == lb.run.path.resolve()
     different = _different_work(side_a, side_b)
     slower, least = (None, None) if different else _run_wide(rows)   # ops of different work differ anyway
@@ -363,4 +384,4 @@ def compare(run_a, run_b):
     return Comparison(
         a=side_a, b=side_b, ratio=epoch_a / epoch_b if epoch_b > 0 else 1.0, rows=rows, slower_everywhere=slower,
         least_ratio=least, same_run=same, noise=noise, different_work=different, same_command=command, same_code=code,
-        what_ifs=not (noise or different or (command and (side_a.scenario or code))))
+        what_ifs=not (same or noise or different or (command and (side_a.scenario or code))))

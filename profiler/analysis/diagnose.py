@@ -273,7 +273,7 @@ def analyze(run_dir):
     objs = fnd.objects(records, run.epochs)
     index = op_index(records)
     series = op_series(index, len(records), followed(op_time(index, len(records))))
-    # each op's growth over the epochs the epoch-time trend weighs: one size of epoch, none traced or cut short
+    # each op's growth over the epochs the epoch-time trend is fitted on: one size of epoch, none traced or cut short
     ops = fnd.op_growth([records[i] for i in trended], {op: (s[trended], c[trended]) for op, (s, c) in series.items()})
 
     policy, forced = run.gc_policy, fnd.forced(records)

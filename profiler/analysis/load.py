@@ -73,7 +73,8 @@ def cut_short(records):
 
 
 def weighed(records):
-    """Indices of the records the epoch-time trend weighs: timed()'s, but a last epoch cut short."""
+    """Indices of the records the epoch-time trend may be fitted on (one_size picks from them):
+    timed()'s, but a last epoch cut short."""
     cut = cut_short(records)
     return [i for i in timed(records) if cut is None or i != cut[0]]
 

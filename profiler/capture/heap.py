@@ -163,7 +163,10 @@ class HeapTracker:
         # deep capture's snapshots walk every traced block and its types count every tracked
         # object, so after one that took over SNAPSHOT_FREE_NS the next waits until the run's time
         # covers its cost within budget
-        self._snapshots = Budget(budget, free_ns=SNAPSHOT_FREE_NS)
+        self._snapshots = self._budget()
+
+    def _budget(self):
+        return Budget(self.budget, free_ns=SNAPSHOT_FREE_NS)
 
     @property
     def tracing(self):
@@ -191,7 +194,7 @@ class HeapTracker:
         if self.mode is True and self._owned:
             self._stop_tracing()
             self._start_tracing()
-            self._snapshots = Budget(self.budget, free_ns=SNAPSHOT_FREE_NS)
+            self._snapshots = self._budget()
 
     def _stop_tracing(self):
         self._previous = None

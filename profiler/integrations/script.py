@@ -27,6 +27,7 @@ import types
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..rundir.format import SOURCE_SHA256
 from . import functions
 from .detect import Detection
 from .windows import check_seconds
@@ -35,7 +36,7 @@ from .windows import check_seconds
 @dataclass
 class Main:
     """What the script runs as: its code, its __main__ module, sys.argv[0] and sys.path[0], and
-    the SHA-256 of its source text (compare tells two runs of one command by it)."""
+    the SHA-256 of its file, as sha256sum gives it (compare tells two runs of one command by it)."""
     code: types.CodeType
     module: types.ModuleType
     argv0: str
@@ -68,6 +69,7 @@ def load_main(target, *, module, watch):
         if source is None:
             raise UsageError(f"-m {target}: no Python source to run (a compiled or built-in module)")
         filename = argv0 = spec.origin
+        data = spec.loader.get_data(spec.origin) if hasattr(spec.loader, "get_data") else source.encode()
         namespace = {"__name__": "__main__", "__file__": spec.origin, "__spec__": spec, "__loader__": spec.loader,
                      "__package__": spec.parent, "__cached__": spec.cached}
     else:
@@ -76,6 +78,8 @@ def load_main(target, *, module, watch):
         try:
             with tokenize.open(target) as f:
                 source = f.read()
+                f.buffer.seek(0)
+                data = f.buffer.read()
         except (OSError, SyntaxError, UnicodeDecodeError) as e:
             raise UsageError(f"cannot read {target}: {e}") from None
         argv0 = target
@@ -84,8 +88,8 @@ def load_main(target, *, module, watch):
         namespace = {"__name__": "__main__", "__file__": filename, "__spec__": None, "__package__": None,
                      "__loader__": importlib.machinery.SourceFileLoader("__main__", filename), "__cached__": None}
     module = types.ModuleType("__main__")
-    module.__dict__.update(namespace, __builtins__=builtins)
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()   # __main__'s is the module, others' its dict
+    module.__dict__.update(namespace, __builtins__=builtins)   # __main__'s is the module, others' its dict
+    digest = hashlib.sha256(data).hexdigest()
     if watch:
         try:
             tree = ast.parse(source, filename)
@@ -189,7 +193,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
     session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
     main = load_main(target, module=module, watch=detection.watches_main)
-    session.user_meta["source_sha256"] = main.source_sha256
+    session.user_meta[SOURCE_SHA256] = main.source_sha256
     detection.bind_main(main.namespace)
     raised, pid = None, os.getpid()
     try:

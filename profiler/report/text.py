@@ -836,6 +836,12 @@ def comparison_verdict(c):
         names = [op_label(r.op, r.tags) for r in one_side if r.only_in == side]
         if names:   # named up to ONLY_NAMED: a run of 500 ops of its own made a verdict of 8,000 characters
             text += f" Only {run.label} runs {listed(names, ONLY_NAMED)} (no what-if: the other run has no time for it)."
+    for run in (a, b):
+        if run.same_steps is not None:
+            steps, epochs, fewest, most = run.same_steps
+            text += (f" Note: {run.label}'s epochs hold {fewest:,} to {most:,} steps (fit calls of other batch sizes, "
+                     f"data that grew): it is compared on the {counted(epochs, 'epoch')} in a row of about "
+                     f"{counted(steps, 'step')}, as its report's trend is.")
     short = [run for run in (a, b) if run.warmup_included]
     if short:
         # epochs after a set-up of epochs without steps, which are not compared at all
@@ -850,16 +856,16 @@ def comparison_verdict(c):
 def _same_command(c):
     """What two runs of one command (Comparison.same_command) tell of their difference."""
     if c.a.scenario:
-        return (" A and B ran the same scenario with the same settings and options, the same code: the difference "
+        return (" Both runs ran the same scenario with the same settings and options, the same code: the difference "
                 "is the machine's or its load's, so no op's what-if is given.")
     if c.same_code:
-        return (" A and B ran the same command, options included, and the same source: unless the data it reads "
+        return (" Both runs ran the same command, options included, and the same source: unless the data it reads "
                 "or the code it imports changed, the difference is the machine's or its load's, so no op's "
                 "what-if is given.")
     if c.same_code is False:
-        return (" A and B ran the same command, options included, but its source changed between the runs: the "
+        return (" Both runs ran the same command, options included, but its source changed between them: the "
                 "difference may be the change's or the machine's.")
-    return (" A and B ran the same command, options included: unless its code or data changed between the runs, "
+    return (" Both runs ran the same command, options included: unless its code or data changed between them, "
             "the difference is the machine's or its load's.")
 
 
