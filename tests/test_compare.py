@@ -582,6 +582,11 @@ def test_two_runs_of_one_command_are_told_by_their_source(tmp_path):
         odd = compare(run(f"odd{len(str(bad))}", bad, 0.004), run(f"ok{len(str(bad))}", "1" * 64, 0.006))
         assert odd.same_code is None and odd.what_ifs, bad
         assert (odd.a.label, odd.b.label) == ("train.py [source unrecorded]", "train.py [source 11111111]"), bad
+    # ./train.py is train.py
+    dotted = compare(run("w1", "1" * 64, 0.004),
+                     run_with_ops(tmp_path / "w2", {("x", ()): 0.006}, 0.012,
+                                  meta={**meta, "script": "./train.py", "source_sha256": "1" * 64}))
+    assert dotted.same_command and dotted.same_code
     # other arguments and another source: both in the label, apart
     both = compare(run("v1", "1" * 64, 0.004),
                    run_with_ops(tmp_path / "v2", {("x", ()): 0.006}, 0.012,

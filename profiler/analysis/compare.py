@@ -36,6 +36,7 @@ scenario's code is the profiler's). Each run's memory is what its report says of
 (diagnose.memory_of).
 """
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 
@@ -246,9 +247,11 @@ def _median_interval(values, z=1.96):
 
 
 def _settings(run):
-    """What ran and how: the run's meta but its label and source hash (a script and its arguments,
-    a scenario and its settings) and its capture options, as --name."""
-    return {**{k: v for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256)},
+    """What ran and how: the run's meta but its label and source hash (a script, as one path
+    whether typed ./train.py or train.py, and its arguments; a scenario and its settings) and its
+    capture options, as --name."""
+    return {**{k: os.path.normpath(v) if k == "script" and isinstance(v, str) and v else v
+               for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256)},
             **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}
 
 
