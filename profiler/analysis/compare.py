@@ -31,8 +31,8 @@ work (`different_work`): an op's time per epoch then tells nothing of its speed,
 slowdown is called. Two runs of one command, its options included (`same_command`), differ by the
 machine unless their code or data changed in between; of a script or module, whether its source
 changed is told by the hash each run recorded (`same_code`). An op's what-if is given only where it
-means something (`what_ifs`): not for noise, different work, nor one command on the same code (a
-scenario's code is the profiler's). Each run's memory is what its report says of it
+means something (`what_ifs`): not for one run directory, noise, different work, nor one command on
+the same code (a scenario's code is the profiler's). Each run's memory is what its report says of it
 (diagnose.memory_of).
 """
 
@@ -130,8 +130,9 @@ class Comparison:
                                            # and capture options are the same
     same_code: bool | None = None          # of two runs of one command that ran a script or module: whether its
                                            # source was the same (meta source_sha256), None where either has none
-    what_ifs: bool = True                  # whether an op's what-if means anything: not for one run, noise, different work,
-                                           # nor one command on the same code (a scenario's is the profiler's)
+    what_ifs: bool = True                  # whether an op's what-if means anything: not for one run directory,
+                                           # noise, different work, nor one command on the same code (a
+                                           # scenario's is the profiler's)
 
 
 def _label(loaded):

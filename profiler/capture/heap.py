@@ -166,6 +166,7 @@ class HeapTracker:
         self._snapshots = self._budget()
 
     def _budget(self):
+        """The snapshots' time budget, counted from now."""
         return Budget(self.budget, free_ns=SNAPSHOT_FREE_NS)
 
     @property
