@@ -280,16 +280,41 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
 
 
 @pytest.mark.slow
+def test_a_stopped_job_says_where_its_ranks_runs_are(tmp_path):
+    # a SIGTERM to `profiler run --nproc-per-node` (or a Ctrl-C) said only that the ranks were stopped (a probe)
+    pytest.importorskip("torch")
+    out = tmp_path / "job"
+    job = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "mlp", "--epochs", "500",
+                            "--out", str(out)], cwd=ROOT, env={**os.environ, **ENV}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = out / "rank-1" / "epochs.jsonl"
+        deadline = time.monotonic() + TIMEOUT
+        while not (lines.exists() and lines.stat().st_size):
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended before rank 1 wrote an epoch"
+            time.sleep(0.1)
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=TIMEOUT)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signal.SIGTERM and "Traceback" not in output, output
+    assert f"profiler: wrote {out} (interrupted)\nnext: profiler report {out}\nprofiler: terminated" in output, output
+
+
+@pytest.mark.slow
 def test_a_ddp_rank_slow_to_load_its_batches_is_named(tmp_path, capsys):
     # every rank's step waits for rank 1's gradients at the all-reduce: the steps end together and no
     # rank stalls; before, the report named nobody and showed no lost time
     pytest.importorskip("torch")
     out = tmp_path / "job"
-    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "--quiet", "--out",
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "--out",
                            str(out), str(SCRIPTS / "ddp_train.py"), "--epochs", "3", "--samples", "2048"], cwd=ROOT,
                           env={**os.environ, **ENV, "SLOW_LOAD_RANK": "1"}, capture_output=True, text=True,
                           timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the job's next command once, after the launcher's line (rank 0 had said it too: a probe)
+    assert proc.stderr.count("next: profiler report") == 1 and proc.stderr.rstrip().endswith(
+        f"profiler: wrote {out} (2 ranks)\nnext: profiler report {out}"), proc.stderr[-2000:]
     d = _report(capsys, out)
     first = d["findings"][0]
     assert first["pattern"] == "rank-input-wait" and first["data"]["rank"] == 1, d["findings"]

@@ -533,7 +533,7 @@ def test_report_compare_and_timeline_commands_take_a_multi_rank_directory(tmp_pa
     b = synthetic_job(tmp_path / "b", 3, 200)
     assert main(["report", str(a), "--html", str(tmp_path / "r.html")]) == 0
     out = capsys.readouterr().out
-    assert "Rank 1 holds the other ranks back" in out and "ranks        3, 200 steps aligned" in out
+    assert "Rank 1 holds the other ranks back" in out and "ranks        3, 180 steps analysed of the 200 aligned (the first 20, the warm-up, left out)" in out
     html = (tmp_path / "r.html").read_text()
     assert "<h2>Ranks</h2>" in html and html.count("data:image/png") >= 2     # the heatmap, then rank 1's run
     assert "<th>RSS/epoch</th>" in html                                        # as the text's per-rank table

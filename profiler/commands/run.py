@@ -19,8 +19,9 @@ import traceback
 from pathlib import Path
 
 from ..errors import SessionActiveError, UsageError
+from ..rundir.format import EPOCHS
 from ..workloads.names import SCENARIO_NAMES
-from ..interrupts import interrupts_held, interrupts_held_in_compiles
+from ..interrupts import Terminated, interrupts_held, interrupts_held_in_compiles
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
 from .output import output_dir, show
 
@@ -76,11 +77,12 @@ class RunCommand:
 
 def _next(out):
     """The lines that say which command reports the run in `out`, quoted for a shell: under torchrun,
-    its job's directory (rank 0 says it, the other ranks nothing)."""
-    from ..integrations.launch import rank_env
+    its job's directory (rank 0 says it, the other ranks nothing; under `--nproc-per-node`, the
+    launcher once the job ends)."""
+    from ..integrations.launch import LAUNCHED, rank_env
     env = rank_env()
     if env is not None:
-        if env["rank"] != 0:
+        if env["rank"] != 0 or os.environ.get(LAUNCHED):
             return []
         out = Path(out).parent
     return [f"next: profiler report {shlex.quote(str(out))}"]
@@ -103,9 +105,14 @@ def _default_out(stem):
 def _launch(args, argv, stem):
     from ..integrations.launch import launch
     out = output_dir(args.out, "--out") if args.out else _default_out(stem)
-    launch(args.nproc_per_node, argv, out)
+    try:
+        launch(args.nproc_per_node, argv, out)
+    except (KeyboardInterrupt, Terminated):   # the ranks' finished epochs are on disk: say where
+        if not args.quiet and any(p.stat().st_size for p in Path(out).glob(f"*/{EPOCHS}")):
+            print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
+        raise
     if not args.quiet:
-        print("\n".join([f"profiler: wrote {out} ({args.nproc_per_node} ranks)", *_next(out)]), file=sys.stderr)
+        print("\n".join([f"profiler: wrote {out} ({_counted(args.nproc_per_node, 'rank')})", *_next(out)]), file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):
@@ -147,7 +154,7 @@ def _run_scenario(args, scenario, rest):
                                  labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
                                  straggler_rank=args.straggler_rank)
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
-        lines = Path(out, "epochs.jsonl")
+        lines = Path(out, EPOCHS)
         if not args.quiet and lines.exists() and lines.stat().st_size:
             print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
         raise

@@ -20,6 +20,7 @@ from ..rundir.format import RANK_PREFIX
 from ..workloads.processes import run_child
 
 LAUNCH_OPTION = "--nproc-per-node"
+LAUNCHED = "PROFILER_LAUNCHED"   # set in the ranks `--nproc-per-node` starts: the launcher says what they wrote
 
 
 def rank_out_dir(out, environ=None):

@@ -8,12 +8,15 @@ Here each becomes a line naming the rank and how it ended, and an exit code: 1, 
 signal's number. This process is the launcher's, never a profiled one, so importing torch is fine.
 """
 
+import os
 import signal
 import sys
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main as torch_run
+
+from .launch import LAUNCHED
 
 
 def how_it_ended(exitcode):
@@ -35,6 +38,7 @@ def failure_lines(error):
 
 
 def main(argv):
+    os.environ[LAUNCHED] = "1"   # the ranks' environment: their `next:` line is the launcher's to print
     try:
         torch_run(argv)
     except ChildFailedError as e:

@@ -217,7 +217,8 @@ def rate(bytes_per_epoch):
 
 def summary(ra):
     """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
-    lines = [f"ranks        {ra.ranks}, {ra.aligned:,} {ra.unit}s aligned ({ra.warmup:,} warm-up left out); "
+    lines = [f"ranks        {ra.ranks}, {text.counted(ra.aligned - ra.warmup, ra.unit)} analysed of the "
+             f"{ra.aligned:,} aligned (the first {ra.warmup:,}, the warm-up, left out); "
              f"{_collective(ra)}",
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
              f"{text.ms(ra.job_time_s)}, in {text.counted(ra.straggled_steps, ra.unit)} "
