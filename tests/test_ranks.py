@@ -854,3 +854,20 @@ def test_the_per_rank_table_keeps_its_columns_for_every_status_and_tells_long_ho
     assert [line.split()[1:3] for line in table[1:]] == [["...r-node-00", "completed"], ["...r-node-01", "interrupted"],
                                                          ["...r-node-02", "terminated"]]
 
+
+
+def test_a_gc_stragglers_pauses_are_its_finding_and_a_rank_read_alone_says_it_is_one(tmp_path):
+    job = synthetic_job(tmp_path / "job", 2, 200, straggler=1, every=10, pause_s=0.008)
+    # rank 1 read alone: its own spikes, and a note that it is one rank of a job (a probe: nothing said so)
+    alone = analyze(job / "rank-1")
+    assert "gc-spikes" in [f.pattern for f in alone.findings] and alone.rank_of == (1, 2, str(job))
+    assert (f"Note: this is rank 1 of a job of 2 ranks, read alone: its steps show what it waited for, not which rank "
+            f"it waited for; profiler report on the job's directory ({job}) reads the ranks together.") \
+        in text.verdict(alone)
+    # the job: the straggler's own gc-spikes are the pauses the other rank waited for, told by the straggler
+    # finding; its remedy had read "gc.collect() every N steps on every rank", the straggler's "not when one rank
+    # holds the objects" (a probe)
+    d = analyze(job)
+    patterns = [f.pattern for f in d.findings]
+    assert patterns[0] == "rank-straggler" and "gc-spikes" not in patterns and d.rank_of is None
+    assert "read alone" not in text.verdict(d)

@@ -124,6 +124,17 @@ class Diagnosis:
     meta: dict = field(default_factory=dict)
     cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
     unfinished: bool = False    # its last epoch, the only one with steps, is the one it stopped in (rundir.Run.epochs)
+    rank_of: tuple | None = None  # (rank, world size, the job's directory or None): one rank's run of a job
+
+
+def _rank_of(run):
+    """(rank, world size, the job's directory when the run's parent holds the job's ranks, else None)
+    for one rank's run of a multi-rank job, else None: read alone, it shows no other rank's stalls."""
+    rank, world = run.meta.get("rank"), run.meta.get("world_size")
+    if not (type(rank) is int and type(world) is int and world > 1):
+        return None
+    parent = run.path.parent
+    return rank, world, str(parent) if is_multi_rank(parent) else None
 
 
 def _training_events(run, records):
@@ -320,4 +331,4 @@ def analyze(run_dir):
                            spikes.gc_explained_fraction) if len(steps) else None),
         findings=ranked, ops=ops,
         workers=_workers(workers[-1]) if workers else None,
-        spikes=spikes, meta=run.user_meta, unfinished=run.ends_unfinished)
+        spikes=spikes, meta=run.user_meta, unfinished=run.ends_unfinished, rank_of=_rank_of(run))

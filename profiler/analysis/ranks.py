@@ -626,10 +626,13 @@ def diagnose_ranks(run_dir):
     d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
     merged.diagnosed = base
     d.run_dir, d.ranks, d.stragglers, d.rank_analysis = str(run_dir), merged.ranks, merged.stragglers, merged
+    d.rank_of = None   # the job, read together
     if merged.stragglers:
         s = merged.stragglers
         cause = "gc" if s.gc_explained_fraction >= findings.GC_EXPLAINS else "compute"
-        d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *d.findings])
+        # its own gc-spikes are the pauses the others waited for: the straggler finding tells them, with their remedy
+        own = [f for f in d.findings if not (cause == "gc" and f.pattern == "gc-spikes")]
+        d.findings = findings.rank([findings.Finding(cause, "rank-straggler", s.time_fraction, s), *own])
     elif (merged.aligned - merged.warmup >= MIN_ALIGNED and merged.lost_fraction >= STRAGGLER_MIN
           and not _leads([r.stall_s for r in merged.per_rank])
           and (not merged.events or merged.lost_gc_by_generation[2] >= findings.GC_EXPLAINS)):

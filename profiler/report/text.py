@@ -642,6 +642,11 @@ def verdict(d):
         text += " Note: the run is incomplete (" + "; ".join(problems) + ")."
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
+    if d.rank_of is not None:
+        rank, world, job = d.rank_of
+        text += (f" Note: this is rank {rank} of a job of {world} ranks, read alone: its steps show what it waited "
+                 f"for, not which rank it waited for; profiler report on the job's directory"
+                 f"{f' ({job})' if job else ''} reads the ranks together.")
     et = d.epoch_time
     if et.same_steps is not None:
         steps, epochs, fewest, most = et.same_steps
