@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from profiler.rundir import FORMAT, GC_EVENTS, STEPS, RunWriter
-from profiler.rundir.format import DATALOADER_OP, EPOCHS, GC_EVENT_DTYPE, META, STEP_RECORD
+from profiler.rundir.format import BACKWARD_OP, DATALOADER_OP, EPOCHS, GC_EVENT_DTYPE, META, STEP_RECORD
 
 from .fixtures import step_records
 
@@ -15,12 +15,13 @@ ORIGIN_UNIX = 1.8e9
 
 def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_gc2_s=None, status="completed",
                steps_per_epoch=None, host="node-0", local_rank=None, rss_growth=0, job=None, origin_unix=ORIGIN_UNIX,
-               error=None, finished_unix=None, data_s=None):
+               error=None, finished_unix=None, data_s=None, backward_s=None):
     """A rank's run directory: steps.bin from wall_s (n,), gc_s (3, n) pauses by generation inside
     the steps and start_s (n,) (back to back by default); gap_gc2_s (n,) a generation-2 collection
     just before each step (gc_events.bin); one epochs.jsonl record per `steps_per_epoch` steps (the
     whole run as one epoch by default); data_s (n,) or a number: each step's wait for its DataLoader
-    batch (the op DataLoader.__next__)."""
+    batch (the op DataLoader.__next__); backward_s likewise, its Tensor.backward() (the op
+    Tensor.backward)."""
     wall_s = np.asarray(wall_s, float)
     n = len(wall_s)
     gc_s = np.zeros((3, n)) if gc_s is None else np.asarray(gc_s, float)
@@ -48,17 +49,18 @@ def write_rank(path, rank, world_size, wall_s, gc_s=None, *, start_s=None, gap_g
                              "steps": len(wall_s[part]),
                              "gc": {"pause_s": pauses, "collections": collections,
                                     "collected": [0, 0, 0], "max_pause_s": float(gc_s[:, part].max(initial=0.0))},
-                             "rss_bytes": 100_000_000 + rss_growth * e, "heap": None, "ops": _data_op(data_s, n, part)})
+                             "rss_bytes": 100_000_000 + rss_growth * e, "heap": None,
+                             "ops": {**_op(DATALOADER_OP, data_s, n, part), **_op(BACKWARD_OP, backward_s, n, part)}})
     writer.close()
     return path
 
 
-def _data_op(data_s, n, part):
-    if data_s is None:
+def _op(name, seconds, n, part):
+    """The op `name` of an epoch's steps `part`, each taking `seconds` (n,) or a number; {} for None."""
+    if seconds is None:
         return {}
-    waits = np.broadcast_to(np.asarray(data_s, float), (n,))[part]
-    return {DATALOADER_OP: {"name": DATALOADER_OP, "tags": {}, "calls": len(waits), "total_s": float(waits.sum()),
-                            "timed": len(waits)}}
+    times = np.broadcast_to(np.asarray(seconds, float), (n,))[part]
+    return {name: {"name": name, "tags": {}, "calls": len(times), "total_s": float(times.sum()), "timed": len(times)}}
 
 
 def synthetic_job(root, ranks, steps, *, straggler=None, every=10, pause_s=0.008, step_s=0.010, load_s=0.0005,

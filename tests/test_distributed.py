@@ -280,6 +280,25 @@ def test_a_rank_killed_mid_run_is_named_with_its_last_step_and_the_others_are_in
 
 
 @pytest.mark.slow
+def test_a_ddp_rank_slow_at_its_own_work_is_named(tmp_path, capsys):
+    # every rank's step waits for rank 1's gradients inside its backward: the steps end together, no rank stalls,
+    # and the report had said "No finding" (a probe)
+    pytest.importorskip("torch")
+    out = tmp_path / "job"
+    proc = subprocess.run([sys.executable, "-m", "profiler", "run", "--nproc-per-node", "2", "--quiet", "--out",
+                           str(out), str(SCRIPTS / "ddp_train.py"), "--epochs", "3", "--samples", "2048"], cwd=ROOT,
+                          env={**os.environ, **ENV, "SLOW_COMPUTE_RANK": "1"}, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = _report(capsys, out)
+    first = d["findings"][0]
+    assert first["pattern"] == "rank-compute" and first["data"]["rank"] == 1, d["findings"]
+    excess = first["data"]["own_s"] - first["data"]["others_own_s"]
+    assert 0.0015 <= excess <= 0.004, first["data"]   # its 2 ms a step
+    assert "Rank 1 spends" in _cli(capsys, "report", out)
+
+
+@pytest.mark.slow
 def test_a_stopped_job_says_where_its_ranks_runs_are(tmp_path):
     # a SIGTERM to `profiler run --nproc-per-node` (or a Ctrl-C) said only that the ranks were stopped (a probe)
     pytest.importorskip("torch")

@@ -871,3 +871,46 @@ def test_a_gc_stragglers_pauses_are_its_finding_and_a_rank_read_alone_says_it_is
     patterns = [f.pattern for f in d.findings]
     assert patterns[0] == "rank-straggler" and "gc-spikes" not in patterns and d.rank_of is None
     assert "read alone" not in text.verdict(d)
+
+
+def _compute_job(root, own, step_s=0.03, backward=0.008, n=200):
+    """A data-parallel job whose steps end together at the all-reduce inside Tensor.backward(): rank r
+    works own[r] seconds a step before it, and every rank's backward waits for the slowest rank's work."""
+    slowest = max(own)
+    for rank, work in enumerate(own):
+        write_rank(root / f"rank-{rank}", rank, len(own), np.full(n, step_s), steps_per_epoch=20, data_s=0.0005,
+                   backward_s=backward + slowest - work)
+    return root
+
+
+def test_a_rank_slow_at_its_own_work_is_named_though_no_rank_stalls(tmp_path):
+    # rank 1 sleeps 3 ms in its step: every rank's step is as long, no rank stalls, and the report had said
+    # "No finding" (a probe); the others wait for its gradients inside their backward
+    a = analyze_ranks(_compute_job(tmp_path / "slow", [0.004, 0.016, 0.004]))
+    assert a.stragglers is None and a.lost_s == 0.0 and a.input_straggler is None
+    s = a.compute_straggler
+    assert (s.rank, s.own_s, s.others_own_s) == (1, pytest.approx(0.030 - 0.0005 - 0.008), pytest.approx(0.0095))
+    assert (s.backward_s, s.others_backward_s) == (pytest.approx(0.008), pytest.approx(0.020))
+    assert s.time_fraction == pytest.approx(0.012 / 0.03)
+    d = analyze(tmp_path / "slow")
+    assert d.primary_cause == "compute" and d.findings[0].pattern == "rank-compute" and d.rank_analysis.diagnosed == 1
+    words = " ".join(text.diagnosis(d).split())
+    assert ("Rank 1 spends 21.50 ms a step on its own work (the step less its backward, its waits for data and its "
+            "GC pauses), against 9.50 ms on the other ranks (their median), and they wait for its gradients inside "
+            "their backward (20.00 ms a step against its 8.00 ms)") in words and "40.0% of the job's median step" in words
+    assert "Give rank 1 the work the others have" in words
+
+
+@pytest.mark.parametrize("own", [[0.004, 0.004, 0.004],   # alike
+                                 [0.004, 0.005]])         # 1 ms more: 3.3% of the step
+def test_ranks_that_work_alike_or_close_have_no_compute_straggler(tmp_path, own):
+    assert analyze_ranks(_compute_job(tmp_path, own)).compute_straggler is None
+    assert "rank-compute" not in [f.pattern for f in analyze(tmp_path).findings]
+
+
+def test_a_rank_whose_step_is_longer_with_no_one_waiting_in_backward_is_no_compute_straggler(tmp_path):
+    # rank 1 works 12 ms more but the others' backward is as short as its own: nothing waits for it there
+    for rank in range(2):
+        write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(200, 0.03 if rank else 0.018), steps_per_epoch=20,
+                   data_s=0.0005, backward_s=0.008)
+    assert analyze_ranks(tmp_path).compute_straggler is None

@@ -680,12 +680,17 @@ def step_compute_growth(trend, wall_s, ops):
                    ComputeGrowth(change, trend.excess_s, trend.gc_explained, [], bool(ops), unit="step"))
 
 
+def op_total(records, name):
+    """(seconds, calls) of the untagged op `name` over `records`, or None when it was never timed."""
+    timed = [(op["total_s"], op["calls"]) for r in records for op in (r.get("ops") or {}).values()
+             if op.get("name") == name and not op.get("tags")]
+    return (float(sum(s for s, _ in timed)), int(sum(n for _, n in timed))) if timed else None
+
+
 def data_waits(records):
     """(seconds, batches) the training thread waited for torch DataLoader batches in `records` (the op
     format.DATALOADER_OP), or None when none was timed."""
-    waits = [(op["total_s"], op["calls"]) for r in records for op in (r.get("ops") or {}).values()
-             if op.get("name") == DATALOADER_OP and not op.get("tags")]
-    return (float(sum(s for s, _ in waits)), int(sum(n for _, n in waits))) if waits else None
+    return op_total(records, DATALOADER_OP)
 
 
 def input_wait(records):

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import rundir
+from ..rundir.format import BACKWARD_OP
 from ..rundir.reader import step_count
 from ..rundir.ranks import MAX_UNIX, rank_dirs
 from . import diagnose, findings, stats
@@ -101,6 +102,8 @@ class RankSummary:
     silent_s: float | None = None   # from its last recorded step's (epoch's) end to its final status (a hang,
                                     # or work outside its steps); None when not known
     data_wait_s: float | None = None   # its wait for DataLoader batches per step after the warm-up (None: not timed)
+    backward_s: float | None = None    # its Tensor.backward() time per step after the warm-up (None: not timed)
+    own_s: float | None = None   # the rest of its epochs' time per step: less backward, data waits and GC pauses
     memory_trend: object = None  # findings.MemoryTrend of its anonymous memory through fewer epochs than
                                  # findings.MEMORY_MIN_EPOCHS after its warm-up (None: more, or too few readings)
 
@@ -135,6 +138,20 @@ class InputStraggler:
     others_wait_s: float     # the median of the other ranks'
     step_s: float            # the job's median step
     time_fraction: float     # (wait_s - others_wait_s) / step_s: the share of the job's time it costs
+
+
+@dataclass
+class ComputeStraggler:
+    """A rank slower at its own work in the step (its forward, a larger shard) that holds a
+    data-parallel job back: the others wait for its gradients inside their Tensor.backward(), where
+    the all-reduce ends, so every rank's step is as long and none shows a stall."""
+    rank: int
+    own_s: float             # its time per step outside backward, data waits and GC pauses
+    others_own_s: float      # the median of the other ranks'
+    backward_s: float        # its Tensor.backward() per step
+    others_backward_s: float   # the other ranks' median: theirs holds the wait for it
+    step_s: float            # the job's median step
+    time_fraction: float     # (own_s - others_own_s) / step_s: the share of the job's time it costs
 
 
 @dataclass
@@ -176,6 +193,7 @@ class RankAnalysis:
     diagnosed: int | None = None  # the rank whose own run a Diagnosis's other fields describe
     events: bool = False         # the lost time is in fewer than MIN_STALLS stalls that matter (_few)
     input_straggler: InputStraggler | None = None   # a rank slow to load its batches (_input_straggler)
+    compute_straggler: ComputeStraggler | None = None   # a rank slow at its own work in the step (_compute_straggler)
 
 
 @dataclass
@@ -267,6 +285,9 @@ def _rank(rank_dir, unit):
     used = epochs[warm_epochs:]
     on_disk = run.steps(every=True)   # the steps of the epoch it stopped in too: recorded, if not compared
     waits, stepped = findings.data_waits(used), sum(e.get("steps") or 0 for e in used)
+    backwards = findings.op_total(used, BACKWARD_OP)
+    own = (sum(e["wall_s"] - sum(e["gc"]["pause_s"]) for e in used) - backwards[0] - (waits[0] if waits else 0.0)
+           if backwards and stepped else None)
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     trend = findings.rss_trend(run.rss_samples(), used, stopped_start(run))
     summary = RankSummary(
@@ -279,7 +300,9 @@ def _rank(rank_dir, unit):
         stopped_unix=_stopped(run, on_disk, rank_dir.clock_origin_unix), complete=run.complete,
         silent_s=_silent(run, on_disk, rank_dir.clock_origin_unix),
         cautions=list(run.cautions), forced=findings.forced(used),
-        data_wait_s=waits[0] / stepped if waits and stepped else None, memory_trend=trend)
+        data_wait_s=waits[0] / stepped if waits and stepped else None, memory_trend=trend,
+        backward_s=backwards[0] / stepped if backwards and stepped else None,
+        own_s=own / stepped if own is not None else None)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -324,6 +347,25 @@ def _input_straggler(per_rank, step_s):
     if share < findings.MEANINGFUL or not _leads(list(waits.values())):
         return None
     return InputStraggler(rank, waits[rank], others, step_s, float(share))
+
+
+def _compute_straggler(per_rank, step_s):
+    """The rank whose own work per step (RankSummary.own_s) exceeds the other ranks' median by
+    findings.MEANINGFUL of the job's median step, where the others wait for it inside their
+    Tensor.backward() (their median backward longer than its own by at least half that excess: the
+    all-reduce ends there, as under DistributedDataParallel), or None. A rank whose step is longer
+    with no one waiting for it inside backward is no one's straggler here (ranks that never
+    all-reduce, or do it between steps, where the stalls tell)."""
+    ranks = {s.rank: s for s in per_rank if s.own_s is not None and s.backward_s is not None}
+    if len(ranks) < 2 or step_s <= 0:
+        return None
+    slow = max(ranks.values(), key=lambda s: s.own_s)
+    others = [s for s in ranks.values() if s is not slow]
+    own, backward = (float(np.median([getattr(s, k) for s in others])) for k in ("own_s", "backward_s"))
+    excess = slow.own_s - own
+    if excess < findings.MEANINGFUL * step_s or backward - slow.backward_s < excess / 2:
+        return None
+    return ComputeStraggler(slow.rank, slow.own_s, own, slow.backward_s, backward, step_s, float(excess / step_s))
 
 
 def _leads(stalls):
@@ -562,7 +604,8 @@ def analyze_ranks(run_dir):
         lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
         ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
         events=_few(top_stall[straggled]),
-        input_straggler=_input_straggler(per_rank, median) if unit == "step" else None)
+        input_straggler=_input_straggler(per_rank, median) if unit == "step" else None,
+        compute_straggler=_compute_straggler(per_rank, median) if unit == "step" else None)
 
 
 def rank_heatmap(run_dir, bins=400):
@@ -621,7 +664,7 @@ def diagnose_ranks(run_dir):
     finished = [s.rank for s in merged.per_rank if s.status in FINISHED]
     # else the first rank that finished, else the first to stop that finished an epoch
     live = [u["rank"] for u in merged.unfinished if u["epochs"]] or [u["rank"] for u in merged.unfinished]
-    slow = merged.stragglers or merged.input_straggler
+    slow = merged.stragglers or merged.input_straggler or merged.compute_straggler
     base = slow.rank if slow else (finished or live)[0]
     d = diagnose.analyze(next(r.path for r in rank_dirs(run_dir) if r.rank == base))
     merged.diagnosed = base
@@ -649,6 +692,9 @@ def diagnose_ranks(run_dir):
         s = merged.input_straggler
         d.findings = findings.rank([findings.Finding("compute", "rank-input-wait", s.time_fraction, s),
                                     *(f for f in d.findings if f.pattern != "input-wait" or base != s.rank)])
+    if merged.compute_straggler:
+        s = merged.compute_straggler
+        d.findings = findings.rank([findings.Finding("compute", "rank-compute", s.time_fraction, s), *d.findings])
     d.primary_cause = d.findings[0].cause if d.findings else "none"
     d.complete = d.complete and not merged.unfinished and all(s.complete for s in merged.per_rank)
     d.cautions = _cautions(merged)   # the diagnosed rank's too
@@ -699,6 +745,7 @@ class JobSide:
     cautions: list = field(default_factory=list)   # what its ranks' records leave out, each as "rank N: ..."; too
                                                    # few aligned steps to tell a straggler
     input_straggler: InputStraggler | None = None  # a rank slow to load its batches
+    compute_straggler: ComputeStraggler | None = None  # a rank slow at its own work in the step
 
 
 @dataclass
@@ -719,7 +766,8 @@ def _side(run_dir):
                    ranks=merged.ranks, steps=n, step_s=merged.job_time_s / n, lost_s_per_step=merged.lost_s / n,
                    lost_fraction=merged.lost_fraction,
                    gc_share=float(np.mean([s.gc_share for s in merged.per_rank])), straggler=merged.stragglers,
-                   cautions=_cautions(merged) + _compared_as_is(merged), input_straggler=merged.input_straggler)
+                   cautions=_cautions(merged) + _compared_as_is(merged), input_straggler=merged.input_straggler,
+                   compute_straggler=merged.compute_straggler)
 
 
 def compare_ranks(run_a, run_b):

@@ -18,7 +18,11 @@ for its data (a rank slow to load holds every rank of a data-parallel job back w
 its own); during a pass, another loader's batches count when drawn with autograd on and an
 optimizer steps before that loader is exhausted (zipped training loaders), not otherwise (a
 validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data).
-The call that ends a pass (StopIteration: workers shut down) is no batch's.
+The call that ends a pass (StopIteration: workers shut down) is no batch's. Each
+`Tensor.backward()` in the training thread is timed as the op format.BACKWARD_OP, its GC pauses
+left out: under DistributedDataParallel the gradients' all-reduce ends inside it, so a rank that
+waits there for another rank's gradients shows it in this op, and a rank slower at its own work
+before it (its forward, a larger shard) shows the rest of its step longer (analysis/ranks.py).
 """
 
 import contextlib
@@ -26,7 +30,7 @@ import sys
 import time
 import weakref
 
-from ..rundir.format import DATALOADER_OP
+from ..rundir.format import BACKWARD_OP, DATALOADER_OP
 from . import pending
 from .marks import Marks, succeeded
 
@@ -65,6 +69,7 @@ class TorchHooks:
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
         self._waits = None                  # the Session's op timer of the waits for batches
+        self._backwards = None              # and of Tensor.backward() calls
         self._nested = {}                   # id(iterator) -> [weakref to it, ns, batches] since the last optimizer
                                             # step, of loaders iterated inside the pass: a step's data if it steps
         self._grad_enabled = None           # torch.is_grad_enabled
@@ -78,7 +83,18 @@ class TorchHooks:
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
         session = self.marks.session if self.marks is not None else None   # None: a WorkerProbe's hooks alone
         waits = self._waits = session.op(DATALOADER_OP) if session is not None else None
+        backwards = self._backwards = session.op(BACKWARD_OP) if session is not None else None
         gc_timer = session.gc_timer if session is not None else None
+        tensor_backward = torch.Tensor.backward
+
+        def backward(tensor, *args, **kwargs):
+            if not hooks.marks.in_thread():
+                return tensor_backward(tensor, *args, **kwargs)
+            paused, start = sum(gc_timer.pause_ns), _now()
+            try:
+                return tensor_backward(tensor, *args, **kwargs)
+            finally:
+                backwards.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
 
         def __iter__(loader):
             began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers
@@ -127,6 +143,8 @@ class TorchHooks:
         if self.epochs or self.workers is not None:
             self._patch(dataloader.DataLoader, "__iter__", __iter__)
             self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
+        if backwards is not None:
+            self._patch(torch.Tensor, "backward", backward)
 
     def _patch(self, owner, name, value):
         self._patched.append((owner, name, owner.__dict__.get(name)))

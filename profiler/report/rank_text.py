@@ -112,6 +112,22 @@ def input_evidence(s):
             f"{text.pct(s.time_fraction)} of the job's median step ({text.ms(s.step_s)}), and show as no rank's stall")
 
 
+def compute_evidence(s):
+    return (f"Rank {s.rank} spends {text.ms(s.own_s)} a step on its own work (the step less its backward, "
+            f"its waits for data and its GC pauses), against {text.ms(s.others_own_s)} on the other ranks (their "
+            f"median), and they wait for its gradients inside their backward ({text.ms(s.others_backward_s)} a "
+            f"step against its {text.ms(s.backward_s)}): the {text.ms(s.own_s - s.others_own_s)} more are in every "
+            f"rank's step, {text.pct(s.time_fraction)} of the job's median step ({text.ms(s.step_s)}), and show as "
+            f"no rank's stall")
+
+
+def compute_remedy(s):
+    return (f"Give rank {s.rank} the work the others have: a shard of the same size and cost (sequences of "
+            f"similar length: a sampler that balances them), the same batch size and model, its own core and no "
+            f"work only it does in the step (logging, metrics, checkpoints on rank {s.rank}); if its machine or "
+            f"core is slower or shared, what else runs there. Its own run (rank-{s.rank}/) shows its ops per epoch.")
+
+
 def input_remedy(s):
     return (f"Feed rank {s.rank} as fast as the others: more DataLoader workers on it (num_workers, "
             f"persistent_workers=True), or its data on storage as fast as theirs; if its node is shared or slower, "
@@ -244,14 +260,17 @@ def summary(ra):
 def _side(j):
     text_ = (f"{j.label}: {text.ms(j.step_s)} per step, {text.ms(j.lost_s_per_step)} of it lost waiting "
              f"({text.pct(j.lost_fraction)}), GC {text.pct(j.gc_share)} of the ranks' time")
-    s, i = j.straggler, j.input_straggler
+    s, i, c = j.straggler, j.input_straggler, j.compute_straggler
     if s is not None:
         text_ += (f"; rank {s.rank} straggles in {text.pct(s.step_fraction)} of the steps, costing "
                   f"{text.pct(s.time_fraction)} of the job, {text.pct(s.gc_explained_fraction)} of it its own GC")
     if i is not None:
         text_ += (f"; rank {i.rank} waits {text.ms(i.wait_s)} a step for its DataLoader against "
                   f"{text.ms(i.others_wait_s)} on the others, {text.pct(i.time_fraction)} of the job's median step")
-    return text_ if s is not None or i is not None else text_ + "; no rank stands out"
+    if c is not None:
+        text_ += (f"; rank {c.rank} spends {text.ms(c.own_s)} a step on its own work against "
+                  f"{text.ms(c.others_own_s)} on the others, {text.pct(c.time_fraction)} of the job's median step")
+    return text_ if s is not None or i is not None or c is not None else text_ + "; no rank stands out"
 
 
 def comparison_verdict(c):

@@ -242,6 +242,8 @@ def evidence(f):
         return rank_text.stalls_evidence(e)
     if f.pattern == "rank-input-wait":
         return rank_text.input_evidence(e)
+    if f.pattern == "rank-compute":
+        return rank_text.compute_evidence(e)
     if f.pattern == "gc-steady":
         spread = ("" if f.time_fraction >= e.share_total - 0.001 else
                   f", {pct(f.time_fraction)} of it spread over the run outside spikes and pause growth")
@@ -324,6 +326,8 @@ def remedy(f):
         return rank_text.stalls_remedy(e)
     if f.pattern == "rank-input-wait":
         return rank_text.input_remedy(e)
+    if f.pattern == "rank-compute":
+        return rank_text.compute_remedy(e)
     if f.pattern == "gc-between-epochs":
         if fnd.forced_leads(e):
             return _forced_remedy(e.forced, e.policy)

@@ -3,7 +3,9 @@ DistributedSampler, no profiler code. On rank STRAGGLER_RANK (none by default) t
 per-step log sized up front and a record of every sample it has seen, the way a metrics history or
 a "seen samples" cache grows in real jobs: its automatic full collections stall the other ranks.
 On rank SLOW_LOAD_RANK (none by default) each sample takes 0.3 ms to load, as from slow storage:
-the other ranks wait for its gradients at every step, with no stall of its own to show.
+the other ranks wait for its gradients at every step, with no stall of its own to show. On rank
+SLOW_COMPUTE_RANK (none by default) each step's forward takes 2 ms more, as a larger shard or
+longer sequences make it: the others wait for its gradients inside their backward.
 
     torchrun --nproc-per-node 2 -m profiler run --out runs/ddp tests/scripts/ddp_train.py --epochs 4
 """
@@ -44,6 +46,7 @@ def main():
                                                         torch.nn.Linear(64, 2)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     straggler = rank == int(os.environ.get("STRAGGLER_RANK", "-1"))
+    heavier = rank == int(os.environ.get("SLOW_COMPUTE_RANK", "-1"))
     history = [{"step": i, "loss": [0.0]} for i in range(50_000)] if straggler else []
     seen = []
     for epoch in range(args.epochs):
@@ -52,6 +55,10 @@ def main():
             if straggler:
                 seen.append([[epoch, i, int(label)] for i, label in enumerate(yb.tolist()) for _ in range(30)])
             optimizer.zero_grad()
+            if heavier:
+                end = time.perf_counter() + 0.002
+                while time.perf_counter() < end:
+                    pass
             loss = torch.nn.functional.cross_entropy(model(xb), yb)
             loss.backward()
             optimizer.step()
