@@ -253,7 +253,7 @@ def test_a_ranks_memory_growth_needs_three_epochs_after_its_warm_up(tmp_path):
     a = analyze_ranks(tmp_path)
     assert a.per_rank[0].rss_growth_bytes_per_epoch == pytest.approx(4 << 20)
     assert a.per_rank[1].rss_growth_bytes_per_epoch is None
-    rows = {line.split()[0]: line[-22:-11].strip() for line in rank_text.summary(a)
+    rows = {line.split()[0]: line[-33:-22].strip() for line in rank_text.summary(a)
             if line.split()[:1] in (["0"], ["1"])}
     assert rows == {"0": "4.0 MiB", "1": "-"}
 
@@ -438,7 +438,7 @@ def test_a_rank_whose_memory_grows_is_said_though_another_rank_is_diagnosed(tmp_
         "!            rank 2's RSS grows 8.0 MiB per epoch against 1000 B on the median rank: `profiler report` on "
         "its directory for the growth"]
     assert lines[lines.index(next(line for line in lines if line.lstrip().startswith("rank host"))) + 3].endswith(
-        "8.0 MiB          -")
+        "8.0 MiB          -          -")
 
 
 @pytest.mark.parametrize("collective, where, pause_s", [("in-step", "step", 0.008), ("between-steps", "step", 0.008),
@@ -809,7 +809,7 @@ def test_a_rank_slow_to_load_its_batches_is_named_though_no_rank_stalls(tmp_path
     assert "38.3% of the job's median step (30.00 ms)" in words
     table = rank_text.summary(a)
     header = next(i for i, line in enumerate(table) if line.lstrip().startswith("rank host"))
-    assert table[header].endswith("data wait") and [line.split()[-2] for line in table[header + 1:header + 5]] == [
+    assert table[header].endswith("data wait   own work") and [line.split()[-3] for line in table[header + 1:header + 5]] == [
         "0.50", "0.50", "12.00", "0.50"]   # ms a step
 
 

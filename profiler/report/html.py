@@ -47,10 +47,10 @@ def ranks_section(ra, heatmap):
         "<h2>Ranks</h2>", "<p>" + "<br>".join(html.escape(line) for line in lines[:lines.index("")]) + "</p>",   # the table's above
         _img(rank_figures.heatmap(heatmap, ra.stragglers.rank if ra.stragglers else None)),
         _table(["rank", "host", "status", ra.unit + "s", "median", "GC share", "stalled", "cost", "RSS/epoch",
-                "data wait"],
+                "data wait", "own work"],
                [[r.rank, r.host or "-", r.status, r.steps if ra.unit == "step" else r.epochs, text.ms(r.median_s),
                  text.pct(r.gc_share), r.straggled, text.ms(r.stall_s), rank_text.rate(r.rss_growth_bytes_per_epoch),
-                 rank_text.wait(r.data_wait_s)]
+                 rank_text.wait(r.data_wait_s), rank_text.wait(r.own_s)]
                 for r in ra.per_rank])])
 
 

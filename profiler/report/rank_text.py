@@ -222,7 +222,7 @@ def _host(host):
 
 
 def wait(seconds):
-    """A rank's wait for its DataLoader per step, "-" when it timed none."""
+    """A rank's time per step (its wait for its DataLoader, its own work), "-" when not timed."""
     return "-" if seconds is None else text.ms(seconds)
 
 
@@ -241,12 +241,12 @@ def summary(ra):
              f"(median {ra.unit} {text.ms(ra.median_s)})"]
     lines += [f"!            {line}" for line in unfinished(ra) + uneven(ra) + growing(ra)]
     lines += ["", f"{'rank':>5s} {'host':12s} {'status':11s} {ra.unit + 's':>8s} {'median':>10s} {'GC share':>9s} "
-                  f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s} {'data wait':>10s}"]
+                  f"{'stalled':>8s} {'cost':>10s} {'RSS/epoch':>11s} {'data wait':>10s} {'own work':>10s}"]
     for r in ra.per_rank[:64]:
         count = r.steps if ra.unit == "step" else r.epochs
         lines.append(f"{r.rank:5d} {_host(r.host):12s} {r.status:11s} {count:8,d} {text.ms(r.median_s):>10s} "
                      f"{text.pct(r.gc_share):>9s} {r.straggled:8,d} {text.ms(r.stall_s):>10s} "
-                     f"{rate(r.rss_growth_bytes_per_epoch):>11s} {wait(r.data_wait_s):>10s}")
+                     f"{rate(r.rss_growth_bytes_per_epoch):>11s} {wait(r.data_wait_s):>10s} {wait(r.own_s):>10s}")
     if len(ra.per_rank) > 64:
         worst = sorted(ra.per_rank, key=lambda r: -r.stall_s)[:5]
         lines.append(f"... {len(ra.per_rank) - 64} more ranks; the costliest: "
