@@ -168,6 +168,7 @@ def test_track_marks_a_loop_in_code_and_removes_its_hooks(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     train = DataLoader(TensorDataset(torch.randn(40, 4), torch.randint(0, 2, (40,))), batch_size=10)
     iter_before, next_before = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
+    backward_before = torch.Tensor.backward
     with Session(tmp_path / "run") as session, track(session) as marks:
         next(iter(train))                                  # a peek at one batch: no epoch
         for epoch in range(3):
@@ -185,8 +186,36 @@ def test_track_marks_a_loop_in_code_and_removes_its_hooks(tmp_path):
     assert it is not None and not pending._armed           # nothing waits for its iterator
     assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4, 4]
     assert dataloader.DataLoader.__iter__ is iter_before and dataloader._BaseDataLoaderIter.__next__ is next_before
+    assert torch.Tensor.backward is backward_before
+    assert [r["ops"]["Tensor.backward"]["calls"] for r in records(tmp_path / "run")] == [4, 4, 4]
     from torch.optim.optimizer import _global_optimizer_post_hooks
     assert not _global_optimizer_post_hooks
+
+
+def test_each_backward_of_the_training_thread_is_timed_once_and_passes_through(tmp_path):
+    import threading
+
+    from profiler import Session
+    from profiler.integrations.torch import track
+
+    class Logged(torch.Tensor):   # a subclass with __torch_function__: torch calls backward again inside the call
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    w = torch.ones(3, requires_grad=True)
+    with Session(tmp_path / "run") as session, track(session):
+        with session.epoch():
+            (w * 2).sum().backward()
+            (w * 2).sum().as_subclass(Logged).backward()   # once, not twice (a review)
+            other = threading.Thread(target=lambda: (w * 3).sum().backward())   # another thread's: not timed
+            other.start()
+            other.join()
+            with pytest.raises(RuntimeError, match="does not require grad"):
+                torch.ones(2).sum().backward()             # the program's error, as without the profiler
+        assert torch.Tensor.backward.__doc__   # torch's own docstring
+    op, = [op for op in records(tmp_path / "run")[0]["ops"].values() if op["name"] == "Tensor.backward"]
+    assert op["calls"] == 3 and w.grad.tolist() == [7.0, 7.0, 7.0]
 
 
 def test_a_pass_includes_starting_its_iterator_and_one_that_fails_to_start_is_no_epoch(tmp_path, monkeypatch):

@@ -860,7 +860,7 @@ def test_a_gc_stragglers_pauses_are_its_finding_and_a_rank_read_alone_says_it_is
     job = synthetic_job(tmp_path / "job", 2, 200, straggler=1, every=10, pause_s=0.008)
     # rank 1 read alone: its own spikes, and a note that it is one rank of a job (a probe: nothing said so)
     alone = analyze(job / "rank-1")
-    assert "gc-spikes" in [f.pattern for f in alone.findings] and alone.rank_of == (1, 2, str(job))
+    assert "gc-spikes" in [f.pattern for f in alone.findings] and (alone.rank_of.rank, alone.rank_of.world_size, alone.rank_of.job_dir) == (1, 2, str(job))
     assert (f"Note: this is rank 1 of a job of 2 ranks, read alone: its steps show what it waited for, not which rank "
             f"it waited for; profiler report on the job's directory ({job}) reads the ranks together.") \
         in text.verdict(alone)
@@ -914,3 +914,19 @@ def test_a_rank_whose_step_is_longer_with_no_one_waiting_in_backward_is_no_compu
         write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(200, 0.03 if rank else 0.018), steps_per_epoch=20,
                    data_s=0.0005, backward_s=0.008)
     assert analyze_ranks(tmp_path).compute_straggler is None
+
+
+def test_a_ranks_time_outside_its_steps_or_its_waits_for_data_are_not_its_own_work(tmp_path):
+    # rank 1 loads slowly (the others wait for it inside their backward) and its epochs end 200 ms after their last
+    # step (workers shut down): counted from its epochs, that read as 10 ms a step of its own work (a review)
+    for rank in range(2):
+        slow = rank == 1
+        path = write_rank(tmp_path / f"rank-{rank}", rank, 2, np.full(200, 0.03), steps_per_epoch=20,
+                          data_s=0.0105 if slow else 0.0005, backward_s=0.0095 if slow else 0.0195)
+        if slow:
+            lines = [json.loads(line) for line in (path / "epochs.jsonl").read_text().splitlines()]
+            (path / "epochs.jsonl").write_text("".join(json.dumps({**r, "wall_s": r["wall_s"] + 0.2}) + "\n"
+                                                       for r in lines))
+    a = analyze_ranks(tmp_path)
+    assert a.input_straggler.rank == 1 and a.compute_straggler is None
+    assert [r.own_s for r in a.per_rank] == pytest.approx([0.010, 0.010])

@@ -103,6 +103,14 @@ class Workers:
 
 
 @dataclass
+class RankOf:
+    """One rank's run of a multi-rank job, read alone: it shows what it waited for, not for whom."""
+    rank: int
+    world_size: int
+    job_dir: str | None   # the directory holding the job's ranks, when the run's parent is it
+
+
+@dataclass
 class Diagnosis:
     run_dir: str
     epochs: int
@@ -124,17 +132,16 @@ class Diagnosis:
     meta: dict = field(default_factory=dict)
     cautions: list = field(default_factory=list)  # what the run's records leave out (rundir.Run.cautions)
     unfinished: bool = False    # its last epoch, the only one with steps, is the one it stopped in (rundir.Run.epochs)
-    rank_of: tuple | None = None  # (rank, world size, the job's directory or None): one rank's run of a job
+    rank_of: RankOf | None = None   # one rank's run of a multi-rank job, read alone
 
 
 def _rank_of(run):
-    """(rank, world size, the job's directory when the run's parent holds the job's ranks, else None)
-    for one rank's run of a multi-rank job, else None: read alone, it shows no other rank's stalls."""
+    """The RankOf of one rank's run of a multi-rank job, else None."""
     rank, world = run.meta.get("rank"), run.meta.get("world_size")
     if not (type(rank) is int and type(world) is int and world > 1):
         return None
     parent = run.path.parent
-    return rank, world, str(parent) if is_multi_rank(parent) else None
+    return RankOf(rank, world, str(parent) if is_multi_rank(parent) else None)
 
 
 def _training_events(run, records):

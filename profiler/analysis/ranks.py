@@ -103,7 +103,8 @@ class RankSummary:
                                     # or work outside its steps); None when not known
     data_wait_s: float | None = None   # its wait for DataLoader batches per step after the warm-up (None: not timed)
     backward_s: float | None = None    # its Tensor.backward() time per step after the warm-up (None: not timed)
-    own_s: float | None = None   # the rest of its epochs' time per step: less backward, data waits and GC pauses
+    own_s: float | None = None   # the rest of its steps' time per step: less backward, data waits and GC pauses
+    gc_step_s: float | None = None   # its GC pause inside its steps, per step (with backward_s)
     memory_trend: object = None  # findings.MemoryTrend of its anonymous memory through fewer epochs than
                                  # findings.MEMORY_MIN_EPOCHS after its warm-up (None: more, or too few readings)
 
@@ -285,9 +286,12 @@ def _rank(rank_dir, unit):
     used = epochs[warm_epochs:]
     on_disk = run.steps(every=True)   # the steps of the epoch it stopped in too: recorded, if not compared
     waits, stepped = findings.data_waits(used), sum(e.get("steps") or 0 for e in used)
-    backwards = findings.op_total(used, BACKWARD_OP)
-    own = (sum(e["wall_s"] - sum(e["gc"]["pause_s"]) for e in used) - backwards[0] - (waits[0] if waits else 0.0)
-           if backwards and stepped else None)
+    backwards, analysed = findings.op_total(used, BACKWARD_OP), len(wall) - warm
+    backward = own = gc_step = None
+    if unit == "step" and backwards and analysed > 0:   # per analysed step: the steps' own time, not the epochs'
+        in_steps = sum(float(np.sum(steps[f"gc{g}_s"][warm:], dtype=float)) for g in range(3))
+        backward, gc_step = backwards[0] / analysed, in_steps / analysed
+        own = (float(wall[warm:].sum()) - in_steps - backwards[0] - (waits[0] if waits else 0.0)) / analysed
     rss_rate = stats.slope([e["epoch"] for e in used], [e["rss_bytes"] for e in used]) if len(used) >= 3 else None
     trend = findings.rss_trend(run.rss_samples(), used, stopped_start(run))
     summary = RankSummary(
@@ -301,8 +305,7 @@ def _rank(rank_dir, unit):
         silent_s=_silent(run, on_disk, rank_dir.clock_origin_unix),
         cautions=list(run.cautions), forced=findings.forced(used),
         data_wait_s=waits[0] / stepped if waits and stepped else None, memory_trend=trend,
-        backward_s=backwards[0] / stepped if backwards and stepped else None,
-        own_s=own / stepped if own is not None else None)
+        backward_s=backward, own_s=own, gc_step_s=gc_step)
     source = _Source(rank_dir.path, steps, unit, rank_dir.clock_origin_unix, gap_events)
     return summary, source, warm
 
@@ -352,18 +355,25 @@ def _input_straggler(per_rank, step_s):
 def _compute_straggler(per_rank, step_s):
     """The rank whose own work per step (RankSummary.own_s) exceeds the other ranks' median by
     findings.MEANINGFUL of the job's median step, where the others wait for it inside their
-    Tensor.backward() (their median backward longer than its own by at least half that excess: the
-    all-reduce ends there, as under DistributedDataParallel), or None. A rank whose step is longer
-    with no one waiting for it inside backward is no one's straggler here (ranks that never
-    all-reduce, or do it between steps, where the stalls tell)."""
-    ranks = {s.rank: s for s in per_rank if s.own_s is not None and s.backward_s is not None}
+    Tensor.backward() (their median backward longer than its own, less what its longer data waits
+    and GC pauses would make them wait, by at least half that excess: the all-reduce ends there, as
+    under DistributedDataParallel), or None. A rank whose step is longer with no one waiting for it
+    inside backward is no one's straggler here (ranks that never all-reduce, or do it between steps,
+    where the stalls tell); nor is one the others wait for only while it loads or collects (the
+    input and GC stragglers)."""
+    ranks = {s.rank: s for s in per_rank if s.own_s is not None}
     if len(ranks) < 2 or step_s <= 0:
         return None
     slow = max(ranks.values(), key=lambda s: s.own_s)
     others = [s for s in ranks.values() if s is not slow]
-    own, backward = (float(np.median([getattr(s, k) for s in others])) for k in ("own_s", "backward_s"))
+
+    def median(key):
+        return float(np.median([getattr(s, key) or 0.0 for s in others]))
+    own, backward = median("own_s"), median("backward_s")
     excess = slow.own_s - own
-    if excess < findings.MEANINGFUL * step_s or backward - slow.backward_s < excess / 2:
+    waited = (backward - slow.backward_s - max(0.0, (slow.data_wait_s or 0.0) - median("data_wait_s"))
+              - max(0.0, slow.gc_step_s - median("gc_step_s")))
+    if excess < findings.MEANINGFUL * step_s or waited < excess / 2:
         return None
     return ComputeStraggler(slow.rank, slow.own_s, own, slow.backward_s, backward, step_s, float(excess / step_s))
 

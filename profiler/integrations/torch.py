@@ -26,6 +26,7 @@ before it (its forward, a larger shard) shows the rest of its step longer (analy
 """
 
 import contextlib
+import functools
 import sys
 import time
 import weakref
@@ -86,14 +87,18 @@ class TorchHooks:
         backwards = self._backwards = session.op(BACKWARD_OP) if session is not None else None
         gc_timer = session.gc_timer if session is not None else None
         tensor_backward = torch.Tensor.backward
+        inside = []   # a call being timed: a tensor subclass's __torch_function__ calls backward again within it
 
+        @functools.wraps(tensor_backward)
         def backward(tensor, *args, **kwargs):
-            if not hooks.marks.in_thread():
+            if inside or not hooks.marks.in_thread():
                 return tensor_backward(tensor, *args, **kwargs)
             paused, start = sum(gc_timer.pause_ns), _now()
+            inside.append(True)
             try:
                 return tensor_backward(tensor, *args, **kwargs)
             finally:
+                inside.pop()
                 backwards.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
 
         def __iter__(loader):

@@ -647,10 +647,10 @@ def verdict(d):
     if d.cautions:
         text += " Note: " + "; ".join(d.cautions) + "."
     if d.rank_of is not None:
-        rank, world, job = d.rank_of
-        text += (f" Note: this is rank {rank} of a job of {world} ranks, read alone: its steps show what it waited "
-                 f"for, not which rank it waited for; profiler report on the job's directory"
-                 f"{f' ({job})' if job else ''} reads the ranks together.")
+        r = d.rank_of
+        text += (f" Note: this is rank {r.rank} of a job of {r.world_size} ranks, read alone: its steps show what it "
+                 f"waited for, not which rank it waited for; profiler report on the job's directory"
+                 f"{f' ({r.job_dir})' if r.job_dir else ''} reads the ranks together.")
     et = d.epoch_time
     if et.same_steps is not None:
         steps, epochs, fewest, most = et.same_steps
