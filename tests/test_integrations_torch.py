@@ -204,10 +204,12 @@ def test_each_backward_of_the_training_thread_is_timed_once_and_passes_through(t
             return super().__torch_function__(func, types, args, kwargs or {})
 
     w = torch.ones(3, requires_grad=True)
+    backward_before = torch.autograd.backward
     with Session(tmp_path / "run") as session, track(session):
         with session.epoch():
             (w * 2).sum().backward()
             (w * 2).sum().as_subclass(Logged).backward()   # once, not twice (a review)
+            torch.autograd.backward((w * 2).sum())         # as users call it too (a probe: untimed)
             other = threading.Thread(target=lambda: (w * 3).sum().backward())   # another thread's: not timed
             other.start()
             other.join()
@@ -215,7 +217,8 @@ def test_each_backward_of_the_training_thread_is_timed_once_and_passes_through(t
                 torch.ones(2).sum().backward()             # the program's error, as without the profiler
         assert torch.Tensor.backward.__doc__   # torch's own docstring
     op, = [op for op in records(tmp_path / "run")[0]["ops"].values() if op["name"] == "Tensor.backward"]
-    assert op["calls"] == 3 and w.grad.tolist() == [7.0, 7.0, 7.0]
+    assert op["calls"] == 4 and w.grad.tolist() == [9.0, 9.0, 9.0]
+    assert torch.autograd.backward is backward_before
 
 
 def test_a_pass_includes_starting_its_iterator_and_one_that_fails_to_start_is_no_epoch(tmp_path, monkeypatch):

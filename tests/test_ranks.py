@@ -897,7 +897,8 @@ def test_a_rank_slow_at_its_own_work_is_named_though_no_rank_stalls(tmp_path):
     words = " ".join(text.diagnosis(d).split())
     assert ("Rank 1 spends 21.50 ms a step on its own work (the step less its backward, its waits for data and its "
             "GC pauses), against 9.50 ms on the other ranks (their median), and they wait for its gradients inside "
-            "their backward (20.00 ms a step against its 8.00 ms)") in words and "40.0% of the job's median step" in words
+            "their backward (20.00 ms a step against its 8.00 ms): 12.00 ms a step on average, 40.0% of the job's time "
+            "(its mean step 30.00 ms)") in words
     assert "Give rank 1 the work the others have" in words
 
 

@@ -151,7 +151,7 @@ class ComputeStraggler:
     others_own_s: float      # the median of the other ranks'
     backward_s: float        # its Tensor.backward() per step
     others_backward_s: float   # the other ranks' median: theirs holds the wait for it
-    step_s: float            # the job's median step
+    step_s: float            # the job's mean step
     time_fraction: float     # (own_s - others_own_s) / step_s: the share of the job's time it costs
 
 
@@ -354,7 +354,8 @@ def _input_straggler(per_rank, step_s):
 
 def _compute_straggler(per_rank, step_s):
     """The rank whose own work per step (RankSummary.own_s) exceeds the other ranks' median by
-    findings.MEANINGFUL of the job's median step, where the others wait for it inside their
+    findings.MEANINGFUL of the job's mean step `step_s` (work that comes in bursts, every Nth step,
+    is a mean too), where the others wait for it inside their
     Tensor.backward() (their median backward longer than its own, less what its longer data waits
     and GC pauses would make them wait, by at least half that excess: the all-reduce ends there, as
     under DistributedDataParallel), or None. A rank whose step is longer with no one waiting for it
@@ -615,7 +616,7 @@ def analyze_ranks(run_dir):
         ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
         events=_few(top_stall[straggled]),
         input_straggler=_input_straggler(per_rank, median) if unit == "step" else None,
-        compute_straggler=_compute_straggler(per_rank, median) if unit == "step" else None)
+        compute_straggler=_compute_straggler(per_rank, job_time / n_used) if unit == "step" and n_used else None)
 
 
 def rank_heatmap(run_dir, bins=400):

@@ -19,7 +19,8 @@ its own); during a pass, another loader's batches count when drawn with autograd
 optimizer steps before that loader is exhausted (zipped training loaders), not otherwise (a
 validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data).
 The call that ends a pass (StopIteration: workers shut down) is no batch's. Each
-`Tensor.backward()` in the training thread is timed as the op format.BACKWARD_OP, its GC pauses
+`Tensor.backward()` (or `torch.autograd.backward()`) in the training thread is timed as the op
+format.BACKWARD_OP, its GC pauses
 left out: under DistributedDataParallel the gradients' all-reduce ends inside it, so a rank that
 waits there for another rank's gradients shows it in this op, and a rank slower at its own work
 before it (its forward, a larger shard) shows the rest of its step longer (analysis/ranks.py).
@@ -86,20 +87,22 @@ class TorchHooks:
         waits = self._waits = session.op(DATALOADER_OP) if session is not None else None
         backwards = self._backwards = session.op(BACKWARD_OP) if session is not None else None
         gc_timer = session.gc_timer if session is not None else None
-        tensor_backward = torch.Tensor.backward
-        inside = []   # a call being timed: a tensor subclass's __torch_function__ calls backward again within it
+        inside = []   # a backward being timed: Tensor.backward calls torch.autograd.backward, and a tensor
+                      # subclass's __torch_function__ calls Tensor.backward again, within it
 
-        @functools.wraps(tensor_backward)
-        def backward(tensor, *args, **kwargs):
-            if inside or not hooks.marks.in_thread():
-                return tensor_backward(tensor, *args, **kwargs)
-            paused, start = sum(gc_timer.pause_ns), _now()
-            inside.append(True)
-            try:
-                return tensor_backward(tensor, *args, **kwargs)
-            finally:
-                inside.pop()
-                backwards.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
+        def timed(backward):
+            @functools.wraps(backward)
+            def call(*args, **kwargs):
+                if inside or not hooks.marks.in_thread():
+                    return backward(*args, **kwargs)
+                paused, start = sum(gc_timer.pause_ns), _now()
+                inside.append(True)
+                try:
+                    return backward(*args, **kwargs)
+                finally:
+                    inside.pop()
+                    backwards.add(max(_now() - start - (sum(gc_timer.pause_ns) - paused), 0))
+            return call
 
         def __iter__(loader):
             began = hooks._pass_starting(loader)   # before the iterator starts the pass's workers
@@ -149,7 +152,8 @@ class TorchHooks:
             self._patch(dataloader.DataLoader, "__iter__", __iter__)
             self._patch(dataloader._BaseDataLoaderIter, "__next__", __next__)
         if backwards is not None:
-            self._patch(torch.Tensor, "backward", backward)
+            self._patch(torch.Tensor, "backward", timed(torch.Tensor.backward))
+            self._patch(torch.autograd, "backward", timed(torch.autograd.backward))
 
     def _patch(self, owner, name, value):
         self._patched.append((owner, name, owner.__dict__.get(name)))

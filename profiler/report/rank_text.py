@@ -116,9 +116,9 @@ def compute_evidence(s):
     return (f"Rank {s.rank} spends {text.ms(s.own_s)} a step on its own work (the step less its backward, "
             f"its waits for data and its GC pauses), against {text.ms(s.others_own_s)} on the other ranks (their "
             f"median), and they wait for its gradients inside their backward ({text.ms(s.others_backward_s)} a "
-            f"step against its {text.ms(s.backward_s)}): the {text.ms(s.own_s - s.others_own_s)} more are in every "
-            f"rank's step, {text.pct(s.time_fraction)} of the job's median step ({text.ms(s.step_s)}), and show as "
-            f"no rank's stall")
+            f"step against its {text.ms(s.backward_s)}): {text.ms(s.own_s - s.others_own_s)} a step on average, "
+            f"{text.pct(s.time_fraction)} of the job's time (its mean step {text.ms(s.step_s)}), which no rank's "
+            f"stall shows")
 
 
 def compute_remedy(s):
@@ -233,8 +233,10 @@ def rate(bytes_per_epoch):
 
 def summary(ra):
     """The merged ranks: what was aligned, the time lost waiting, and a row per rank."""
-    lines = [f"ranks        {ra.ranks}, {text.counted(ra.aligned - ra.warmup, ra.unit)} analysed of the "
-             f"{ra.aligned:,} aligned (the first {ra.warmup:,}, the warm-up, left out); "
+    told = (f"{text.counted(ra.aligned - ra.warmup, ra.unit)} analysed of the {ra.aligned:,} aligned (the first "
+            f"{ra.warmup:,}, the warm-up, left out)" if ra.warmup else
+            f"{text.counted(ra.aligned, ra.unit)} aligned, all analysed (too few epochs to leave a warm-up out)")
+    lines = [f"ranks        {ra.ranks}, {told}; "
              f"{_collective(ra)}",
              f"lost         {text.ms(ra.lost_s)} waiting for stalled ranks, {text.pct(ra.lost_fraction)} of the job's "
              f"{text.ms(ra.job_time_s)}, in {text.counted(ra.straggled_steps, ra.unit)} "
