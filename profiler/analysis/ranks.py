@@ -355,13 +355,13 @@ def _input_straggler(per_rank, step_s):
 def _compute_straggler(per_rank, step_s):
     """The rank whose own work per step (RankSummary.own_s) exceeds the other ranks' median by
     findings.MEANINGFUL of the job's mean step `step_s` (work that comes in bursts, every Nth step,
-    is a mean too), where the others wait for it inside their
-    Tensor.backward() (their median backward longer than its own, less what its longer data waits
-    and GC pauses would make them wait, by at least half that excess: the all-reduce ends there, as
-    under DistributedDataParallel), or None. A rank whose step is longer with no one waiting for it
-    inside backward is no one's straggler here (ranks that never all-reduce, or do it between steps,
-    where the stalls tell); nor is one the others wait for only while it loads or collects (the
-    input and GC stragglers)."""
+    is a mean too), where the others wait for it inside their Tensor.backward() (their median
+    backward longer than its own, less what its longer data waits and GC pauses would make them
+    wait, by at least half that excess: the all-reduce ends there, as under
+    DistributedDataParallel), or None. A rank whose step is longer with no one waiting for it inside
+    backward is no one's straggler here (ranks that never all-reduce, or do it between steps, where
+    the stalls tell); nor is one the others wait for only while it loads or collects (the input and
+    GC stragglers)."""
     ranks = {s.rank: s for s in per_rank if s.own_s is not None}
     if len(ranks) < 2 or step_s <= 0:
         return None

@@ -112,7 +112,8 @@ def _launch(args, argv, stem):
             print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
         raise
     if not args.quiet:
-        print("\n".join([f"profiler: wrote {out} ({_counted(args.nproc_per_node, 'rank')})", *_next(out)]), file=sys.stderr)
+        print("\n".join([f"profiler: wrote {out} ({_counted(args.nproc_per_node, 'rank')})", *_next(out)]),
+              file=sys.stderr)
 
 
 def _run_scenario(args, scenario, rest):

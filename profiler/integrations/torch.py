@@ -20,10 +20,10 @@ optimizer steps before that loader is exhausted (zipped training loaders), not o
 validation pass inside it, under torch.no_grad() or run to its end, waits for no step's data).
 The call that ends a pass (StopIteration: workers shut down) is no batch's. Each
 `Tensor.backward()` (or `torch.autograd.backward()`) in the training thread is timed as the op
-format.BACKWARD_OP, its GC pauses
-left out: under DistributedDataParallel the gradients' all-reduce ends inside it, so a rank that
-waits there for another rank's gradients shows it in this op, and a rank slower at its own work
-before it (its forward, a larger shard) shows the rest of its step longer (analysis/ranks.py).
+format.BACKWARD_OP, its GC pauses left out: under DistributedDataParallel the gradients'
+all-reduce ends inside it, so a rank that waits there for another rank's gradients shows it in
+this op, and a rank slower at its own work before it (its forward, a larger shard) shows the rest
+of its step longer (analysis/ranks.py).
 """
 
 import contextlib
@@ -71,7 +71,6 @@ class TorchHooks:
         self._handle = None
         self._patched = []                  # (owner, name, original attribute or None)
         self._waits = None                  # the Session's op timer of the waits for batches
-        self._backwards = None              # and of Tensor.backward() calls
         self._nested = {}                   # id(iterator) -> [weakref to it, ns, batches] since the last optimizer
                                             # step, of loaders iterated inside the pass: a step's data if it steps
         self._grad_enabled = None           # torch.is_grad_enabled
@@ -85,7 +84,7 @@ class TorchHooks:
         loader_iter, iter_next = dataloader.DataLoader.__iter__, dataloader._BaseDataLoaderIter.__next__
         session = self.marks.session if self.marks is not None else None   # None: a WorkerProbe's hooks alone
         waits = self._waits = session.op(DATALOADER_OP) if session is not None else None
-        backwards = self._backwards = session.op(BACKWARD_OP) if session is not None else None
+        backwards = session.op(BACKWARD_OP) if session is not None else None
         gc_timer = session.gc_timer if session is not None else None
         inside = []   # a backward being timed: Tensor.backward calls torch.autograd.backward, and a tensor
                       # subclass's __torch_function__ calls Tensor.backward again, within it

@@ -271,7 +271,7 @@ def _side(j):
                   f"{text.ms(i.others_wait_s)} on the others, {text.pct(i.time_fraction)} of the job's median step")
     if c is not None:
         text_ += (f"; rank {c.rank} spends {text.ms(c.own_s)} a step on its own work against "
-                  f"{text.ms(c.others_own_s)} on the others, {text.pct(c.time_fraction)} of the job's median step")
+                  f"{text.ms(c.others_own_s)} on the others, {text.pct(c.time_fraction)} of the job's time")
     return text_ if s is not None or i is not None or c is not None else text_ + "; no rank stands out"
 
 
