@@ -1261,3 +1261,28 @@ def test_auto_detector_sees_growth_across_sparse_malloc_reads():
         seen.append(flat.growing())
     # a Python-object leak: RSS grows while malloc's reads stay flat, before and after they cover the span
     assert seen[7:] == ["RSS grows 512 KiB/epoch"] * 24
+
+
+def test_counting_objects_by_type_keeps_none_of_them_alive():
+    # gc.get_objects(0) returns a list that holds itself: a cycle that kept every young object, and the lists of
+    # the older ones, alive until a full collection (deep capture's traced memory grew 5.6 MB a snapshot over a
+    # set-up of 300,000 lists, and the objects the program dropped lived on)
+    import weakref
+
+    from profiler.capture.objects import TypeGrowth
+
+    class Item:
+        pass
+    counter = TypeGrowth(lambda obj: None)
+    enabled = gc.isenabled()
+    gc.disable()   # only reference counts free anything from here
+    try:
+        item = Item()
+        alive = weakref.ref(item)
+        counter.sample()
+        counter.sample()
+        del item
+        assert alive() is None
+    finally:
+        if enabled:
+            gc.enable()

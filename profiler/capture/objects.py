@@ -45,8 +45,9 @@ def _by_type():
     """{type: its tracked objects, oldest first (generation 2, then 1, then 0)}. One Python loop
     that allocates nothing per object: under tracemalloc every allocation is traced (~3 us), so a
     Counter, whose counts are new ints, costs ~15x more here."""
-    old, middle = gc.get_objects(2), gc.get_objects(1)
-    young = [obj for obj in gc.get_objects(0) if obj is not old and obj is not middle]   # not our own lists
+    old, middle, new = gc.get_objects(2), gc.get_objects(1), gc.get_objects(0)
+    young = [obj for obj in new if obj is not old and obj is not middle and obj is not new]   # not our own lists
+    new.clear()   # it holds itself: a cycle that kept every object listed alive until a full collection
     objects = collections.defaultdict(list)
     for generation in (old, middle, young):
         for obj in generation:
@@ -79,10 +80,14 @@ class TypeGrowth:
         """The n types whose tracked objects grew most since the previous sample:
         [{"type", "count", "count_diff", "site"}]; [] on the first sample."""
         objects = _by_type()
-        counts = {t: len(objs) for t, objs in objects.items()}
-        previous, self._previous = self._previous, counts
-        if previous is None:
-            return []
-        grown = sorted(((counts[t] - previous.get(t, 0), t) for t in counts), key=lambda d: -d[0])
-        return [{"type": _type_name(t), "count": counts[t], "count_diff": diff, "site": _site(objects[t], self.site_of)}
-                for diff, t in grown[:n] if diff > 0]
+        try:
+            counts = {t: len(objs) for t, objs in objects.items()}
+            previous, self._previous = self._previous, counts
+            if previous is None:
+                return []
+            grown = sorted(((counts[t] - previous.get(t, 0), t) for t in counts), key=lambda d: -d[0])
+            return [{"type": _type_name(t), "count": counts[t], "count_diff": diff,
+                     "site": _site(objects[t], self.site_of)} for diff, t in grown[:n] if diff > 0]
+        finally:   # the lists hold every tracked object: drop them now, whatever cycle reaches them
+            for objs in objects.values():
+                objs.clear()

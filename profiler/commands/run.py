@@ -19,7 +19,6 @@ import traceback
 from pathlib import Path
 
 from ..errors import SessionActiveError, UsageError
-from ..rundir.format import EPOCHS
 from ..workloads.names import SCENARIO_NAMES
 from ..interrupts import Terminated, interrupts_held, interrupts_held_in_compiles
 from .options import TRACEMALLOC, add_scenario_options, default_dir, non_negative, positive, scenario_argv
@@ -108,6 +107,7 @@ def _launch(args, argv, stem):
     try:
         launch(args.nproc_per_node, argv, out)
     except (KeyboardInterrupt, Terminated):   # the ranks' finished epochs are on disk: say where
+        from ..rundir.format import EPOCHS   # here: it imports numpy, which the CLI starts without
         if not args.quiet and any(p.stat().st_size for p in Path(out).glob(f"*/{EPOCHS}")):
             print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
         raise
@@ -155,6 +155,7 @@ def _run_scenario(args, scenario, rest):
                                  labels=args.labels, progress=not args.quiet, gc_policy=args.gc_policy,
                                  straggler_rank=args.straggler_rank)
     except KeyboardInterrupt:   # the epochs that finished are on disk: say where
+        from ..rundir.format import EPOCHS
         lines = Path(out, EPOCHS)
         if not args.quiet and lines.exists() and lines.stat().st_size:
             print("\n".join([f"profiler: wrote {out} (interrupted)", *_next(out)]), file=sys.stderr)
