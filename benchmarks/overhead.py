@@ -438,7 +438,7 @@ def torch_ab(epochs=60, steps=40, batch=64):
 
 def torch_hook_costs(rounds=15, long=400, short=10):
     """{us a DataLoader batch, us a pass, us an install and removal} of the torch hooks, from passes
-    with no model (an optimizer step of no gradients a batch) over loaders of `long` and `short`
+    with no model (a backward of one weight and its optimizer step a batch) over loaders of `long` and `short`
     one-element batches, interleaved with and without the hooks (installed once for each round's
     passes, as `profiler run` holds them for the whole script): a batch's cost from the two
     lengths' difference, a pass's (its epoch begun, ended and written) from the short one's, and
@@ -449,7 +449,8 @@ def torch_hook_costs(rounds=15, long=400, short=10):
     def loader(n):
         return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(n, 1)), batch_size=1)
     loaders = {"long": loader(long), "short": loader(short)}
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)   # its step: the hooks' step end
+    weight = torch.zeros(1, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.1)   # its step: the hooks' step end
     tmp = _scratch()
     try:
         with Session(f"{tmp}/run") as session:
@@ -458,6 +459,7 @@ def torch_hook_costs(rounds=15, long=400, short=10):
                     with track(session) if hooked else contextlib.nullcontext():
                         for _ in range(n):
                             for _ in data:
+                                (weight * 2).sum().backward()   # timed by the hooks too
                                 optimizer.step()
                 return body
             per_pass = {}
@@ -664,8 +666,9 @@ def markdown(result):
             f"| the same collection recorded as a GC event | {i['gc_event_ns']:.0f} ns |",
             f"| our gc callback on one collection the program asks for (`gc.collect(0)`, alone "
             f"{i['gc0_collect_ns']:.0f} ns), its line looked up, recorded as a GC event | {i['gc_asked_ns']:.0f} ns |", *_mallinfo_rows(result["mallinfo"]),
-            f"| a DataLoader batch and its optimizer step under the torch hooks (`profiler run`'s: its wait timed, "
-            f"its step marked; passes with no model, with and without them) | {result['torch_hooks']['batch_us']:.2f} us |",
+            f"| a DataLoader batch, its backward and its optimizer step under the torch hooks (`profiler run`'s: its "
+            f"wait and backward timed, its step marked; passes with no model, with and without them) | "
+            f"{result['torch_hooks']['batch_us']:.2f} us |",
             f"| a DataLoader pass under them: its epoch begun, ended and written | "
             f"{result['torch_hooks']['pass_us']:.0f} us |",
             f"| the hooks installed and removed (`track()` entered and left; `profiler run` does it once) | "
