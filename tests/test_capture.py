@@ -1264,9 +1264,9 @@ def test_auto_detector_sees_growth_across_sparse_malloc_reads():
 
 
 def test_counting_objects_by_type_keeps_none_of_them_alive():
-    # gc.get_objects(0) returns a list that holds itself: a cycle that kept every young object, and the lists of
-    # the older ones, alive until a full collection (deep capture's traced memory grew 5.6 MB a snapshot over a
-    # set-up of 300,000 lists, and the objects the program dropped lived on)
+    # the lists by type hold every tracked object, the cell of sample()'s comprehensions that holds the lists among
+    # them: a cycle that kept all alive until a full collection (deep capture's traced memory grew 5.6 MB a snapshot
+    # over a set-up of 300,000 lists, and the objects the program dropped lived on)
     import weakref
 
     from profiler.capture.objects import TypeGrowth
@@ -1286,3 +1286,4 @@ def test_counting_objects_by_type_keeps_none_of_them_alive():
     finally:
         if enabled:
             gc.enable()
+

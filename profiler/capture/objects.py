@@ -45,9 +45,8 @@ def _by_type():
     """{type: its tracked objects, oldest first (generation 2, then 1, then 0)}. One Python loop
     that allocates nothing per object: under tracemalloc every allocation is traced (~3 us), so a
     Counter, whose counts are new ints, costs ~15x more here."""
-    old, middle, new = gc.get_objects(2), gc.get_objects(1), gc.get_objects(0)
-    young = [obj for obj in new if obj is not old and obj is not middle and obj is not new]   # not our own lists
-    new.clear()   # it holds itself: a cycle that kept every object listed alive until a full collection
+    old, middle = gc.get_objects(2), gc.get_objects(1)
+    young = [obj for obj in gc.get_objects(0) if obj is not old and obj is not middle]   # not our own lists
     objects = collections.defaultdict(list)
     for generation in (old, middle, young):
         for obj in generation:
@@ -88,6 +87,6 @@ class TypeGrowth:
             grown = sorted(((counts[t] - previous.get(t, 0), t) for t in counts), key=lambda d: -d[0])
             return [{"type": _type_name(t), "count": counts[t], "count_diff": diff,
                      "site": _site(objects[t], self.site_of)} for diff, t in grown[:n] if diff > 0]
-        finally:   # the lists hold every tracked object: drop them now, whatever cycle reaches them
-            for objs in objects.values():
+        finally:   # the lists hold every tracked object, this call's closure cell that holds them among
+            for objs in objects.values():   # them: a cycle that kept all alive until a full collection
                 objs.clear()
