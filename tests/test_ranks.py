@@ -806,7 +806,7 @@ def test_a_rank_slow_to_load_its_batches_is_named_though_no_rank_stalls(tmp_path
     assert d.rank_analysis.diagnosed == 2 and "input-wait" not in [f.pattern for f in d.findings]   # its own, once
     words = text.diagnosis(d)
     assert "Rank 2 waits 12.00 ms a step for its DataLoader's next batch, against 0.50 ms on the other ranks" in words
-    assert "38.3% of the job's median step (30.00 ms)" in words
+    assert "38.3% of the job's time (its mean step 30.00 ms)" in words
     table = rank_text.summary(a)
     header = next(i for i, line in enumerate(table) if line.lstrip().startswith("rank host"))
     assert table[header].endswith("data wait   own work") and [line.split()[-3] for line in table[header + 1:header + 5]] == [

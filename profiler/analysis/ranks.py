@@ -137,7 +137,7 @@ class InputStraggler:
     rank: int
     wait_s: float            # its wait for batches per step
     others_wait_s: float     # the median of the other ranks'
-    step_s: float            # the job's median step
+    step_s: float            # the job's mean step
     time_fraction: float     # (wait_s - others_wait_s) / step_s: the share of the job's time it costs
 
 
@@ -340,7 +340,8 @@ def _silent(run, steps, origin):
 
 def _input_straggler(per_rank, step_s):
     """The rank whose wait for DataLoader batches per step leads the others' STRAGGLER_LEAD times and
-    exceeds their median by findings.MEANINGFUL of the job's median step, or None."""
+    exceeds their median by findings.MEANINGFUL of the job's mean step `step_s` (waits that come in
+    bursts, a slow file every Nth batch, are a mean too), or None."""
     waits = {s.rank: s.data_wait_s for s in per_rank if s.data_wait_s is not None}
     if len(waits) < 2 or step_s <= 0:
         return None
@@ -615,7 +616,7 @@ def analyze_ranks(run_dir):
         lost_gc_by_generation=[float(x) for x in gc_explained(straggled)],
         ranks_stalling=int((stall_by_rank > 0).sum()), per_rank=list(per_rank), unfinished=unfinished,
         events=_few(top_stall[straggled]),
-        input_straggler=_input_straggler(per_rank, median) if unit == "step" else None,
+        input_straggler=_input_straggler(per_rank, job_time / n_used) if unit == "step" and n_used else None,
         compute_straggler=_compute_straggler(per_rank, job_time / n_used) if unit == "step" and n_used else None)
 
 

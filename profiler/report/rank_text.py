@@ -108,8 +108,9 @@ def straggler_remedy(s):
 def input_evidence(s):
     return (f"Rank {s.rank} waits {text.ms(s.wait_s)} a step for its DataLoader's next batch, against "
             f"{text.ms(s.others_wait_s)} on the other ranks (their median): every rank's step waits for its gradients "
-            f"at the all-reduce, so the {text.ms(s.wait_s - s.others_wait_s)} more are in every rank's step, "
-            f"{text.pct(s.time_fraction)} of the job's median step ({text.ms(s.step_s)}), and show as no rank's stall")
+            f"at the all-reduce, so each waits its {text.ms(s.wait_s - s.others_wait_s)} more a step on average, "
+            f"{text.pct(s.time_fraction)} of the job's time (its mean step {text.ms(s.step_s)}), which no rank's "
+            f"stall shows")
 
 
 def compute_evidence(s):
@@ -268,7 +269,7 @@ def _side(j):
                   f"{text.pct(s.time_fraction)} of the job, {text.pct(s.gc_explained_fraction)} of it its own GC")
     if i is not None:
         text_ += (f"; rank {i.rank} waits {text.ms(i.wait_s)} a step for its DataLoader against "
-                  f"{text.ms(i.others_wait_s)} on the others, {text.pct(i.time_fraction)} of the job's median step")
+                  f"{text.ms(i.others_wait_s)} on the others, {text.pct(i.time_fraction)} of the job's time")
     if c is not None:
         text_ += (f"; rank {c.rank} spends {text.ms(c.own_s)} a step on its own work against "
                   f"{text.ms(c.others_own_s)} on the others, {text.pct(c.time_fraction)} of the job's time")
