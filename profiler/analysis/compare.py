@@ -48,7 +48,7 @@ from ..rundir.format import SOURCE_SHA256
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
-from .load import gapped, load, one_size, timed
+from .load import gapped, load, one_size, timed, weighed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
@@ -214,8 +214,8 @@ def _of_one_size(loaded):
 
 def _side(loaded, label, epoch_s, tags, series, memory, same_steps):
     # the spread and trend are of the epochs the report's trend is fitted on, in order: not deep capture's traced
-    # ones nor a last one cut short
-    kept = [loaded.records[i] for i in one_size(loaded.records)[0]]
+    # ones nor a last one cut short (the records are of one size already: _of_one_size)
+    kept = [loaded.records[i] for i in weighed(loaded.records)]
     index, walls = [r["epoch"] for r in kept], [r["wall_s"] for r in kept]
     spread = len(walls) >= NOISE_MIN_EPOCHS
     change = stats.change(index, walls)

@@ -163,14 +163,6 @@ class Marks:
             self.busy = False
         return True
 
-    def abandon_step(self, source):
-        """Drop `source`'s open step unrecorded (Lightning's validation inside a train epoch is no step's)."""
-        if not self.step_open or not self._steps_from(source):
-            return False
-        self.session.abandon_step()
-        self.step_open = False
-        return True
-
     def end_step(self, source):
         if not self.step_open or not self._steps_from(source):
             return False
@@ -188,7 +180,7 @@ class Marks:
         return True
 
     def drop_step(self, source):
-        """Drop the open step unrecorded (it raised)."""
+        """Drop the open step unrecorded (it raised; Lightning's validation inside a train epoch is no step's)."""
         if self.step_open and self._steps_from(source):
             self.session.abandon_step()
             self.step_open = False
@@ -242,7 +234,7 @@ class Source:
         return self.marks.end_step(self.name)
 
     def abandon_step(self):
-        return self.marks.abandon_step(self.name)
+        self.marks.drop_step(self.name)
 
     def trains_elsewhere(self):
         """The source's framework sent its training to processes it spawned (the run's notes say so)."""

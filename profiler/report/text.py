@@ -653,10 +653,9 @@ def verdict(d):
                  f"{f' ({r.job_dir})' if r.job_dir else ''} reads the ranks together.")
     et = d.epoch_time
     if et.same_steps is not None:
-        steps, epochs, fewest, most = et.same_steps
-        text += (f" Note: the epochs hold {fewest:,} to {most:,} steps (fit calls of other batch sizes, data that "
-                 f"grew), and an epoch of more steps is no slower one: the epoch-time trend is of the "
-                 f"{counted(epochs, 'epoch')} in a row of about {counted(steps, 'step')}.")
+        held, kept = _sizes(et.same_steps)
+        text += (f" Note: the epochs hold {held}, and an epoch of more steps is no slower one: the epoch-time trend "
+                 f"is of {kept}.")
     if et.cut_short is not None:
         index, steps, others = et.cut_short
         text += (f" Note: the last epoch ({index}) was cut short, {counted(steps, 'step')} against a median of "
@@ -847,10 +846,8 @@ def comparison_verdict(c):
             text += f" Only {run.label} runs {listed(names, ONLY_NAMED)} (no what-if: the other run has no time for it)."
     for run in (a, b):
         if run.same_steps is not None:
-            steps, epochs, fewest, most = run.same_steps
-            text += (f" Note: {run.label}'s epochs hold {fewest:,} to {most:,} steps (fit calls of other batch sizes, "
-                     f"data that grew): it is compared on the {counted(epochs, 'epoch')} in a row of about "
-                     f"{counted(steps, 'step')}, as its report's trend is.")
+            held, kept = _sizes(run.same_steps)
+            text += f" Note: {run.label}'s epochs hold {held}: it is compared on {kept}, as its report's trend is."
     short = [run for run in (a, b) if run.warmup_included]
     if short:
         # epochs after a set-up of epochs without steps, which are not compared at all
@@ -860,6 +857,13 @@ def comparison_verdict(c):
                  f"caches slow the first epoch), so the epoch time{'s include' if len(short) > 1 else ' includes'} "
                  f"it; compare runs of {stats.WARMUP_MIN_EPOCHS} or more epochs.")
     return text
+
+
+def _sizes(same_steps):
+    """(what the epochs hold, the epochs of one size kept) of an EpochTime's or RunSide's same_steps."""
+    steps, epochs, fewest, most = same_steps
+    return (f"{fewest:,} to {most:,} steps (fit calls of other batch sizes, data that grew)",
+            f"the {counted(epochs, 'epoch')} in a row of about {counted(steps, 'step')}")
 
 
 def _same_command(c):
