@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis import compare, scaling
+from profiler.analysis.load import one_size
 from profiler.errors import UsageError
 from profiler.report import json_out, text
 
@@ -512,6 +513,17 @@ def test_epochs_of_different_steps_hold_different_work(tmp_path):
                                               "samples an epoch)") in text.comparison_verdict(c)
     same = compare(scenario("b64", 4096, 64, 0.010), scenario("b128", 4096, 32, 0.008, dense=0.002))
     assert same.different_work is None and "If " in text.comparison_verdict(same)
+
+
+def test_compare_and_the_trend_draw_one_line_between_one_work_and_another(tmp_path):
+    # 1,052 steps against 1,000 are two sizes for a run's trend (load.one_size), and so other work for compare
+    run = lambda path, steps: write_run(tmp_path / path, [epoch(i, 0.010, steps=steps) for i in range(8)],  # noqa: E731
+                                        meta={"script": "train.py", "label": path})
+    assert compare(run("a", 1000), run("b", 1050)).different_work is None
+    assert compare(run("c", 1000), run("d", 1052)).different_work == "steps"
+    records = [{"epoch": i, "steps": 1000 if i < 4 else 1052} for i in range(8)]
+    assert one_size(records)[1] == (1052, 4, 1000, 1052)
+    assert one_size([dict(r, steps=min(r["steps"], 1050)) for r in records])[1] is None
 
 
 def test_a_scenario_and_a_program_of_its_own_hold_different_work(tmp_path):

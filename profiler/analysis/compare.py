@@ -26,7 +26,7 @@ the report's trend is fitted on (not deep capture's traced ones, nor a last epoc
 whose epochs hold different numbers of steps is compared, ops and epoch time too, on its epochs of
 one size (load.one_size), as its report's trend is. Epochs of two
 scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
-(where samples are not recorded) with steps per epoch more than WORK_STEPS apart hold different
+(where samples are not recorded) with steps per epoch more than load.STEPS_APART apart hold different
 work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
 slowdown is called. Two runs of one command, its options included (`same_command`), differ by the
 machine unless their code or data changed in between; of a script or module, whether its source
@@ -48,14 +48,13 @@ from ..rundir.format import SOURCE_SHA256
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
-from .load import gapped, load, one_size, timed, weighed
+from .load import gapped, load, one_size, one_work, timed, weighed
 from .ops import followed, op_index, op_series, op_time
 
 RUN_WIDE = 1.15          # every shared op at least this much slower in one run: a run-wide difference
 RUN_WIDE_SHARE = 0.02    # ops below this share of their epoch are left out of that test (noise)
 NOISE_MIN_EPOCHS = 8     # epochs a median's interval needs (fewer: their whole range, which one odd epoch makes)
 NOISE_GC = 0.02          # more GC pauses that tell a difference from noise: at least this share of an epoch
-WORK_STEPS = 0.05        # steps per epoch further apart than this share: the epochs hold different work
 
 
 @dataclass
@@ -305,8 +304,7 @@ def _different_work(a, b):
     samples = [side.samples for side in (a, b)]
     if None not in samples:   # the scenarios' samples an epoch: batches of another size are the same work
         return "samples" if samples[0] != samples[1] else None
-    if a.steps_per_epoch and b.steps_per_epoch and \
-            abs(a.steps_per_epoch - b.steps_per_epoch) > WORK_STEPS * max(a.steps_per_epoch, b.steps_per_epoch):
+    if a.steps_per_epoch and b.steps_per_epoch and not one_work(a.steps_per_epoch, b.steps_per_epoch):
         return "steps"
     return None
 

@@ -82,6 +82,11 @@ def weighed(records):
 STEPS_APART = 1.05   # epochs whose steps differ more than this hold different work
 
 
+def one_work(a, b):
+    """Whether epochs of a and b steps hold one work (within STEPS_APART of each other)."""
+    return min(a, b) * STEPS_APART >= max(a, b)
+
+
 def one_size(records):
     """The epochs the epoch-time trend is fitted on: (the indices of the longest run of consecutive
     weighed() epochs whose steps are within STEPS_APART of its first's, the later of two as long;
@@ -91,11 +96,11 @@ def one_size(records):
     trend is of epochs of one size."""
     trended = weighed(records)
     steps = [records[i].get("steps") or 0 for i in trended]
-    if len(steps) < 2 or not all(steps) or max(steps) <= STEPS_APART * min(steps):
+    if len(steps) < 2 or not all(steps) or one_work(min(steps), max(steps)):
         return trended, None
     best, start = (0, 0), 0
     for k in range(1, len(steps) + 1):
-        if k == len(steps) or not steps[start] / STEPS_APART <= steps[k] <= steps[start] * STEPS_APART:
+        if k == len(steps) or not one_work(steps[start], steps[k]):
             best, start = max(best, (k - start, start)), k
     length, first = best
     return trended[first:first + length], (int(steps[first]), length, int(min(steps)), int(max(steps)))
