@@ -21,4 +21,5 @@ def replaced(path):
         yield part
         os.replace(part, path)
     finally:
-        part.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):   # a read-only file system refuses even a missing file's unlink
+            part.unlink()

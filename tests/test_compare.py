@@ -560,6 +560,11 @@ def test_two_runs_of_one_command_are_said_to_be(tmp_path):
     assert c.same_command and "Both runs ran the same command, options included" in text.comparison_verdict(c)
     other = run_with_ops(tmp_path / "c", {("x", ()): 0.006}, 0.012, meta={**meta, "args": ["--epochs", "9"]})
     assert not compare(a, other).same_command
+    # where its epochs came from is what a run found, not what ran: a run killed before its end (meta.json as
+    # written at the start) had read "[epochs_from=None]" against "[epochs_from=epoch-fn]" (a probe)
+    killed = run_with_ops(tmp_path / "k", {("x", ()): 0.006}, 0.012, meta={**meta, "epochs_from": None})
+    c = compare(run_with_ops(tmp_path / "e", {("x", ()): 0.004}, 0.010, meta={**meta, "epochs_from": "epoch-fn"}), killed)
+    assert c.same_command and "epochs_from" not in c.a.label + c.b.label, (c.a.label, c.b.label)
     # one scenario, one command: the same code, so the difference is the machine's, with no what-if (a probe: "the
     # difference is the machine's. If dense_forward in B ran at its A speed ...")
     scenario = {"scenario": "mlp", "samples": 9000, "label": "mlp"}

@@ -269,6 +269,22 @@ def test_flamegraph_files_that_cannot_be_read_or_written_are_one_error_naming_th
         write_svg({("main (a.py:1)",): 1}, "/dev/full", title="t")
 
 
+def test_a_file_system_that_refuses_every_write_is_said_as_the_write_that_failed(tmp_path, monkeypatch):
+    # on a read-only mount the clean-up's unlink of the missing PATH.part raised EROFS too, and that OSError,
+    # not the write's "cannot write the flamegraph to ...", reached the user (a probe)
+    import errno
+    import pathlib
+    from profiler.capture import pyspy
+    from profiler.errors import RunWriteError
+
+    def refused(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    for name in ("write_bytes", "unlink"):
+        monkeypatch.setattr(pathlib.Path, name, refused)
+    with pytest.raises(RunWriteError, match=f"cannot write the recording to {tmp_path / 'f.folded'}: Read-only file system"):
+        pyspy.record([sys.executable, "-c", "pass"], tmp_path / "f.folded")
+
+
 def test_an_output_file_that_is_a_record_of_the_run_read_is_refused_and_the_run_kept(tmp_path, capsys):
     # `report RUN --html RUN/meta.json` replaced the run's meta.json with the page, and the run was lost
     from profiler import cli

@@ -201,21 +201,26 @@ def test_a_misnamed_function_is_the_commands_error_with_a_guess_at_the_name_mean
     assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
         "profiler: error: --step-fn train_step: no such function was defined at the script's top level while the code "
         "ran; nothing was marked by it"), proc.stderr
-    # a module never imported (the script's own, which runs as __main__), an attribute that is None, and a
-    # guess that cannot be read (the program's own __dir__ raises): each said as it is, and the script runs
+    # a module never imported (the script's own, which runs as __main__), an attribute that is None, a class
+    # (wrapped as a function, its classmethods and isinstance() broke the script: a probe), and a guess that
+    # cannot be read (the program's own __dir__ raises): each said as it is, and the script runs
     (tmp_path / "u.py").write_text(
         "class Weird:\n"
         "    def __dir__(self): raise RuntimeError('no dir')\n"
         "cfg = Weird()\n"
         "class Trainer:\n"
         "    hook = None\n"
+        "    @classmethod\n"
+        "    def make(cls): return cls()\n"
         "def train_epoch(): pass\n"
         "train_epoch()\n"
+        "assert isinstance(Trainer.make(), Trainer)\n"
         "print('script done')\n")
     for n, (fn, said) in enumerate((
             ("u:train_epoch", "module u was never imported while the code ran; nothing was marked by it (did you "
                               "mean --epoch-fn train_epoch?)"),
             ("Trainer.hook", "not a function (type NoneType); nothing was marked by it"),
+            ("Trainer", "a class, not a function: name the method that runs it (Trainer.METHOD); nothing was marked by it"),
             ("cfg.fit", "Weird has no attribute 'fit'; nothing was marked by it"))):
         proc = profiler("run", "--quiet", "--epoch-fn", fn, "--out", tmp_path / f"u{n}", tmp_path / "u.py", check=False)
         assert proc.returncode == 2 and proc.stdout == "script done\n", proc.stderr
@@ -283,8 +288,13 @@ def test_training_in_another_thread_is_said_not_to_be_recorded(tmp_path):
         "t = threading.Thread(target=train); t.start(); t.join()\n")
     result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "run", step_fn="step", window_s=60.0)
     assert result.raised is None and result.steps == 0
-    assert "6 epochs or steps began in threads other than the one that runs the code, and were not recorded: the " \
-           "profiler marks that thread (train there, or open a Session in the training thread)" in result.notes
+    assert result.notes == ["6 epochs or steps began in threads other than the one that runs the code, and were not "
+                            "recorded: the profiler marks that thread (train there, or open a Session in the training "
+                            "thread)"]
+    # --epoch-fn called there: "the function was never called" came before that note (a probe), and after
+    # --step-fn "no epoch was found: mark them with --epoch-fn NAME"
+    result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "epochs", epoch_fn="step", window_s=60.0)
+    assert result.epochs == 0 and [note[:12] for note in result.notes] == ["6 epochs or "], result.notes
 
 
 def test_a_generator_or_coroutine_function_is_not_wrapped_and_the_note_says_why(tmp_path):

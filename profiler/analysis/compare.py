@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import rundir
 from ..errors import RunDirError
-from ..rundir.format import SOURCE_SHA256
+from ..rundir.format import EPOCHS_FROM, SOURCE_SHA256
 from ..rundir.ranks import is_multi_rank, rank_dirs
 from . import findings, stats
 from .diagnose import Allocation, memory_of
@@ -186,7 +186,7 @@ def _between(loaded):
 
 
 def _windows(loaded):
-    return loaded.run.user_meta.get("epochs_from") == "windows"
+    return loaded.run.user_meta.get(EPOCHS_FROM) == "windows"
 
 
 def _scenario(loaded):
@@ -247,11 +247,12 @@ def _median_interval(values, z=1.96):
 
 
 def _settings(run):
-    """What ran and how: the run's meta but its label and source hash (a script, as one path
-    whether typed ./train.py or train.py, and its arguments; a scenario and its settings) and its
-    capture options, as --name."""
+    """What ran and how: the run's meta but its label, source hash and where its epochs came from
+    (what the run found, not what ran: a run killed before it ended recorded none) (a script, as one
+    path whether typed ./train.py or train.py, and its arguments; a scenario and its settings) and
+    its capture options, as --name."""
     return {**{k: os.path.normpath(v) if k == "script" and isinstance(v, str) and v else v
-               for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256)},
+               for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256, EPOCHS_FROM)},
             **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}
 
 

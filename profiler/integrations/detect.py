@@ -15,6 +15,7 @@ import os
 import sys
 
 from ..errors import ProfilerError, UsageError
+from ..rundir.format import EPOCHS_FROM
 from . import functions
 from .gc_policy import GcPolicy
 from .imports import ImportWatcher
@@ -127,7 +128,7 @@ class Detection:
         """The source of the written epochs; of a failed run whose epochs with steps are only the one it
         stopped in (held, written unfinished), the source that began that one."""
         marks = self.marks
-        self.session.user_meta["epochs_from"] = (marks.begun if failed and self.session.holding and not marks.steps
+        self.session.user_meta[EPOCHS_FROM] = (marks.begun if failed and self.session.holding and not marks.steps
                                                  else marks.owner if marks.epochs else None)
 
     def misnamed(self):
@@ -157,6 +158,8 @@ class Detection:
                          f"no epoch was written: {stopped} (one cut short before its first step is not written){mark}")
         elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
+        elif not marks.epochs and marks.elsewhere:
+            pass   # the code trained in other threads: said below, and no marker is to blame
         elif not marks.epochs and uncalled:
             home = uncalled[0].home   # its module's own code calls it by that module's name, not the script's
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked"

@@ -12,7 +12,7 @@ __main__ module. Epochs and steps are found without edits:
 
 Hooks are installed when the script imports the framework (detect.py, imports.py), never
 before, and every hook, patch, timer and GC setting is undone on every exit path. The run's meta
-records "epochs_from" (the source of its epochs, or null if none was written) and the options.
+records "epochs_from" when it ends (the source of its epochs, or null if none was written) and the options.
 """
 
 import ast
@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..rundir.format import SOURCE_SHA256
+from ..rundir.format import EPOCHS_FROM, SOURCE_SHA256
 from . import functions
 from .detect import Detection
 from .windows import check_seconds
@@ -189,7 +189,7 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
     out = os.path.abspath(out)   # the script may chdir
     label = f"{target if module else os.path.basename(target)} (gc {gc_policy})"   # compare's column names
     session = Session(out, tracemalloc=tracemalloc, meta={"module" if module else "script": target, "args": list(args),
-                                                          "epochs_from": None, "label": label})
+                                                          "label": label})
     detection = Detection(session, epoch_fn=epoch_fn, step_fn=step_fn, gc_policy=gc_policy, window_s=window_s)
     session.options.update(gc_policy=str(detection.policy), epoch_fn=epoch_fn, step_fn=step_fn, window_s=window_s)
     main = load_main(target, module=module, watch=detection.watches_main)
@@ -208,6 +208,6 @@ def run_script(target, args=(), *, out, module=False, tracemalloc=False, epoch_f
         if raised is None:   # the profiler's own failure (the run directory), not the script's
             raise
     marks = detection.marks
-    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta["epochs_from"], marks.windows,
+    return Result(session.run_dir, marks.epochs, marks.steps, session.user_meta.get(EPOCHS_FROM), marks.windows,
                   raised, main.code,
                   detection.notes(), os.getpid() != pid, detection.misnamed(), session.unfinished)

@@ -8,6 +8,7 @@ from ..analysis import findings as fnd
 from ..analysis import stats
 from ..analysis.ranks import RankComparison
 from ..analysis.scaling import DEPENDS
+from ..rundir.format import EPOCHS_FROM
 from ..rundir.reader import listed
 from . import rank_text
 
@@ -665,7 +666,7 @@ def verdict(d):
         text += (f" Note: the {counted(et.traced_epochs, 'epoch')} deep capture traced took {et.traced_slowdown:.1f}x "
                  f"the others' median time (tracemalloc's cost), and {'is' if et.traced_epochs == 1 else 'are'} left "
                  f"out of the epoch-time trend{'' if d.steps is None else ' and the steps'}.")
-    if (d.meta or {}).get("epochs_from") == "windows":   # profiler run found nothing that marks epochs
+    if (d.meta or {}).get(EPOCHS_FROM) == "windows":   # profiler run found nothing that marks epochs
         text += (" Note: these epochs are fixed time windows, so epoch time cannot change; mark real epochs "
                  "with profiler run --epoch-fn NAME (each call of NAME is an epoch) or session.epoch().")
     return text

@@ -52,6 +52,7 @@ FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the long
 DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data
 BACKWARD_OP = "Tensor.backward"   # the op a torch loss.backward() call is timed as: under DDP, the all-reduce's wait too
 SOURCE_SHA256 = "source_sha256"   # meta's key of a script's or module's file hash (hex), which compare tells runs by
+EPOCHS_FROM = "epochs_from"   # meta's key of where `profiler run` found the epochs it wrote ("torch", "windows", ...)
 
 # One garbage collection worth keeping (every generation-2 one, and any above the Session's
 # threshold): start (seconds since the clock origin), duration, generation, objects collected.
