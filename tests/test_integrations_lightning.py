@@ -19,6 +19,26 @@ def test_fit_with_validation_of_an_unmodified_script(tmp_path):
     assert report(out)["findings"] == []                   # a small clean fit: nothing to fix
 
 
+def test_sigterm_stops_the_trainer_at_its_epochs_end_as_without_the_profiler(tmp_path):
+    """Lightning's SIGTERM handler calls the one it replaced: the Session's ended the process at once
+    (exit -15, the epoch unfinished), where under python the Trainer finishes its epoch and exits 0."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", "--out", str(out), script("lightning_fit.py"),
+                             "100000"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len((out / "epochs.jsonl").read_text().splitlines()
+                                              if (out / "epochs.jsonl").exists() else []) < 3:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Received SIGTERM" in stderr, stderr
+    assert meta(out)["status"] == "completed" and 3 <= len(records(out)) < 100000
+
+
 def test_a_strategy_that_spawns_its_ranks_runs_as_without_the_profiler_and_says_so(tmp_path):
     """ddp_spawn pickles the Trainer with its callbacks for the processes it spawns: the injected
     callback could not be pickled, and the script failed under the profiler alone. Each spawned
