@@ -94,6 +94,42 @@ def test_a_fit_inside_a_fit_leaves_the_outer_epochs_as_they_are(tmp_path):
     assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 8), (1, 8), (2, 8), (3, 4)]
 
 
+def test_a_callback_list_the_script_built_gets_the_steps_and_is_given_back_as_it_was(tmp_path):
+    """fit uses a CallbackList it is given as it is: the injection called its append(), which it has
+    not, and the script failed under the profiler alone (a probe); with only default batch hooks it
+    calls them in a thread pool, where no step would be seen."""
+    import threading
+
+    import numpy as np
+
+    from profiler import Session
+    from profiler.integrations.keras import inject
+
+    x, y = np.zeros((40, 4), "float32"), np.zeros(40, "int32")
+
+    class Counting(keras.callbacks.Callback):
+        epochs = 0
+
+        def on_epoch_end(self, epoch, logs=None):
+            Counting.epochs += 1
+    model = _small_model()
+    mine = keras.callbacks.CallbackList([Counting()], add_history=True, model=model)
+    before, asynchronous = list(mine.callbacks), mine._async_train
+    assert asynchronous   # its batch hooks called in a thread pool, but for the profiler's
+    threads = set()
+    with Session(tmp_path / "run") as session:
+        end_step = session.end_step
+        session.end_step = lambda: threads.add(threading.get_ident()) or end_step()
+        undo = inject(session)
+        try:
+            model.fit(x, y, epochs=2, batch_size=10, verbose=0, callbacks=mine)
+        finally:
+            undo()
+    assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4), (1, 4)] and Counting.epochs == 2
+    assert threads == {threading.get_ident()}
+    assert mine.callbacks == before and mine._async_train == asynchronous
+
+
 def test_a_misspelt_fit_argument_raises_keras_own_error(tmp_path):
     import numpy as np
 

@@ -10,6 +10,7 @@ holds the batch's fetch from the data pipeline as well as its training, as a PyT
 no step. `profiler run` injects the callback into every Model.fit without an edit (inject()).
 """
 
+import contextlib
 import functools
 import inspect
 
@@ -36,6 +37,26 @@ class ProfilerCallback(keras.callbacks.Callback):
         self.session.begin_step()
 
 
+@contextlib.contextmanager
+def _joined(callbacks, callback):
+    """A CallbackList the script built itself (which fit uses as it is) with `callback` among its
+    callbacks for the block, its train batches' callbacks called in the training thread (a list of
+    callbacks with no batch hooks of their own may call them in a thread pool, where no step would
+    be seen); both as they were afterwards. None: nothing to join."""
+    if callbacks is None:
+        yield
+        return
+    asynchronous = getattr(callbacks, "_async_train", False)
+    callbacks.callbacks.append(callback)
+    callbacks._async_train = False
+    try:
+        yield
+    finally:
+        callbacks._async_train = asynchronous
+        if callback in callbacks.callbacks:
+            callbacks.callbacks.remove(callback)
+
+
 def inject(session):
     """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
     inside fit is abandoned (Session.abandon_epoch: written flagged unfinished if the run then
@@ -59,16 +80,16 @@ def inject(session):
             return fit(*args, **kwargs)
         callbacks = bound.arguments.get("callbacks")
         callback = ProfilerCallback(session)
-        if isinstance(callbacks, keras.callbacks.CallbackList):
-            callbacks.append(callback)
-        else:
+        given = callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else None
+        if given is None:
             bound.arguments["callbacks"] = [*(callbacks or ()), callback]
         fitting = True
-        try:
-            return fit(*bound.args, **bound.kwargs)
-        finally:
-            fitting = False
-            session.abandon_epoch()
+        with _joined(given, callback):
+            try:
+                return fit(*bound.args, **bound.kwargs)
+            finally:
+                fitting = False
+                session.abandon_epoch()
 
     model.fit = profiled_fit
 
