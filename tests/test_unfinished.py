@@ -115,6 +115,32 @@ def test_a_loop_that_goes_on_past_its_epochs_error_drops_that_epoch(tmp_path):
     assert run.complete and len(run.steps()) == 1 and (run_dir / STEPS).stat().st_size == STEP_RECORD.itemsize
 
 
+def test_sys_exit_0_inside_an_epoch_writes_it_flagged_unfinished_and_the_run_completed(tmp_path):
+    # the run stopped there as on an error, if on purpose: the epoch had been dropped without a word (a probe)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        with Session(run_dir) as session:
+            for e in range(3):
+                with session.epoch(e):
+                    for i in range(4):
+                        with session.step():
+                            if (e, i) == (2, 3):
+                                sys.exit(0)
+    assert [(r["epoch"], r["steps"], r.get("unfinished")) for r in lines(run_dir)] == [(0, 4, None), (1, 4, None),
+                                                                                       (2, 3, True)]
+    run = read_run(run_dir)
+    assert run.status == "completed" and run.unfinished_epoch["steps"] == 3 and len(run.epochs) == 2
+    # and one left open by begin_epoch() (a framework's callback), as a script run's --epoch-fn leaves it
+    from profiler.integrations.script import run_script
+    (tmp_path / "t.py").write_text("import sys\ndef step(): pass\ndef train_epoch(e):\n    for i in range(3):\n"
+                                   "        step()\n        if (e, i) == (2, 1):\n            sys.exit(0)\n"
+                                   "for e in range(4):\n    train_epoch(e)\n")
+    result = run_script(str(tmp_path / "t.py"), [], out=tmp_path / "script", epoch_fn="train_epoch", step_fn="step",
+                        window_s=60.0)
+    assert isinstance(result.raised, SystemExit) and (result.epochs, result.unfinished) == (2, (2, 2)), result
+    assert read_run(tmp_path / "script").user_meta["epochs_from"] == "epoch-fn"
+
+
 def test_an_epoch_abandoned_before_the_run_completes_is_not_written(tmp_path):
     run_dir = tmp_path / "run"
     with Session(run_dir) as session:

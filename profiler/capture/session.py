@@ -217,7 +217,7 @@ class Session:
         unended = None
         if exc_type is None or (issubclass(exc_type, SystemExit) and exc.code in (0, None)):
             status, error = ("halted" if self._halted else "completed"), None
-            unended = self._epoch
+            unended = None if exc_type else self._epoch   # sys.exit(0) inside an epoch: it stopped there
         elif issubclass(exc_type, KeyboardInterrupt):
             status, error = "interrupted", "KeyboardInterrupt"
         elif issubclass(exc_type, SystemExit):
@@ -225,7 +225,7 @@ class Session:
         else:
             status, error = "failed", _error_text(exc_type.__name__, exc)
         try:
-            self._finish(status, error)
+            self._finish(status, error, stopped=exc_type is not None)
         except RunWriteError as e:
             print(f"profiler: {e}; the final status ({status}) could not be recorded", file=sys.stderr)
             if exc_type is None:
@@ -236,20 +236,20 @@ class Session:
                       f"it is not written", file=sys.stderr)
         return False
 
-    def _finish(self, status, error):
+    def _finish(self, status, error, stopped=True):
         """Write what is buffered and the final status, then remove every hook; a Ctrl-C meanwhile
         (a second one, or a parent's SIGINT after the terminal's: profiler scaling's children) is
-        raised after, so the status is written whole."""
+        raised after, so the status is written whole. `stopped`: the run ended on an exception
+        (sys.exit(0) included) or a signal, so the epoch it stopped in is written flagged unfinished."""
         with interrupts_held():
-            self._write_final(status, error)
+            self._write_final(status, error, stopped)
 
-    def _write_final(self, status, error):
+    def _write_final(self, status, error, stopped):
         try:
-            ended = status in ("failed", "interrupted", "terminated")
-            if ended:   # an epoch the run stopped in (SIGTERM, no end_epoch() before the exception): held
+            if stopped:   # an epoch the run stopped in (SIGTERM, no end_epoch() before the exception): held
                 self.abandon_epoch()
             self._cut_unwritten()
-            self._write_held(ended)
+            self._write_held(stopped)
             self._write_pending_gc_events()
             self._meta.update(status=status, error=error, finished=_now_iso(), finished_unix=time.time(),
                               epochs=self.epochs_written)
@@ -378,7 +378,7 @@ class Session:
             raise UsageError(f"epoch began inside epoch {self._epoch}: end it first (epochs do not nest)")
         asked, index = index, options.epoch_index(index, self._last)   # a bad index fails before the held epoch goes
         if self._held is not None:
-            self._write_held(ended=False)   # the loop went on past the epoch it held
+            self._write_held(stopped=False)   # the loop went on past the epoch it held
             index = options.epoch_index(asked, self._last)   # its steps not cut: this index or a later one
         self._start_ns = 0   # none to hold before the epoch's clock starts (a SIGTERM meanwhile: abandon_epoch)
         self._epoch = index
@@ -514,14 +514,14 @@ class Session:
         self._epoch = None
         self._steps.close_epoch()
 
-    def _write_held(self, ended):
-        """Write the held epoch's line if the run `ended` without completing, else cut its steps."""
+    def _write_held(self, stopped):
+        """Write the held epoch's line if the run `stopped` in it, else cut its steps."""
         if self._held is None:
             return
         (line, index, steps), self._held = self._held, None
         end = self._writer.size(fmt.EPOCHS) + len(line)
         try:
-            if ended:
+            if stopped:
                 try:
                     self._writer.write_epoch_line(line, index)
                 except RunWriteError as e:

@@ -114,7 +114,7 @@ class Detection:
         with contextlib.ExitStack() as stack:
             stack.callback(self._signal.close)
             stack.callback(self.policy.restore)
-            stack.callback(self._record_epochs_from, failed=not write)
+            stack.callback(self._record_epochs_from, stopped=self._error is not None)
             stack.callback(self.marks.close, write=write)
             for t in self.targets:
                 stack.callback(t.undo)
@@ -124,11 +124,12 @@ class Detection:
             stack.callback(self._probe.stop)
             stack.callback(self._watcher.uninstall)
 
-    def _record_epochs_from(self, failed=False):
-        """The source of the written epochs; of a failed run whose epochs with steps are only the one it
-        stopped in (held, written unfinished), the source that began that one."""
+    def _record_epochs_from(self, stopped=False):
+        """The source of the written epochs; of a run that stopped on an exception (sys.exit(0)
+        included) whose epochs with steps are only the one it stopped in (held, written unfinished),
+        the source that began that one."""
         marks = self.marks
-        self.session.user_meta[EPOCHS_FROM] = (marks.begun if failed and self.session.holding and not marks.steps
+        self.session.user_meta[EPOCHS_FROM] = (marks.begun if stopped and self.session.holding and not marks.steps
                                                  else marks.owner if marks.epochs else None)
 
     def misnamed(self):
