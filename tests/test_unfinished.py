@@ -1,5 +1,5 @@
 """The epoch a run stops in: written, flagged unfinished, when the run ends on it (an exception,
-Ctrl-C, SIGTERM), so a run of one long epoch that crashes keeps its steps; dropped when the loop
+sys.exit(0) included, Ctrl-C, SIGTERM), so a run of one long epoch that crashes keeps its steps; dropped when the loop
 goes on or the run completes; steps written at least once a second, so a kill keeps all but the
 last second of them."""
 
