@@ -158,6 +158,29 @@ def test_fit_restored_after_a_script_run_in_process(tmp_path):
     assert keras.Model.fit is fit_before and "fit" not in keras.Model.__dict__
 
 
+def test_a_torch_loop_after_a_fit_is_said_to_be_in_no_epoch(tmp_path):
+    """Keras's epochs own the run, so a PyTorch loop of the script's own after the fit starts none:
+    its 6 steps went unsaid (a probe)."""
+    from profiler.integrations.script import run_script
+
+    (tmp_path / "mixed.py").write_text(
+        "import keras, numpy as np, torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])\n"
+        "model.compile(optimizer='sgd', loss='mse')\n"
+        "model.fit(np.zeros((20, 4), 'float32'), np.zeros((20, 2), 'float32'), epochs=2, batch_size=10, verbose=0)\n"
+        "net = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for epoch in range(2):\n"
+        "    for x, y in DataLoader(TensorDataset(torch.zeros(12, 4), torch.zeros(12, 2)), batch_size=4):\n"
+        "        opt.zero_grad(); torch.nn.functional.mse_loss(net(x), y).backward(); opt.step()\n")
+    result = run_script(str(tmp_path / "mixed.py"), [], out=tmp_path / "run")
+    assert (result.epochs, result.steps, result.epochs_from) == (2, 4, "keras")
+    assert result.notes == ["6 optimizer steps ran outside Keras's epochs (a loop of the script's own, after or beside "
+                            "its training) and are in no epoch: the run's epochs are Keras's; profile that loop in a "
+                            "run of its own to see them"], result.notes
+
+
 def test_steps_hold_the_batch_fetch(tmp_path):
     """A step runs from one train batch's end to the next's, so a data pipeline that takes 30 ms
     per batch is inside every step (it was outside them all: steps began at on_train_batch_begin)."""

@@ -26,6 +26,7 @@ EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when trai
 
 NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
              "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
+OWNERS = {"keras": "Keras", "lightning": "Lightning", "epoch-fn": "the --epoch-fn function", "windows": "the time windows"}
 
 
 def how_it_stopped(error):
@@ -170,10 +171,14 @@ class Detection:
             notes.append(NO_EPOCHS)
         if marks.unmarked_steps:
             n = marks.unmarked_steps
-            notes.append(f"{n:,} optimizer step{'s' if n > 1 else ''} ran outside any DataLoader pass once torch's "
-                         f"passes marked the epochs, and {'are' if n > 1 else 'is'} in no epoch (batches that come "
-                         f"from no new pass: itertools.cycle(loader), batches kept from an earlier pass): mark epochs "
-                         f"with --epoch-fn NAME or the Session API (docs/guide.md) to count them")
+            steps = f"{n:,} optimizer step{'s' if n > 1 else ''}"
+            notes.append(f"{steps} ran outside any DataLoader pass once torch's passes marked the epochs, and "
+                         f"{'are' if n > 1 else 'is'} in no epoch (batches that come from no new pass: "
+                         f"itertools.cycle(loader), batches kept from an earlier pass): mark epochs with --epoch-fn "
+                         f"NAME or the Session API (docs/guide.md) to count them" if marks.owner == "torch" else
+                         f"{steps} ran outside {OWNERS[marks.owner]}'s epochs (a loop of the script's own, after "
+                         f"or beside its training) and {'are' if n > 1 else 'is'} in no epoch: the run's epochs are "
+                         f"{OWNERS[marks.owner]}'s; profile that loop in a run of its own to see them")
         if "lightning" in marks.spawned:
             notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the "
                          "profiler does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or "

@@ -47,7 +47,7 @@ class Marks:
         self.spawned = set()       # sources whose training went to processes they spawned, not followed
         self.world_size = None     # ranks a framework trained on beside this process, which it started itself
         self.stepless = 0          # DataLoader passes with no optimizer step, dropped (no epoch)
-        self.unmarked_steps = 0    # optimizer steps outside torch's passes once they marked epochs
+        self.unmarked_steps = 0    # optimizer steps outside the epochs once a source marked them
         self.owner = None          # the source whose epochs are being written
         self.open = None           # the source of the epoch in progress
         self.step_open = False
