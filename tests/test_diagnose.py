@@ -1233,6 +1233,10 @@ def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
     full = analyze(write_run(tmp_path / "full", [epoch(i, w, steps=48 if i < 11 else 40)
                                                  for i, w in enumerate(walls[:11] + [0.022])]))
     assert full.epoch_time.cut_short is None and "cut short" not in text.verdict(full)
+    # the last of a second fit() of 2 steps an epoch after one of 8: whole epochs of a smaller size (a probe)
+    second = analyze(write_run(tmp_path / "second", [epoch(i, 0.008 if i < 6 else 0.002, steps=8 if i < 6 else 2)
+                                                     for i in range(9)]))
+    assert second.epoch_time.cut_short is None and "cut short" not in text.verdict(second)
 
 
 def test_epochs_of_other_steps_are_trended_among_those_of_one_size(tmp_path):
