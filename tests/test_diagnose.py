@@ -431,6 +431,21 @@ def test_gc_share_of_the_run_leaves_out_the_traced_epochs_as_the_findings_do(tmp
     assert d.gc.share_total == pytest.approx(0.2) == steady.evidence.share_total, text.verdict(d)
 
 
+def test_the_gc_shares_early_and_late_and_memory_growth_leave_the_traced_epochs_out(tmp_path):
+    # a probe: GC at 85% of every epoch, the 2 traced ones at 8% (tracemalloc slows the rest of the epoch), read
+    # "late 8.5%"; malloc growing 1.6 MiB an epoch and 80 MiB in each traced one (tracemalloc's own traces) read
+    # "malloc memory grows 10.9 MiB per epoch"
+    heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
+    records = [epoch(i, 0.100 if i < 10 else 1.0, pause=(0.0, 0.0, 0.085), collections=(0, 0, 1),
+                     malloc=(100 + 1.6 * i + 80 * max(0, i - 9)) * MIB, heap=heap if i >= 10 else None)
+               for i in range(12)]
+    d = analyze(write_run(tmp_path / "run", records))
+    assert d.gc.share_early == pytest.approx(0.85) and d.gc.share_late == pytest.approx(0.85)
+    assert d.allocation.malloc_growth_bytes_per_epoch == pytest.approx(1.6 * MIB)
+    memory = next((f for f in d.findings if f.pattern == "allocation-growth"), None)
+    assert memory is None or memory.evidence.growth_bytes_per_epoch < 2 * MIB, text.verdict(d)
+
+
 def test_epochs_that_auto_capture_traced_are_left_out_of_the_epoch_time_trend(tmp_path):
     heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
     records = [epoch(i, 0.030 + 0.0003 * (i % 3) if i < 9 else 0.150, heap=heap if i >= 9 else None)

@@ -273,7 +273,7 @@ def analyze(run_dir):
     ratio = late_s / early_s if early_s > 0 else 1.0
     trendless = not (slowdown or faster)
     share = np.divide(pause, wall, out=np.zeros_like(wall), where=wall > 0)
-    share_early, share_late = stats.early_late(share)
+    share_early, share_late = stats.early_late(share[timed])   # tracemalloc's epochs' GC is no run's
     explained = fnd.gc_explained([records[i] for i in trended], change)
 
     # spikes leave the traced epochs out too (their steps are tracemalloc's slowdown, not the run's)
