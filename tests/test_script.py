@@ -276,6 +276,16 @@ def test_a_function_from_another_module_is_named_where_it_lives(tmp_path, monkey
     assert result.epochs == 2 and result.notes == [] and result.misnamed == []
 
 
+def test_a_script_that_fails_before_its_first_window_is_not_told_to_mark_its_epochs(tmp_path):
+    # an argparse error, sys.exit("fatal: ...") and the like were told to mark their epochs with --epoch-fn (a probe)
+    (tmp_path / "t.py").write_text("import sys\nsys.exit(int(sys.argv[1]) if sys.argv[1].isdigit() else sys.argv[1])\n")
+    for code in ("2", "fatal: bad config"):
+        result = run_script(str(tmp_path / "t.py"), [code], out=tmp_path / f"r{len(code)}", window_s=60.0)
+        assert result.notes == [f"no epoch was written: the code exited with {'code 2' if code == '2' else repr(code)} "
+                                f"before its first time window ended (one cut short before its first step is not "
+                                f"written)"], result.notes
+
+
 def test_training_in_another_thread_is_said_not_to_be_recorded(tmp_path):
     # 0 epochs, and a note that blamed the time windows, for 3 epochs of 2 steps that ran in a thread
     (tmp_path / "t.py").write_text(

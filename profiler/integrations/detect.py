@@ -154,7 +154,8 @@ class Detection:
             stopped = f"the code {how_it_stopped(self._error)} before its first {what} ended"
             mark = ("; a training loop that ran in less than a window (a Keras train_on_batch loop, a short "
                     "script) is no epoch: mark its epochs with --epoch-fn NAME (each call of the script's function "
-                    "NAME is an epoch)" if marks.begun == "windows" and not marks.steps else "")
+                    "NAME is an epoch)" if marks.begun == "windows" and not marks.steps and succeeded(self._error)
+                    else "")   # a script that failed before its first window ended: its failure is the news
             notes.append(f"no epoch finished: {stopped}; that epoch is written as it stood then, flagged unfinished"
                          if self.session.unfinished else
                          f"no epoch was written: {stopped} (one cut short before its first step is not written){mark}")
