@@ -72,6 +72,8 @@ def test_a_pickled_callback_does_nothing_where_it_lands():
 
 
 def test_profiler_callback_in_code(tmp_path):
+    import signal
+
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -85,6 +87,8 @@ def test_profiler_callback_in_code(tmp_path):
         trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                              enable_model_summary=False, accelerator="cpu", callbacks=[ProfilerCallback(session)])
         trainer.fit(Classifier(), data)
+        # the Trainer's teardown puts back the handler it replaced: the Session's, out of the Trainer's own list
+        assert getattr(signal.getsignal(signal.SIGTERM), "__self__", None) is session
     assert [r["steps"] for r in records(tmp_path / "run")] == [4, 4]
     assert pl.Trainer.__init__ is init_before
 

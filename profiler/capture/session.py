@@ -301,11 +301,6 @@ class Session:
         self._previous_sigterm = None
 
     def _on_sigterm(self, signum, frame):
-        if signal.getsignal(signal.SIGTERM) != self._on_sigterm:
-            # a handler installed since calls this one as the handler it replaced (Lightning's Trainer
-            # does, then stops at the end of its epoch): under python it would have found SIG_DFL, which
-            # no handler calls, so the program's handler decides alone, as there
-            return
         if self._term is not None:   # inside a steps write: handled as it ends
             self._term = "came"
             return

@@ -23,6 +23,7 @@ run` notes that only rank 0 was recorded.
 
 import functools
 import importlib
+import signal
 import sys
 
 PACKAGES = ("pytorch_lightning", "lightning.pytorch")
@@ -39,6 +40,7 @@ def callback_class(package):
                 self.in_epoch = False   # between on_train_epoch_start and on_train_epoch_end
 
             def on_train_start(self, trainer, pl_module):
+                _sigterm_to_the_trainer()
                 # strategy="ddp" started the other ranks itself: its launcher holds their processes, none where
                 # torchrun or SLURM started every rank (a spawning launcher trains in its children, unprofiled)
                 if trainer.world_size > 1 and getattr(getattr(trainer.strategy, "launcher", None), "procs", None):
@@ -74,6 +76,19 @@ def callback_class(package):
 
         _classes[package.__name__] = ProfilerCallback
     return _classes[package.__name__]
+
+
+def _sigterm_to_the_trainer():
+    """Lightning's Trainer, as it starts training, installs a SIGTERM handler that notes the signal
+    (the Trainer stops at its epoch's end) and then calls each handler it replaced: the profiler
+    Session's, which ended the process at once. Under python that was SIG_DFL, which it does not
+    call: the Session's is taken out of the Trainer's list, so the Trainer decides alone, as there
+    (its teardown puts the Session's back)."""
+    from ..capture.session import Session
+    handler = signal.getsignal(signal.SIGTERM)
+    handlers = getattr(handler, "signal_handlers", None)
+    if isinstance(handlers, list):
+        handler.signal_handlers = [h for h in handlers if not isinstance(getattr(h, "__self__", None), Session)]
 
 
 def _unprofiled(package):
