@@ -437,11 +437,14 @@ def test_the_gc_shares_early_and_late_and_memory_growth_leave_the_traced_epochs_
     # "malloc memory grows 10.9 MiB per epoch"
     heap = {"traced_bytes": 1000, "peak_bytes": 1000, "top_growth": []}
     records = [epoch(i, 0.100 if i < 10 else 1.0, pause=(0.0, 0.0, 0.085), collections=(0, 0, 1),
-                     malloc=(100 + 1.6 * i + 80 * max(0, i - 9)) * MIB, heap=heap if i >= 10 else None)
-               for i in range(12)]
+                     malloc=(100 + 1.6 * i + 80 * max(0, i - 9)) * MIB, rss=(200 + 80 * max(0, i - 9)) * MIB,
+                     heap=heap if i >= 10 else None) for i in range(12)]
     d = analyze(write_run(tmp_path / "run", records))
     assert d.gc.share_early == pytest.approx(0.85) and d.gc.share_late == pytest.approx(0.85)
     assert d.allocation.malloc_growth_bytes_per_epoch == pytest.approx(1.6 * MIB)
+    # RSS's figures as its rate: "RSS's level rose 80.0 MiB" beside a flat rate (a review)
+    assert (d.allocation.rss_rise_bytes, d.allocation.rss_end_bytes) == (0.0, 200 * MIB)
+    assert "RSS's level rose" not in text.verdict(d)
     memory = next((f for f in d.findings if f.pattern == "allocation-growth"), None)
     assert memory is None or memory.evidence.growth_bytes_per_epoch < 2 * MIB, text.verdict(d)
 
@@ -1252,6 +1255,10 @@ def test_a_last_epoch_cut_short_is_left_out_of_the_trend(tmp_path):
     second = analyze(write_run(tmp_path / "second", [epoch(i, 0.008 if i < 6 else 0.002, steps=8 if i < 6 else 2)
                                                      for i in range(9)]))
     assert second.epoch_time.cut_short is None and "cut short" not in text.verdict(second)
+    # an epoch of no step between (an --epoch-fn call that ran none) is no epoch of a smaller size (a review)
+    gap = analyze(write_run(tmp_path / "gap", [epoch(i, w, steps=48 if i < 11 else 0 if i == 11 else 6)
+                                               for i, w in enumerate(walls[:11] + [0.001, 0.0038])]))
+    assert gap.epoch_time.cut_short == (12, 6, 48.0), gap.epoch_time.cut_short
 
 
 def test_epochs_of_other_steps_are_trended_among_those_of_one_size(tmp_path):

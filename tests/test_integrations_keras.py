@@ -128,6 +128,15 @@ def test_a_callback_list_the_script_built_gets_the_steps_and_is_given_back_as_it
     assert [(r["epoch"], r["steps"]) for r in records(tmp_path / "run")] == [(0, 4), (1, 4)] and Counting.epochs == 2
     assert threads == {threading.get_ident()}
     assert mine.callbacks == before and mine._async_train == asynchronous
+    # one callback of its own, not in a list (Keras flattens callbacks): "Value after * must be an iterable" (a review)
+    with Session(tmp_path / "one") as session:
+        undo = inject(session)
+        try:
+            model.fit(x, y, epochs=1, batch_size=10, verbose=0, callbacks=Counting())
+            model.fit(x, y, epochs=1, batch_size=10, verbose=0, callbacks=[[Counting()], (Counting(),)])
+        finally:
+            undo()
+    assert [r["steps"] for r in records(tmp_path / "one")] == [4, 4] and Counting.epochs == 5
 
 
 def test_a_misspelt_fit_argument_raises_keras_own_error(tmp_path):

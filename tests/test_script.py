@@ -63,7 +63,7 @@ class FakeSession:
         self.calls = []
 
     def __getattr__(self, name):
-        return lambda *a: self.calls.append(name)
+        return lambda *a, **k: self.calls.append(name)
 
 
 def test_script_runs_as_main_with_its_argv_and_path(plain, tmp_path):

@@ -139,6 +139,14 @@ def test_sys_exit_0_inside_an_epoch_writes_it_flagged_unfinished_and_the_run_com
                         window_s=60.0)
     assert isinstance(result.raised, SystemExit) and (result.epochs, result.unfinished) == (2, (2, 2)), result
     assert read_run(tmp_path / "script").user_meta["epochs_from"] == "epoch-fn"
+    # a time window the run's end cuts is no epoch the run stopped in: sys.exit(main()) had written it flagged
+    # unfinished, and the report called the run incomplete, where main() alone did not (a review)
+    (tmp_path / "w.py").write_text("import sys, time\ndef step():\n    time.sleep(0.01)\ndef main():\n"
+                                   "    end = time.monotonic() + 0.75\n    while time.monotonic() < end:\n"
+                                   "        step()\n    return 0\nsys.exit(main()) if sys.argv[1] == 'exit' else main()\n")
+    for how in ("exit", "return"):
+        result = run_script(str(tmp_path / "w.py"), [how], out=tmp_path / how, step_fn="step", window_s=0.2)
+        assert result.epochs >= 2 and result.unfinished is None and read_run(tmp_path / how).unfinished_epoch is None
 
 
 def test_an_epoch_abandoned_before_the_run_completes_is_not_written(tmp_path):

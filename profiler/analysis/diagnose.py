@@ -241,11 +241,12 @@ def memory_of(loaded):
     found = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
              or fnd.rss_growth(trend))
     rates, idx = fnd.memory_rates(records), [r["epoch"] for r in records]
+    rss = [r for r in fnd.memory_series(records)["rss"] if r is not None]   # deep capture's epochs left out
     return Allocation(rss_growth_bytes_per_epoch=rates["rss"], traced_growth_bytes_per_epoch=rates["traced"],
-                      malloc_growth_bytes_per_epoch=rates["malloc"], rss_start_bytes=_float(records[0]["rss_bytes"]),
-                      rss_end_bytes=_float(records[-1]["rss_bytes"]), top_sites=sites, epochs=len(records),
+                      malloc_growth_bytes_per_epoch=rates["malloc"], rss_start_bytes=_float(rss[0] if rss else None),
+                      rss_end_bytes=_float(rss[-1] if rss else None), top_sites=sites, epochs=len(records),
                       span_epochs=float(idx[-1] - idx[0]), rss_limit_bytes=fnd.rss_limit(records),
-                      rss_rise_bytes=fnd.level_rise([r["rss_bytes"] for r in records]), rss_trend=trend), found
+                      rss_rise_bytes=fnd.level_rise(rss), rss_trend=trend), found
 
 
 def analyze(run_dir):

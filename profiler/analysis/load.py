@@ -64,7 +64,7 @@ CUT_SHORT = 0.5   # a last epoch of under this share of the others' median steps
 def cut_short(records):
     """(the index of the last record, the others' median steps) when its epoch was cut short (a
     `break` out of the loop, an early stop, Lightning's max_steps): its steps under CUT_SHORT of
-    that median (of at least two with steps) and of the epoch's before it; else None. Its time is
+    that median (of at least two with steps) and of the last epoch with steps before it; else None. Its time is
     no full epoch's: it would read as the epochs getting faster. Where the epoch before it is as
     short, both are whole epochs of a smaller size (a second fit() of fewer batches)."""
     steps = [r.get("steps") or 0 for r in records]
@@ -72,7 +72,7 @@ def cut_short(records):
     if len(others) < 2:
         return None
     median = float(np.median(others))
-    return (len(records) - 1, median) if steps[-1] < CUT_SHORT * min(median, steps[-2]) else None
+    return (len(records) - 1, median) if steps[-1] < CUT_SHORT * min(median, others[-1]) else None
 
 
 def weighed(records):

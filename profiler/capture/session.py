@@ -468,10 +468,11 @@ class Session:
         self._gc_dropped = merged(self._gc_before, self._gc_ending)
         self._gc_ending = None
 
-    def abandon_epoch(self):
+    def abandon_epoch(self, hold=True):
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its index is free
         for the next epoch. One with steps is held (_hold) until the run ends, in case the run ends
-        on it. GC events are kept. Called while the loop's own exception propagates, so a failure
+        on it; with `hold` False (a time window cut by the run's end: no epoch of the program's)
+        its steps are cut now. GC events are kept. Called while the loop's own exception propagates, so a failure
         to write or cut the steps is one line on stderr, not an exception in its place (see
         _cut_unwritten for the steps left on disk). A second Ctrl-C meanwhile (the first's
         epoch being held) is raised once it is done: cut short, the hold lost the epoch."""
@@ -481,7 +482,7 @@ class Session:
             if self._steps.open_ns:
                 self._steps.abandon()
             # not one whose clock has not started, nor one whose end took its record (one JSON cannot hold)
-            if self._steps.recorded and self._start_ns and self._gc_ending is None:
+            if hold and self._steps.recorded and self._start_ns and self._gc_ending is None:
                 try:
                     self._hold()
                 except RunWriteError as e:   # its steps are cut below, as those of an epoch not held
@@ -492,15 +493,16 @@ class Session:
 
     @property
     def holding(self):
-        """Whether an epoch abandoned with steps is held, to be written flagged unfinished if the run fails."""
+        """Whether an epoch abandoned with steps is held, to be written flagged unfinished if the run
+        stops on an exception (sys.exit(0) included), Ctrl-C or SIGTERM."""
         return self._held is not None
 
     def _hold(self):
         """Take the open epoch's record as it stands, flagged unfinished, and write its steps. The
-        record is written if the run ends without completing (an exception, Ctrl-C, SIGTERM: a run
-        of one long epoch that crashes keeps its steps); it is dropped, and its steps cut, when
-        another epoch begins (a loop that goes on past the error) or the run completes (a pass a
-        framework discarded)."""
+        record is written if the run ends on it (an exception, sys.exit(0) included, Ctrl-C, SIGTERM:
+        a run of one long epoch that crashes keeps its steps); it is dropped, and its steps cut,
+        when another epoch begins (a loop that goes on past the error) or the Session's block
+        returns (a pass a framework discarded)."""
         index = self._epoch
         line = self._writer.encode_epoch(self._record(index, _now(), unfinished=True))
         steps = self._steps.recorded

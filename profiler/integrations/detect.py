@@ -26,7 +26,7 @@ EPOCH_SIGNAL_FD = "PROFILER_EPOCH_FD"   # a pipe's write end: one byte when trai
 
 NO_EPOCHS = ("no epoch was found: mark them with --epoch-fn NAME (each call of the script's "
              "function NAME is an epoch) or --step-fn NAME, or use the Session API (docs/guide.md)")
-OWNERS = {"keras": "Keras", "lightning": "Lightning", "epoch-fn": "the --epoch-fn function", "windows": "the time windows"}
+FRAMEWORKS = {"keras": "Keras", "lightning": "Lightning"}
 
 
 def how_it_stopped(error):
@@ -161,14 +161,12 @@ class Detection:
                          f"no epoch was written: {stopped} (one cut short before its first step is not written){mark}")
         elif not marks.epochs and not succeeded(self._error):   # before any epoch began: no marker to blame
             notes.append(f"no epoch was written: the code {how_it_stopped(self._error)} before any epoch began")
-        elif not marks.epochs and marks.elsewhere:
-            pass   # the code trained in other threads: said below, and no marker is to blame
-        elif not marks.epochs and uncalled:
+        elif not marks.epochs and uncalled and not marks.elsewhere:   # called in other threads: said below
             home = uncalled[0].home   # its module's own code calls it by that module's name, not the script's
             notes.append(f"--epoch-fn {uncalled[0].name}: the function was never called, so no epoch was marked"
                          + (f"; it is {home}, imported into the script, and calls of it that do not go through "
                             f"the script's name are not seen: name it --epoch-fn {home}" if home else ""))
-        elif not marks.epochs and not any(t.misnamed for t in self.targets):
+        elif not marks.epochs and not marks.elsewhere and not any(t.misnamed for t in self.targets):
             notes.append(NO_EPOCHS)
         if marks.unmarked_steps:
             n = marks.unmarked_steps
@@ -177,9 +175,9 @@ class Detection:
                          f"{'are' if n > 1 else 'is'} in no epoch (batches that come from no new pass: "
                          f"itertools.cycle(loader), batches kept from an earlier pass): mark epochs with --epoch-fn "
                          f"NAME or the Session API (docs/guide.md) to count them" if marks.owner == "torch" else
-                         f"{steps} ran outside {OWNERS[marks.owner]}'s epochs (a loop of the script's own, after "
+                         f"{steps} ran outside {FRAMEWORKS[marks.owner]}'s epochs (a loop of the script's own, after "
                          f"or beside its training) and {'are' if n > 1 else 'is'} in no epoch: the run's epochs are "
-                         f"{OWNERS[marks.owner]}'s; profile that loop in a run of its own to see them")
+                         f"{FRAMEWORKS[marks.owner]}'s; profile that loop in a run of its own to see them")
         if "lightning" in marks.spawned:
             notes.append("Lightning trained in processes it spawned (a strategy such as ddp_spawn), which the "
                          "profiler does not follow: use strategy=\"ddp\", whose rank 0 trains in this process, or "

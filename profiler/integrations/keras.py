@@ -60,7 +60,7 @@ def _joined(callbacks, callback):
 def inject(session):
     """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
     inside fit is abandoned (Session.abandon_epoch: written flagged unfinished if the run then
-    fails). A fit called inside another (a callback fitting a probe model at each epoch's end) is
+    stops on it). A fit called inside another (a callback fitting a probe model at each epoch's end) is
     left alone: its time is the outer epoch's. Returns the function that undoes it."""
     model = keras.Model
     own = model.__dict__.get("fit")
@@ -81,8 +81,8 @@ def inject(session):
         callbacks = bound.arguments.get("callbacks")
         callback = ProfilerCallback(session)
         given = callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else None
-        if given is None:
-            bound.arguments["callbacks"] = [*(callbacks or ()), callback]
+        if given is None:   # a callback, or any nest of them, as Keras flattens it
+            bound.arguments["callbacks"] = [*(keras.tree.flatten(callbacks) if callbacks is not None else ()), callback]
         fitting = True
         with _joined(given, callback):
             try:

@@ -132,17 +132,18 @@ class Marks:
             listener()
         return True
 
-    def drop_epoch(self, source):
+    def drop_epoch(self, source, hold=True):
         if self.open == source and self.in_thread():
-            self._drop()
+            self._drop(hold)
 
-    def _drop(self):
+    def _drop(self, hold=True):
         """The open epoch is abandoned (Session.abandon_epoch): unwritten, its steps with it, unless the
-        run then fails, which writes one with steps flagged unfinished."""
+        run then stops on an exception (sys.exit(0) included), which writes one with steps flagged
+        unfinished; with `hold` False, whatever follows."""
         if self.step_open:
             self.session.abandon_step()
             self.step_open = False
-        self.session.abandon_epoch()
+        self.session.abandon_epoch(hold=hold)
         self.steps -= self.steps_in_epoch
         self.open, self.steps_in_epoch = None, 0
 

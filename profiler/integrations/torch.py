@@ -264,7 +264,7 @@ class TorchHooks:
             self.marks.begin_step("torch")
         elif self.marks.open is not None:
             self.marks.step_boundary("torch")
-        if self.marks.open is None and self.marks.owner is not None:   # after the epochs: nothing marks it
+        if self.marks.open is None and self.marks.owner in ("torch", "keras", "lightning"):   # after their epochs
             self.marks.unmarked_steps += 1
 
 

@@ -94,8 +94,9 @@ class Windows:
         self._thread.start()
         return True
 
-    def pause(self):
-        """Stop the clock and drop the window in progress."""
+    def pause(self, hold=True):
+        """Stop the clock and drop the window in progress (held as Marks.drop_epoch holds it, unless
+        `hold` is False)."""
         global _current
         if not self.running:
             return
@@ -106,16 +107,16 @@ class Windows:
             self._thread.join()
         if _current is self:
             _current = None
-        self.marks.drop_epoch("windows")
+        self.marks.drop_epoch("windows", hold)
 
     def stop(self):
-        """At the end of a run that finished: the last, partial window is written only if no
-        other was."""
+        """At the end of a run that finished (sys.exit(0) included): the last, partial window is
+        written only if no other was, else dropped with its steps: no epoch the run stopped in."""
         if not self.running:
             return
         if self.marks.open == "windows" and self.marks.epochs == 0:
             self.marks.end_epoch("windows")
-        self.pause()
+        self.pause(hold=False)
 
     def _clock(self, stop, wake):
         """The daemon thread: wait out the window, then ask the main thread for a boundary until
