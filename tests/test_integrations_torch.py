@@ -631,6 +631,27 @@ def test_windows_that_begin_at_the_first_optimizer_step_are_whole_from_the_first
     assert len(walls) >= 4 and all(0.49 <= w <= 0.6 for w in walls), walls
 
 
+def test_evaluation_passes_amid_training_with_no_dataloader_keep_its_windows(tmp_path):
+    # training from tensors, a DataLoader evaluation every 50 steps (0.3 s, under a window): each pass dropped
+    # the window in progress, and 4 s of training wrote 0 epochs and 0 steps, "14 DataLoader passes ran with no
+    # optimizer step" (a review). Each window now ends where an evaluation begins, and the next begins at the
+    # next optimizer step.
+    from profiler.integrations.script import run_script
+    (tmp_path / "evals.py").write_text(
+        "import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "net = torch.nn.Linear(8, 1); opt = torch.optim.SGD(net.parameters(), lr=0.01)\n"
+        "val = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16)\n"
+        "for i in range(1, 201):\n"
+        "    opt.zero_grad(); net(torch.randn(16, 8)).pow(2).mean().backward(); opt.step(); time.sleep(0.005)\n"
+        "    if i % 50 == 0:\n"
+        "        with torch.no_grad():\n"
+        "            for (v,) in val:\n"
+        "                net(v)\n")
+    result = run_script(str(tmp_path / "evals.py"), [], out=tmp_path / "run", window_s=60.0)
+    assert (result.epochs, result.epochs_from) == (4, "windows"), result
+    assert [r["steps"] for r in records(tmp_path / "run")] == [49] * 4   # each window's first step's start is unknown
+
+
 def test_with_no_pass_marking_epochs_a_loader_drawn_without_autograd_is_no_steps_wait():
     # Lightning marks the epochs and validates under inference_mode, mid-epoch too: its validation loader's 40
     # batches (and its worker's start-up) counted as the steps' wait (a probe: 360 batches for 320 steps)

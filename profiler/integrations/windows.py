@@ -67,8 +67,13 @@ class Windows:
             self._waiting = False
             self.marks.begin_epoch("windows")
             self._restart_clock()
-        if self.running or not self._launch(0.0, waiting=False):
-            return self.running
+        if self.running:
+            if self.marks.open is None and self.marks.allows("windows"):   # a pass with no step ended the last
+                self.marks.begin_epoch("windows")
+                self._restart_clock()
+            return True
+        if not self._launch(0.0, waiting=False):
+            return False
         self.marks.begin_epoch("windows")
         return True
 
