@@ -24,10 +24,10 @@ epochs"). None of these where more GC pauses, NOISE_GC of an epoch or more, acco
 the difference in mean epoch time (spikes included, which medians hide). The spread is of the epochs
 the report's trend is fitted on (not deep capture's traced ones, nor a last epoch cut short); a run
 whose epochs hold different numbers of steps is compared, ops and epoch time too, on its epochs of
-one size (load.one_size), as its report's trend is. Epochs of two
-scenarios, of a scenario and a program of its own, of scenarios of other samples an epoch, or
-(where samples are not recorded) whose steps per epoch differ by more than a factor load.STEPS_APART hold different
-work (`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
+one size (load.one_size), as its report's trend is. Epochs of two scenarios, of a scenario and a
+program of its own, of scenarios of other samples an epoch, or (where samples are not recorded)
+whose steps per epoch differ by more than a factor load.STEPS_APART hold different work
+(`different_work`): an op's time per epoch then tells nothing of its speed, and no run-wide
 slowdown is called. Two runs of one command, its options included (`same_command`), differ by the
 machine unless their code or data changed in between; of a script or module, whether its source
 changed is told by the hash each run recorded (`same_code`). An op's what-if is given only where it

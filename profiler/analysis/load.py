@@ -64,9 +64,10 @@ CUT_SHORT = 0.5   # a last epoch of under this share of the others' median steps
 def cut_short(records):
     """(the index of the last record, the others' median steps) when its epoch was cut short (a
     `break` out of the loop, an early stop, Lightning's max_steps): its steps under CUT_SHORT of
-    that median (of at least two with steps) and of the last epoch with steps before it; else None. Its time is
-    no full epoch's: it would read as the epochs getting faster. Where the epoch before it is as
-    short, both are whole epochs of a smaller size (a second fit() of fewer batches)."""
+    that median (of at least two with steps) and of the last epoch with steps before it; else
+    None. Its time is no full epoch's: it would read as the epochs getting faster. Where the epoch
+    before it is as short, both are whole epochs of a smaller size (a second fit() of fewer
+    batches)."""
     steps = [r.get("steps") or 0 for r in records]
     others = [n for n in steps[:-1] if n]
     if len(others) < 2:

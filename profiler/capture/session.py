@@ -472,9 +472,9 @@ class Session:
         """Drop the open epoch unwritten (it raised, or a framework discarded it); its index is free
         for the next epoch. One with steps is held (_hold) until the run ends, in case the run ends
         on it; with `hold` False (a time window cut by the run's end: no epoch of the program's)
-        its steps are cut now. GC events are kept. Called while the loop's own exception propagates, so a failure
-        to write or cut the steps is one line on stderr, not an exception in its place (see
-        _cut_unwritten for the steps left on disk). A second Ctrl-C meanwhile (the first's
+        its steps are cut now. GC events are kept. Called while the loop's own exception
+        propagates, so a failure to write or cut the steps is one line on stderr, not an exception
+        in its place (see _cut_unwritten for the steps left on disk). A second Ctrl-C meanwhile (the first's
         epoch being held) is raised once it is done: cut short, the hold lost the epoch."""
         if self._state != "open" or self._epoch is None:
             return

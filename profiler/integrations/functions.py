@@ -116,7 +116,8 @@ class Target:
             self.problem = f"not a function (type {type(function).__name__})"
             return True
         if isinstance(function, type):   # wrapped, it would be no class: no isinstance(), no classmethods
-            self.problem = f"a class, not a function: name the method that runs it ({self._named(self.qualname)}.METHOD)"
+            self.problem = (f"a class, not a function: name the method that runs it "
+                            f"({self._named(self.qualname)}.METHOD)")
             return True
         kind = ("a generator function" if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
                 else "a coroutine function" if inspect.iscoroutinefunction(function) else None)

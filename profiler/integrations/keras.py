@@ -60,8 +60,8 @@ def _joined(callbacks, callback):
 def inject(session):
     """Give every keras.Model.fit a ProfilerCallback(session); an epoch left open by an exception
     inside fit is abandoned (Session.abandon_epoch: written flagged unfinished if the run then
-    stops on it). A fit called inside another (a callback fitting a probe model at each epoch's end) is
-    left alone: its time is the outer epoch's. Returns the function that undoes it."""
+    stops on it). A fit called inside another (a callback fitting a probe model at each epoch's
+    end) is left alone: its time is the outer epoch's. Returns the function that undoes it."""
     model = keras.Model
     own = model.__dict__.get("fit")
     fit = model.fit

@@ -142,7 +142,7 @@ class Marks:
     def _drop(self, hold=True):
         """The open epoch is abandoned (Session.abandon_epoch): unwritten, its steps with it, unless the
         run then stops on an exception (sys.exit(0) included), which writes one with steps flagged
-        unfinished; with `hold` False, whatever follows."""
+        unfinished; with `hold` False, unwritten whatever follows."""
         if self.step_open:
             self.session.abandon_step()
             self.step_open = False

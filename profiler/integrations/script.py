@@ -12,7 +12,8 @@ __main__ module. Epochs and steps are found without edits:
 
 Hooks are installed when the script imports the framework (detect.py, imports.py), never
 before, and every hook, patch, timer and GC setting is undone on every exit path. The run's meta
-records "epochs_from" when it ends (the source of its epochs, or null if none was written) and the options.
+records "epochs_from" when it ends (the source of its epochs, or null if none was written) and
+the options.
 """
 
 import ast
