@@ -21,7 +21,7 @@ def test_fit_with_validation_of_an_unmodified_script(tmp_path):
 
 def test_sigterm_stops_the_trainer_at_its_epochs_end_as_without_the_profiler(tmp_path):
     """Lightning's SIGTERM handler calls the one it replaced: the Session's ended the process at once
-    (exit -15, the epoch unfinished), where under python the Trainer finishes its epoch and exits 0."""
+    (exit -15), where under python the Trainer stops after its batch and exits 0."""
     import signal
     import subprocess
     import sys

@@ -631,25 +631,44 @@ def test_windows_that_begin_at_the_first_optimizer_step_are_whole_from_the_first
     assert len(walls) >= 4 and all(0.49 <= w <= 0.6 for w in walls), walls
 
 
-def test_evaluation_passes_amid_training_with_no_dataloader_keep_its_windows(tmp_path):
-    # training from tensors, a DataLoader evaluation every 50 steps (0.3 s, under a window): each pass dropped
-    # the window in progress, and 4 s of training wrote 0 epochs and 0 steps, "14 DataLoader passes ran with no
-    # optimizer step" (a review). Each window now ends where an evaluation begins, and the next begins at the
-    # next optimizer step.
+TENSOR_TRAINING = (
+    "import sys, time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    "net = torch.nn.Linear(8, 1); opt = torch.optim.SGD(net.parameters(), lr=0.01)\n"
+    "val = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16)\n"
+    "def evaluate():\n"
+    "    with torch.no_grad():\n"
+    "        for (v,) in val:\n"
+    "            net(v)\n"
+    "steps, every = int(sys.argv[1]), int(sys.argv[2])\n"
+    "for i in range(1, steps + 1):\n"
+    "    opt.zero_grad(); net(torch.randn(16, 8)).pow(2).mean().backward(); opt.step(); time.sleep(0.005)\n"
+    "    if i % every == 0:\n"
+    "        evaluate()\n"
+    "evaluate()\n")
+
+
+def test_evaluation_passes_amid_training_with_no_dataloader_are_inside_its_windows(tmp_path):
+    # training from tensors, a no_grad DataLoader evaluation every 50 steps (0.3 s, under a window): each pass
+    # dropped the window in progress, and 4 s of training wrote 0 epochs and 0 steps, "14 DataLoader passes ran
+    # with no optimizer step" (a review); the final evaluation is no window's end either (a second review)
     from profiler.integrations.script import run_script
-    (tmp_path / "evals.py").write_text(
-        "import time, torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    (tmp_path / "evals.py").write_text(TENSOR_TRAINING)
+    result = run_script(str(tmp_path / "evals.py"), ["200", "50"], out=tmp_path / "run", window_s=60.0)
+    assert (result.epochs, result.steps, result.epochs_from) == (1, 199, "windows"), result
+    result = run_script(str(tmp_path / "evals.py"), ["240", "50"], out=tmp_path / "windows", window_s=0.2)
+    walls = [r["wall_s"] for r in records(tmp_path / "windows")]
+    assert result.epochs >= 3 and min(walls) >= 0.19, walls   # the last, partial window is not written
+    # warm-up steps before DataLoader training: the passes are the epochs, with no window of the warm-up's
+    (tmp_path / "warm.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
         "net = torch.nn.Linear(8, 1); opt = torch.optim.SGD(net.parameters(), lr=0.01)\n"
-        "val = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16)\n"
-        "for i in range(1, 201):\n"
-        "    opt.zero_grad(); net(torch.randn(16, 8)).pow(2).mean().backward(); opt.step(); time.sleep(0.005)\n"
-        "    if i % 50 == 0:\n"
-        "        with torch.no_grad():\n"
-        "            for (v,) in val:\n"
-        "                net(v)\n")
-    result = run_script(str(tmp_path / "evals.py"), [], out=tmp_path / "run", window_s=60.0)
-    assert (result.epochs, result.epochs_from) == (4, "windows"), result
-    assert [r["steps"] for r in records(tmp_path / "run")] == [49] * 4   # each window's first step's start is unknown
+        "for i in range(5):\n"
+        "    opt.zero_grad(); net(torch.randn(16, 8)).sum().backward(); opt.step()\n"
+        "for epoch in range(2):\n"
+        "    for (x,) in DataLoader(TensorDataset(torch.randn(80, 8)), batch_size=4):\n"
+        "        opt.zero_grad(); net(x).sum().backward(); opt.step()\n")
+    result = run_script(str(tmp_path / "warm.py"), [], out=tmp_path / "warm")
+    assert (result.epochs, result.steps, result.epochs_from, result.windows) == (2, 40, "torch", 0), result
 
 
 def test_with_no_pass_marking_epochs_a_loader_drawn_without_autograd_is_no_steps_wait():

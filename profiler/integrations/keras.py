@@ -37,6 +37,16 @@ class ProfilerCallback(keras.callbacks.Callback):
         self.session.begin_step()
 
 
+def _flat(callbacks):
+    """fit's `callbacks` as a list: a callback, or lists and tuples of them nested, as Keras
+    flattens them (None: none)."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, (list, tuple)):
+        return [c for item in callbacks for c in _flat(item)]
+    return [callbacks]
+
+
 @contextlib.contextmanager
 def _joined(callbacks, callback):
     """A CallbackList the script built itself (which fit uses as it is) with `callback` among its
@@ -81,8 +91,8 @@ def inject(session):
         callbacks = bound.arguments.get("callbacks")
         callback = ProfilerCallback(session)
         given = callbacks if isinstance(callbacks, keras.callbacks.CallbackList) else None
-        if given is None:   # a callback, or any nest of them, as Keras flattens it
-            bound.arguments["callbacks"] = [*(keras.tree.flatten(callbacks) if callbacks is not None else ()), callback]
+        if given is None:
+            bound.arguments["callbacks"] = [*_flat(callbacks), callback]
         fitting = True
         with _joined(given, callback):
             try:

@@ -39,6 +39,9 @@ def callback_class(package):
                 self.session = session
                 self.in_epoch = False   # between on_train_epoch_start and on_train_epoch_end
 
+            def on_sanity_check_start(self, trainer, pl_module):
+                _sigterm_to_the_trainer()
+
             def on_train_start(self, trainer, pl_module):
                 _sigterm_to_the_trainer()
                 # strategy="ddp" started the other ranks itself: its launcher holds their processes, none where
@@ -79,11 +82,12 @@ def callback_class(package):
 
 
 def _sigterm_to_the_trainer():
-    """Lightning's Trainer, as it starts training, installs a SIGTERM handler that notes the signal
-    (the Trainer stops at its epoch's end) and then calls each handler it replaced: the profiler
-    Session's, which ended the process at once. Under python that was SIG_DFL, which it does not
-    call: the Session's is taken out of the Trainer's list, so the Trainer decides alone, as there
-    (its teardown puts the Session's back)."""
+    """Lightning's Trainer, as it starts a fit, installs a SIGTERM handler that notes the signal
+    (the Trainer stops after the batch in progress, raising SIGTERMException, a SystemExit) and then
+    calls each handler it replaced: the profiler Session's, which ended the process at once. Under
+    python that was SIG_DFL, which it does not call: the Session's is taken out of the Trainer's
+    list as its sanity check and its training start, so the Trainer decides alone, as there (its
+    teardown puts the Session's back)."""
     from ..capture.session import Session
     handler = signal.getsignal(signal.SIGTERM)
     handlers = getattr(handler, "signal_handlers", None)

@@ -101,10 +101,7 @@ class Marks:
         if self.open is not None:
             if STRENGTH[self.open] >= STRENGTH[source]:
                 return False
-            if self.open == "windows" and self.steps_in_epoch:   # its optimizer steps stay (an evaluation pass
-                self.end_epoch("windows")                        # amid training with no DataLoader)
-            else:
-                self._drop()
+            self._drop()
         if source not in ("windows", "torch"):   # a torch pass owns the run once it is written
             self.owner = source
         if source != "windows":
