@@ -66,7 +66,7 @@ def test_meta_is_copied_at_construction(tmp_path):
     assert read_run(tmp_path / "run").meta["meta"] == {"tags": ["a"]}
 
 
-@pytest.mark.parametrize("index", ["a", 0.5, 1.0, math.nan, True, -1, [0]])
+@pytest.mark.parametrize("index", ["a", 0.5, 1.0, math.nan, True, -1, [0], 2 ** 63, 10 ** 20])
 def test_bad_epoch_index_fails_before_the_body_runs(tmp_path, index):
     ran = []
     with Session(tmp_path / "run") as session:
@@ -91,8 +91,13 @@ def test_epoch_indices_strictly_increase(tmp_path):
             pass
         with session.epoch(np.int64(7)):  # any integer type
             pass
+        with session.epoch(2 ** 63 - 1):   # the last an int64 holds (steps.bin): the reader refused 2**63 (a probe)
+            pass
+        with pytest.raises(UsageError, match=f"epoch index {2 ** 63} after epoch {2 ** 63 - 1}: indices end below 2"):
+            with session.epoch():
+                ran.append("next")
     assert not ran
-    assert [r["epoch"] for r in read_run(tmp_path / "run").epochs] == [0, 2, 3, 7]
+    assert [r["epoch"] for r in read_run(tmp_path / "run").epochs] == [0, 2, 3, 7, 2 ** 63 - 1]
 
 
 def test_an_epoch_that_raised_frees_its_index_and_writes_nothing(tmp_path):

@@ -50,12 +50,6 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
      ["line 2", "ops['f'] tags", "finite numbers"]),
     (record(ops={"f": {"name": "f", "tags": {}, "calls": 1, "total_s": 0.001, "timed": "x"}}),
      ["line 2", "ops['f'] timed 'x'"]),
-    (record(workers={"count": 2}), ["line 2", "workers"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}), ["line 2", "workers"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": 3}), ["line 2", "workers.new 3", "at most workers.count 2"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "gc_copied_max_bytes": "70 MiB"}), ["line 2", "workers"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "spawned": None}), ["line 2", "workers"]),
-    (record(workers={"count": 2, "uss_bytes": 1, "pss_bytes": 1, "full_collections": 1.5}), ["line 2", "workers"]),
     (record(start_s=-1.0), ["line 2", "start_s -1.0"]),
     (record(heap={"traced_bytes": 1, "top_types": [{"count": 1, "count_diff": 1}]}), ["line 2", "heap.top_types"]),
     (record(heap={"traced_bytes": 1, "frames": 0}), ["line 2", "heap.frames 0", "positive count of frames"]),
@@ -106,7 +100,6 @@ BIG = 10 ** 400   # digits JSON holds, and no float does
      ["line 2 has gc_before.forced_sites counting more collections than gc_before.forced"]),
 ], ids=["non-utf8", "not-json", "not-object", "no-gc", "no-wall-rss", "wall-string", "wall-nan", "epoch-string", "epoch-float",
         "epoch-null", "epoch-repeated", "epoch-decreasing", "op-calls", "op-tag-list", "op-tag-nan", "op-timed",
-        "workers", "workers-growth", "workers-new", "workers-copied", "workers-spawned", "workers-collections",
         "start-negative",
         "top-type-unnamed", "heap-frames-0", "heap-frames-float", "wall-huge", "pause-huge", "pause-over-wall", "rss-huge", "op-huge",
         "wall-400-digits", "rss-400-digits", "steps-400-digits", "collections-400-digits", "calls-400-digits",
@@ -124,6 +117,31 @@ def test_damaged_middle_line_is_one_clear_error(tmp_path, middle, words):
     assert "epochs.jsonl" in message
     for word in words:
         assert word in message
+
+
+@pytest.mark.parametrize("workers,words", [
+    ({"count": 2}, ["workers {'count': 2}"]),
+    ({"count": 2, "uss_bytes": 1, "pss_bytes": 1, "uss_growth_bytes": "x"}, ["has workers"]),
+    ({"count": 2, "uss_bytes": 1, "pss_bytes": 1, "new": 3}, ["workers.new 3", "at most workers.count 2"]),
+    ({"count": 2, "uss_bytes": 1, "pss_bytes": 1, "gc_copied_max_bytes": "70 MiB"}, ["has workers"]),
+    ({"count": 2, "uss_bytes": 1, "pss_bytes": 1, "spawned": None}, ["has workers"]),
+    ({"count": 2, "uss_bytes": 1, "pss_bytes": 1, "full_collections": 1.5}, ["has workers"]),
+    (4, ["has workers 4"]),
+    (list(range(1000)), ["has workers [0, 1, 2", "...,"]),
+], ids=["count-only", "growth", "new", "copied", "spawned", "collections", "a-count", "long"])
+def test_a_workers_field_not_the_profilers_is_left_out_with_a_caution(tmp_path, workers, words):
+    # a program's own add_epoch_field("workers", ...) made the whole run unreadable (a probe): its other fields are
+    # the run's, so only that field goes, and the reader says so once
+    run = from_walls(tmp_path / "run", [0.01, 0.01, 0.01])
+    first, middle, last = lines(run)
+    odd = lambda line: json.dumps({**json.loads(line), "workers": workers}).encode()  # noqa: E731
+    rewrite(run, [first, odd(middle), odd(last)])
+    read = read_run(run)
+    assert [("workers" in r) for r in read.epochs] == [False] * 3 and read.problems == []
+    caution, = [c for c in read.cautions if "workers" in c]
+    assert caution.startswith("epochs.jsonl line 2 has workers") and caution.endswith(
+        " (and 1 more line): not the profiler's record of worker processes (a field the program added under that "
+        "name?), so it is left out") and all(w in caution for w in words), caution
 
 
 @pytest.mark.parametrize("damage,words", [

@@ -9,7 +9,7 @@ import operator
 import os
 
 from ..errors import UsageError
-from ..rundir.format import run_path
+from ..rundir.format import EPOCH_LIMIT, run_path
 from ..rundir.writer import check_free
 
 MAX_FRAMES = 65535   # tracemalloc.start() accepts 1..65535 frames
@@ -75,7 +75,10 @@ def epoch_index(value, last):
     """The index for the next epoch: `value`, or last + 1 when value is None; UsageError unless it
     is a non-negative int greater than `last` (None before the first epoch)."""
     if value is None:
-        return 0 if last is None else last + 1
+        index = 0 if last is None else last + 1
+        if index >= EPOCH_LIMIT:
+            raise UsageError(f"epoch index {index} after epoch {last}: indices end below 2**63")
+        return index
     if isinstance(value, bool):
         raise UsageError(f"epoch index {value!r}: expected a non-negative int (or None for the next index)")
     try:
@@ -83,8 +86,8 @@ def epoch_index(value, last):
     except TypeError:
         raise UsageError(f"epoch index {value!r}: expected a non-negative int (or None for the next index), "
                          f"got {type(value).__name__}") from None
-    if index < 0:
-        raise UsageError(f"epoch index {index}: expected a non-negative int")
+    if not 0 <= index < EPOCH_LIMIT:
+        raise UsageError(f"epoch index {index}: expected a non-negative int below 2**63")
     if last is not None and index <= last:
         raise UsageError(f"epoch index {index} after epoch {last}: indices must strictly increase "
                          f"(each epoch is recorded once); pass None for the next index ({last + 1})")

@@ -326,7 +326,7 @@ class Session:
         if not callable(read):
             raise UsageError(f"add_epoch_field({name!r}, {read!r}): read must be a function called at each "
                              f"epoch's end, e.g. lambda: loss")
-        if name in ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops"):
+        if name in fmt.SESSION_FIELDS:
             raise UsageError(f"add_epoch_field({name!r}): {name!r} is a field the Session writes itself")
         self._check_open("add_epoch_field()")
         if name in self._fields:

@@ -52,6 +52,10 @@ FORCED_SITES = 3   # the lines an epoch record's gc.forced_sites keeps, the long
 DATALOADER_OP = "DataLoader.__next__"   # the op a torch DataLoader's next batch is timed as: the step's wait for data
 BACKWARD_OP = "Tensor.backward"   # the op a torch loss.backward() call is timed as: under DDP, the all-reduce's wait too
 SOURCE_SHA256 = "source_sha256"   # meta's key of a script's or module's file hash (hex), which compare tells runs by
+EPOCH_LIMIT = 1 << 63   # epoch indices are below this: steps.bin holds them as int64
+# the epoch record's fields the Session writes itself (the reader adds "from_steps"): no add_epoch_field's
+SESSION_FIELDS = ("epoch", "start_s", "wall_s", "steps", "gc", "rss_bytes", "malloc_bytes", "heap", "ops", "gap_s",
+                  "gc_before", "unfinished", "from_steps")
 EPOCHS_FROM = "epochs_from"   # meta's key of where `profiler run` found the epochs it wrote ("torch", "windows", ...)
 
 # One garbage collection worth keeping (every generation-2 one, and any above the Session's

@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import RunDirError
-from .format import (EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX, RSS, RSS_DTYPE,
-                     RSS_RECORD, STATUSES, STEP_DTYPE, STEP_RECORD, STEPS, capped_error, run_path)
+from .format import (EPOCH_LIMIT, EPOCHS, FORMAT, GC_EVENT_DTYPE, GC_EVENTS, LEGACY_STEP_DTYPE, META, RANK_PREFIX,
+                     RSS, RSS_DTYPE, RSS_RECORD, STATUSES, STEP_DTYPE, STEP_RECORD, STEPS, capped_error, run_path)
 
 CHUNK = 1 << 18              # records checked at a time
 MAX_SECONDS = 1e7            # a time or clock reading above this (115 days) is not a measurement
 MAX_BYTES = 1 << 50          # nor is a memory size above 1 PiB
-MAX_COUNT = 1 << 63          # nor is a count or an epoch index from 2**63 (steps.bin holds epochs as int64)
+MAX_COUNT = EPOCH_LIMIT      # nor is a count or an epoch index from 2**63 (steps.bin holds epochs as int64)
 PAUSE_SLACK = (0.01, 1e-3)   # an epoch's GC pauses may exceed its wall time by 1% + 1 ms (clock reads)
 
 
@@ -260,7 +260,7 @@ def read_run(path):
     if dropped:
         cautions.append(f"{dropped} GC events could not be written, so {GC_EVENTS} lacks them (the GC totals per "
                         f"epoch and step are whole)")
-    epochs = _read_epochs(path / EPOCHS, problems)
+    epochs = _read_epochs(path / EPOCHS, problems, cautions)
     unfinished = epochs.pop() if epochs and epochs[-1].get("unfinished") else None
     written = meta.get("epochs")
     if status in ("completed", "halted") and type(written) is int and written != len(epochs):
@@ -521,16 +521,21 @@ def _check_optional(record):
                 return f"has heap.{key} that is not a list of objects with {name}, {', '.join(fields)}"
         if "frames" in heap and not (_count(heap["frames"]) and heap["frames"] > 0):
             return f"has heap.frames {_shown(heap['frames'])}, not a positive count of frames"
-    workers = record.get("workers")
-    if workers is None:
-        return None
+    return None
+
+
+def _odd_workers(workers):
+    """Why an epoch record's `workers` is not the record of a program's worker processes that
+    `profiler run` writes (capture/workers.py), or None."""
     optional = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes", "gc_copied_bytes",
                 "gc_copied_max_bytes", "spawned_uss_bytes")
     counts = ("full_collections", "spawned")
     if not (isinstance(workers, dict) and _number(workers.get("count"))
             and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
             and all(_bytes(workers.get(k, 0)) for k in optional) and all(_count(workers.get(k, 0)) for k in counts)):
-        return (f"has workers {workers!r}, not {{'count', 'uss_bytes', 'pss_bytes'[, "
+        text = repr(workers)
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        return (f"has workers {shown}, not {{'count', 'uss_bytes', 'pss_bytes'[, "
                 f"{', '.join(map(repr, optional + counts))}, 'new']}} (sizes {BYTES}, counts whole numbers)")
     new = workers.get("new", 0)
     if type(new) is not int or not 0 <= new <= workers["count"]:
@@ -597,7 +602,7 @@ def _check_epoch(record):
     return _check_optional(record)
 
 
-def _read_epochs(file, problems):
+def _read_epochs(file, problems, cautions):
     if not file.exists():
         problems.append(f"{EPOCHS} is missing")
         return []
@@ -605,13 +610,16 @@ def _read_epochs(file, problems):
         raise RunDirError(unreadable(file))
     try:
         with open(file, "rb") as f:   # line by line: a file of 10^7 op entries is a gigabyte
-            return _parse_epochs(f, file, problems)
+            return _parse_epochs(f, file, problems, cautions)
     except OSError as e:
         raise RunDirError(unreadable(file, e)) from None
 
 
-def _parse_epochs(lines, file, problems):
-    epochs, blank = [], None   # blank: the number of a blank line not yet known to be the last
+def _parse_epochs(lines, file, problems, cautions):
+    """The epoch records of `lines`; a `workers` field that is not the profiler's (a field the
+    program added under that name: add_epoch_field's names are its own) is left out, said once in
+    `cautions`, not the run refused."""
+    epochs, blank, odd = [], None, []   # blank: the number of a blank line not yet known to be the last
     for number, line in enumerate(lines, start=1):
         if blank is not None:   # the profiler writes none: a line blanked after the run
             problems.append(f"{EPOCHS} line {blank} is blank (not written by this profiler); it was skipped")
@@ -635,5 +643,15 @@ def _parse_epochs(lines, file, problems):
         if epochs and epochs[-1].get("unfinished"):
             raise RunDirError(f"{file} line {number} follows the line of unfinished epoch {epochs[-1]['epoch']}: "
                               f"the epoch a run stops in is its last line")
+        why = record.get("workers") is not None and _odd_workers(record["workers"])
+        if why:
+            odd.append((number, why))
+            del record["workers"]
         epochs.append(record)
+    if odd:
+        (number, why), more = odd[0], len(odd) - 1
+        cautions.append(f"{EPOCHS} line {number} {why}" + (f" (and {more} more line{'s' if more > 1 else ''})"
+                                                           if more else "")
+                        + ": not the profiler's record of worker processes (a field the program added under that "
+                          "name?), so it is left out")
     return epochs
