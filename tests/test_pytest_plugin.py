@@ -286,3 +286,40 @@ def test_unmarked(profile_session):
         run = read_run(tmp_path / "runs" / f"test_fail.py-{name}")
         assert run.status == "failed" and run.meta["error"] == "RuntimeError: boom in epoch 2"
         assert [r["epoch"] for r in run.epochs] == [0, 1] and run.unfinished_epoch["steps"] == 50
+
+
+def test_profile_runs_a_second_session_replaces_the_tests_runs_and_refuses_a_file_or_foreign_files(pytester, tmp_path):
+    # a rerun into the same --profile-runs failed every profiled test with the writer's "already holds a run"
+    # through 90 lines of the plugin's frames, and a --profile-runs that is a file with a FileExistsError (a probe)
+    pytester.makepyfile(test_keep="""
+import pytest
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12)
+def test_marker(profile_session):
+    for e in range(3):
+        with profile_session.epoch():
+            pass
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12, min_epochs=1)
+def test_found():   # the plugin's own Session: one time window
+    pass
+""")
+    runs = tmp_path / "runs"
+    for _ in range(2):
+        # as one argument: a separate one is a path to pytest, which then takes a rootdir above both
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--profile-runs={runs}", timeout=120)
+        result.assert_outcomes(passed=2)
+    assert len(read_run(runs / "test_keep.py-test_marker").epochs) == 3
+    (runs / "test_keep.py-test_found" / "notes.txt").write_text("mine")   # a file of the user's: kept, and said
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--profile-runs={runs}", timeout=120)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert (f"--profile-runs {runs}: {runs / 'test_keep.py-test_found'} exists and is no run, which a rerun "
+            f"replaces: move it or choose another directory") in out and "Traceback" not in out, out
+    assert (runs / "test_keep.py-test_found" / "notes.txt").read_text() == "mine"
+    (tmp_path / "afile").write_text("")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--profile-runs={tmp_path / 'afile'}",
+                                           timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "Traceback" not in result.stderr.str()
+    assert (f"--profile-runs {tmp_path / 'afile'} is a file: give a directory, which keeps each profiled test's run "
+            f"in DIR/<test id>") in result.stderr.str()

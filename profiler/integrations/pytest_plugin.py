@@ -20,8 +20,9 @@ again when reused: the footprint grows back, nothing leaks), so its rate is fitt
 epochs above that peak. min_epochs (default 3, at least 1): fewer epochs fail the test, since
 nothing can be judged from them. tracemalloc (False, True or "auto", as for a Session): deep
 capture, which names the lines that allocate what grows. Bad marker arguments and a test with
-fewer epochs than min_epochs fail the test with one line. Run directories go to --profile-runs DIR;
-without it, to a temporary directory that is removed unless a failure message names it.
+fewer epochs than min_epochs fail the test with one line. Run directories go to --profile-runs DIR
+(DIR/<test id>, replacing that test's run of an earlier session); without it, to a temporary
+directory that is removed unless a failure message names it.
 
 Nothing heavy is imported when pytest starts: the profiler loads only for a marked test.
 """
@@ -46,6 +47,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    root = config.getoption("profile_runs")
+    if root and os.path.exists(root) and not os.path.isdir(root):
+        raise pytest.UsageError(f"--profile-runs {root} is a file: give a directory, which keeps each profiled "
+                                f"test's run in DIR/<test id>")
     config.addinivalue_line(
         "markers", f"{MARKER}(max_slowdown=None, max_growth_bytes_per_epoch=None, min_epochs=3, tracemalloc=False): "
                    "profile the test's epochs and fail it when they slow down or its memory grows past these limits")
@@ -142,9 +147,16 @@ def pytest_runtest_setup(item):
 
 
 def _run_dir(item):
+    """The test's run directory: under --profile-runs, DIR/<test id>, replacing that test's run of an
+    earlier session (nothing else); else one in a temporary directory."""
     root = item.config.getoption("profile_runs")
     if root:
+        from profiler.rundir.format import replaceable
         path = Path(root) / item.nodeid.replace("/", "_").replace("::", "-")
+        if not replaceable(path):
+            pytest.fail(f"--profile-runs {root}: {path} exists and is no run, which a rerun replaces: move it or "
+                        f"choose another directory", pytrace=False)
+        shutil.rmtree(path, ignore_errors=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
     return Path(tempfile.mkdtemp(prefix="profile-epochs-")) / "run"

@@ -65,6 +65,20 @@ GC_EVENT_FIELDS = (("start_s", "<f8"), ("duration_s", "<f4"), ("generation", "u1
 GC_EVENT_DTYPE = np.dtype(list(GC_EVENT_FIELDS))
 
 
+def replaceable(path):
+    """Whether `path` is absent, or holds nothing but what a run writes there: a run's records, or
+    a job's rank-N runs (a file of anyone else's in it is not removed with them), so a rerun may
+    replace it."""
+    path = Path(path)
+    if not path.exists():
+        return True
+    if not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return (all(e.name in RECORDS or e.name == META + ".tmp" for e in entries)   # a run (.tmp: one cut short)
+            or all(e.name.startswith(RANK_PREFIX) and replaceable(e) for e in entries))
+
+
 def run_path(value, what):
     """`value` as the Path of a run directory; UsageError unless it is a non-empty str or
     os.PathLike (`what` names the argument in the message: "Session run_dir", "analyze()")."""

@@ -16,20 +16,8 @@ from ..analysis import analyze, compare, scaling, series
 from ..analysis.ranks import rank_heatmap
 from ..errors import UsageError
 from ..report import figures, html, rank_text, text
-from ..rundir.format import META, RANK_PREFIX, RECORDS
+from ..rundir.format import replaceable
 from .processes import run_many
-
-
-def _replaceable(path):
-    """Whether `path` is absent, or holds nothing but what a demo writes there: a run's records, or
-    a job's rank-N runs (a file of anyone else's in it is not removed with them)."""
-    if not path.exists():
-        return True
-    if not path.is_dir():
-        return False
-    entries = list(path.iterdir())
-    return (all(e.name in RECORDS or e.name == META + ".tmp" for e in entries)   # a run (.tmp: one cut short)
-            or all(e.name.startswith(RANK_PREFIX) and _replaceable(e) for e in entries))
 
 
 def demo(out, quick=False):
@@ -52,7 +40,7 @@ def demo(out, quick=False):
               "--out", str(d), "--quiet"] for policy, d in ranks.items()]
     runs = [d for runs in policies.values() for d in runs.values()] + list(layouts.values()) + list(ranks.values())
     for d in runs:   # checked before any is removed
-        if not _replaceable(d):
+        if not replaceable(d):
             raise UsageError(f"--out {out}: {d} exists and is no run of the demo's, which a rerun replaces: move it "
                              f"or choose another --out")
     print(f"profiler demo: {len(jobs)} runs in fresh processes under {out} ...")
