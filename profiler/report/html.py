@@ -89,7 +89,7 @@ def comparison_section(c):
              "-" if r.ratio is None else f"{r.ratio:.2f}",
              "-" if r.a_share is None else text.pct(r.a_share), "-" if r.b_share is None else text.pct(r.b_share),
              (f"only in {c.a.label if r.only_in == 'a' else c.b.label}" if r.only_in is not None else
-              f"{r.a_if_b_speed_s * 1e3:.1f} ({text.relative(r.a_if_b_speed_s, c.a.epoch_s)})"
+              f"{_ms_or_dash(r.a_if_b_speed_s)} ({text.relative(r.a_if_b_speed_s, c.a.epoch_s)})"
               if c.what_ifs else "-")]
             for r in c.rows]
     return "\n".join([
