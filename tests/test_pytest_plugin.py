@@ -323,3 +323,27 @@ def test_found():   # the plugin's own Session: one time window
     assert result.ret == pytest.ExitCode.USAGE_ERROR and "Traceback" not in result.stderr.str()
     assert (f"--profile-runs {tmp_path / 'afile'} is a file: give a directory, which keeps each profiled test's run "
             f"in DIR/<test id>") in result.stderr.str()
+
+
+def test_a_marked_test_that_opens_a_session_of_its_own_is_told_to_use_the_fixture(pytester, tmp_path):
+    # "SessionActiveError: another profiler Session is active ...; finish it", which the test cannot (a probe)
+    pytester.makepyfile(test_own="""
+import pytest
+from profiler import Session
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12)
+def test_marker_only(tmp_path):
+    with Session(tmp_path / "mine"):
+        pass
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12)
+def test_with_the_fixture(profile_session, tmp_path):
+    with Session(tmp_path / "mine"):
+        pass
+""")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert out.count("profile_epochs: the test opened a profiler Session of its own while the marker's recorded it: "
+                     "mark its epochs in the marker's, the profile_session fixture") == 2, out
+    assert "Traceback" not in out and "SessionActiveError" not in out

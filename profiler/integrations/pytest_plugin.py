@@ -223,12 +223,24 @@ def pytest_runtest_call(item):
             stack.enter_context(Detection(session))
             outcome = yield
             stack.__exit__(*(outcome.excinfo or (None, None, None)))
+    _own_session(outcome)
     # a test that failed on its own is not judged
     message = None if outcome.excinfo else _breaches(limits, session.run_dir, item.stash.get(_peak_key, None))
     if not (message and str(session.run_dir) in message):
         _remove_temporary(item.config, session.run_dir)
     if message:
         outcome.force_exception(pytest.fail.Exception(message, pytrace=False))
+
+
+def _own_session(outcome):
+    """A test that opened a Session of its own while the marker's recorded it fails with one line
+    that says what to do (the Session's own error told it to finish the other, which it cannot)."""
+    from profiler.errors import SessionActiveError
+    if outcome.excinfo and isinstance(outcome.excinfo[1], SessionActiveError):
+        outcome.force_exception(pytest.fail.Exception(
+            "profile_epochs: the test opened a profiler Session of its own while the marker's recorded it: mark its "
+            "epochs in the marker's, the profile_session fixture (def test_x(profile_session): ... "
+            "profile_session.epoch()), or drop the marker", pytrace=False))
 
 
 def _breaches(limits, run_dir, rss_peak_before):
