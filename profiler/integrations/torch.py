@@ -217,7 +217,7 @@ class TorchHooks:
             return False                                    # nested in the pass in progress
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
-        elif self.marks.open == "windows" and self.marks.steps_in_epoch and not self._grad_enabled():
+        elif self.marks.open == "windows" and self.marks.steps and not self._grad_enabled():
             return False   # an evaluation amid training with no DataLoader: in the window, as in any epoch
         self._nested.clear()                                # waits since the last step fed none
         pending.cancel(self._pass)
