@@ -347,3 +347,34 @@ def test_with_the_fixture(profile_session, tmp_path):
     assert out.count("profile_epochs: the test opened a profiler Session of its own while the marker's recorded it: "
                      "mark its epochs in the marker's, the profile_session fixture") == 2, out
     assert "Traceback" not in out and "SessionActiveError" not in out
+
+
+def test_profile_runs_never_replace_a_run_of_the_same_session_nor_a_link(pytester, tmp_path):
+    # a_b.py::test_t and a/b.py::test_t map to one name: the second replaced the first's run without a word; a
+    # run directory that is a link was followed, then not removed, and the writer failed in 90 lines (a review)
+    pytester.makepyfile(**{"a_b": TWIN, "a/b": TWIN})
+    runs = tmp_path / "runs"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--profile-runs={runs}", "a_b.py", "a/b.py",
+                                           timeout=120)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert (f"--profile-runs {runs}: {runs / 'a_b.py-test_t'} holds the run of a_b.py::test_t from this session, "
+            f"whose name this test's id maps to as well: rename one of the two") in out and "Traceback" not in out
+    assert read_run(runs / "a_b.py-test_t").user_meta["test"] == "a_b.py::test_t"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "meta.json").write_text("{}")
+    (runs / "a_b.py-test_t").rename(tmp_path / "kept")
+    (runs / "a_b.py-test_t").symlink_to(tmp_path / "elsewhere")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--profile-runs={runs}", "a_b.py", timeout=120)
+    result.assert_outcomes(failed=1)
+    assert "exists and is no run, which a rerun replaces" in result.stdout.str()
+    assert (tmp_path / "elsewhere" / "meta.json").read_text() == "{}"
+
+
+TWIN = """
+import pytest
+
+@pytest.mark.profile_epochs(max_growth_bytes_per_epoch=10**12, min_epochs=1)
+def test_t():
+    pass
+"""

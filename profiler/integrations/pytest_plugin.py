@@ -38,6 +38,7 @@ import pytest
 MARKER = "profile_epochs"
 _session_key = pytest.StashKey()
 _peak_key = pytest.StashKey()
+_named_key = pytest.StashKey()   # the config's: {run directory: the test whose run it holds} this session
 _HINT = "mark epochs with profile_session.epoch(), or train with PyTorch, Keras or Lightning"
 
 
@@ -153,9 +154,14 @@ def _run_dir(item):
     if root:
         from profiler.rundir.format import replaceable
         path = Path(root) / item.nodeid.replace("/", "_").replace("::", "-")
+        named = item.config.stash.setdefault(_named_key, {})
+        if named.get(path, item.nodeid) != item.nodeid:   # a_b.py::t and a/b.py::t: one name
+            pytest.fail(f"--profile-runs {root}: {path} holds the run of {named[path]} from this session, whose "
+                        f"name this test's id maps to as well: rename one of the two", pytrace=False)
         if not replaceable(path):
             pytest.fail(f"--profile-runs {root}: {path} exists and is no run, which a rerun replaces: move it or "
                         f"choose another directory", pytrace=False)
+        named[path] = item.nodeid
         shutil.rmtree(path, ignore_errors=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path

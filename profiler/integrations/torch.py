@@ -218,7 +218,7 @@ class TorchHooks:
         if self.marks.open == "torch":                      # the last pass was left, not exhausted
             self.marks.end_epoch("torch")
         elif self.marks.open == "windows" and self.marks.steps and not self._grad_enabled():
-            return False   # an evaluation amid training with no DataLoader: in the window, as in any epoch
+            return False   # an evaluation amid training with no DataLoader (steps counted): in the window
         self._nested.clear()                                # waits since the last step fed none
         pending.cancel(self._pass)
         self._pass = self._loader = None

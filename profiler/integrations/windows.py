@@ -15,7 +15,7 @@ torch is imported already (a torch script marks its own epochs, and its set-up i
 detect.py). They resume at an optimizer step that no DataLoader pass holds, or, when torch has
 marked no epoch and no step GRACE_WINDOWS windows after its import (inference, a loop with no
 optimizer), at the first moment no DataLoader pass is open. A stronger source's first epoch drops
-the window in progress and ends the windows; once the windows hold optimizer steps, a DataLoader
+the window in progress and ends the windows; once the windows hold steps, a DataLoader
 pass with autograd off (an evaluation under torch.no_grad()) is no epoch of torch's but part of
 the window it runs in (integrations/torch.py), and a window dropped by a pass with no step is
 followed by the next at the next optimizer step.

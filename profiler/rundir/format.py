@@ -70,12 +70,13 @@ def replaceable(path):
     a job's rank-N runs (a file of anyone else's in it is not removed with them), so a rerun may
     replace it."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return True
-    if not path.is_dir():
+    if path.is_symlink() or not path.is_dir():   # a link's target is no run of this directory's
         return False
     entries = list(path.iterdir())
     return (all(e.name in RECORDS or e.name == META + ".tmp" for e in entries)   # a run (.tmp: one cut short)
+            and all(e.is_file() and not e.is_symlink() for e in entries)
             or all(e.name.startswith(RANK_PREFIX) and replaceable(e) for e in entries))
 
 

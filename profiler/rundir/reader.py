@@ -525,22 +525,16 @@ def _check_optional(record):
 
 
 def _odd_workers(workers):
-    """Why an epoch record's `workers` is not the record of a program's worker processes that
-    `profiler run` writes (capture/workers.py), or None."""
-    optional = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes", "gc_copied_bytes",
-                "gc_copied_max_bytes", "spawned_uss_bytes")
-    counts = ("full_collections", "spawned")
-    if not (isinstance(workers, dict) and _number(workers.get("count"))
-            and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
-            and all(_bytes(workers.get(k, 0)) for k in optional) and all(_count(workers.get(k, 0)) for k in counts)):
-        text = repr(workers)
-        shown = text if len(text) <= 80 else text[:77] + "..."
-        return (f"has workers {shown}, not {{'count', 'uss_bytes', 'pss_bytes'[, "
-                f"{', '.join(map(repr, optional + counts))}, 'new']}} (sizes {BYTES}, counts whole numbers)")
-    new = workers.get("new", 0)
-    if type(new) is not int or not 0 <= new <= workers["count"]:
-        return f"has workers.new {new!r}, not a count of at most workers.count {workers['count']!r}"
-    return None
+    """Whether an epoch record's `workers` is not the record of a program's worker processes that
+    `profiler run` writes (capture/workers.py): sizes in bytes, counts whole, at most `count` new."""
+    sizes = ("uss_growth_bytes", "uss_growth_max_bytes", "carried_uss_bytes", "gc_copied_bytes",
+             "gc_copied_max_bytes", "spawned_uss_bytes", "batch_bytes")
+    return not (isinstance(workers, dict) and _count(workers.get("count"))
+                and all(_bytes(workers.get(k)) for k in ("uss_bytes", "pss_bytes"))
+                and all(_bytes(workers.get(k, 0)) for k in sizes)
+                and all(_count(workers.get(k, 0)) for k in ("full_collections", "spawned"))
+                and (workers.get("prefetch_factor") is None or _count(workers["prefetch_factor"]))   # None: no workers
+                and type(workers.get("new", 0)) is int and 0 <= workers.get("new", 0) <= workers["count"])
 
 
 def _check_forced(gc, name="gc"):
@@ -643,15 +637,12 @@ def _parse_epochs(lines, file, problems, cautions):
         if epochs and epochs[-1].get("unfinished"):
             raise RunDirError(f"{file} line {number} follows the line of unfinished epoch {epochs[-1]['epoch']}: "
                               f"the epoch a run stops in is its last line")
-        why = record.get("workers") is not None and _odd_workers(record["workers"])
-        if why:
-            odd.append((number, why))
+        if record.get("workers") is not None and _odd_workers(record["workers"]):
+            odd.append(number)
             del record["workers"]
         epochs.append(record)
     if odd:
-        (number, why), more = odd[0], len(odd) - 1
-        cautions.append(f"{EPOCHS} line {number} {why}" + (f" (and {more} more line{'s' if more > 1 else ''})"
-                                                           if more else "")
-                        + ": not the profiler's record of worker processes (a field the program added under that "
-                          "name?), so it is left out")
+        more = f" (and {len(odd) - 1} more)" if len(odd) > 1 else ""
+        cautions.append(f"the workers field of {EPOCHS} line {odd[0]}{more} is not the profiler's record of worker "
+                        f"processes (a field the program added under that name?), so it is left out")
     return epochs
