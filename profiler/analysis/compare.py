@@ -247,10 +247,10 @@ def _median_interval(values, z=1.96):
 
 
 def _settings(run):
-    """What ran and how: the run's meta but its label, source hash and where its epochs came from
-    (what the run found, not what ran: a run killed before it ended recorded none) (a script, as one
-    path whether typed ./train.py or train.py, and its arguments; a scenario and its settings) and
-    its capture options, as --name."""
+    """What ran and how: the run's meta (a script, as one path whether typed ./train.py or
+    train.py, and its arguments; a scenario and its settings) and its capture options, as --name;
+    not its label, source hash nor where its epochs came from (what the run found, not what ran: a
+    run killed before it ended recorded none)."""
     return {**{k: os.path.normpath(v) if k == "script" and isinstance(v, str) and v else v
                for k, v in run.user_meta.items() if k not in ("label", SOURCE_SHA256, EPOCHS_FROM)},
             **{f"--{k.replace('_', '-')}": v for k, v in (run.meta.get("options") or {}).items()}}

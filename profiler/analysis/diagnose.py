@@ -241,7 +241,7 @@ def memory_of(loaded):
     found = (fnd.memory_growth(records, sites, sited, (run.meta.get("options") or {}).get("tracemalloc"))
              or fnd.rss_growth(trend))
     rates, idx = fnd.memory_rates(records), [r["epoch"] for r in records]
-    rss = [r for r in fnd.memory_series(records)["rss"] if r is not None]   # deep capture's epochs left out
+    rss = [b for b in fnd.memory_series(records)["rss"] if b is not None]   # deep capture's epochs left out
     return Allocation(rss_growth_bytes_per_epoch=rates["rss"], traced_growth_bytes_per_epoch=rates["traced"],
                       malloc_growth_bytes_per_epoch=rates["malloc"], rss_start_bytes=_float(rss[0] if rss else None),
                       rss_end_bytes=_float(rss[-1] if rss else None), top_sites=sites, epochs=len(records),

@@ -66,12 +66,9 @@ class Windows:
     def start(self):
         """Start the windows now; False where they cannot run (the Session is not in the main
         thread, or another Windows is running)."""
-        if self.running and self._waiting and self.marks.allows("windows"):
-            self._waiting = False
-            self.marks.begin_epoch("windows")
-            self._restart_clock()
-        if self.running:
-            if self.marks.open is None and self.marks.allows("windows"):   # a pass with no step ended the last
+        if self.running:   # waiting out the grace period, or a pass with no step ended the last window
+            if (self._waiting or self.marks.open is None) and self.marks.allows("windows"):
+                self._waiting = False
                 self.marks.begin_epoch("windows")
                 self._restart_clock()
             return True
